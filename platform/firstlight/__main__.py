@@ -1,0 +1,5 @@
+"""``python -m firstlight`` runs the CLI."""
+
+from firstlight.cli import main
+
+main()

@@ -1,0 +1,156 @@
+"""The ``firstlight`` command line (typer + rich).
+
+Entry point of the ``firstlight`` console script and of ``python -m firstlight``. Each
+command loads the configuration through :func:`firstlight.config.load_config`, calls one
+library function and turns :class:`~firstlight.errors.FirstlightError` into a readable
+message and an exit code: 2 for invalid configuration (like a usage error), 1 for any
+other failure. Machine-readable output goes to stdout, progress and diagnostics to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, NoReturn
+
+import typer
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from firstlight import __version__
+from firstlight.config import PlatformConfig, load_config
+from firstlight.errors import ConfigError, FirstlightError
+
+__all__ = ["app", "main"]
+
+EXIT_FAILURE = 1
+EXIT_INVALID_CONFIG = 2
+
+app = typer.Typer(
+    name="firstlight",
+    help="Multi-region LLM serving routed by predicted time to first token.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,  # locals may hold secrets
+)
+config_app = typer.Typer(
+    help="Check configuration files and explain their fields.", no_args_is_help=True
+)
+app.add_typer(config_app, name="config")
+
+_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+_STEP_TEXT = {
+    "locate": "Locating the packaged GGUF file",
+    "tokenizer": "Loading the tokenizer",
+    "weights": "Dequantizing the weights",
+    "save": "Writing the Hugging Face folder",
+    "verify": "Verifying config, tokenizer and chat template",
+}
+
+
+class OutputFormat(StrEnum):
+    """Formats ``config validate`` prints the resolved configuration in."""
+
+    yaml = "yaml"
+    json = "json"
+
+
+@app.command()
+def version() -> None:
+    """Print Firstlight's version."""
+    typer.echo(f"firstlight {__version__}")
+
+
+@app.command("prepare-model")
+def prepare_model(
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="Configuration file (for cache_dir).")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Cache folder; the model goes to CACHE_DIR/models/.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Convert again even if already prepared.")] = False,
+) -> None:
+    """Convert the packaged SmolLM2-135M-Instruct GGUF into a folder vLLM loads offline."""
+    from firstlight.engine.default_model import STEPS, prepare_default_model
+
+    cfg = _load(config)
+    if cache_dir is not None:
+        cfg = cfg.model_copy(update={"cache_dir": cache_dir})
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=_stderr, transient=True) as bar:
+        task = bar.add_task("Preparing the default model", total=len(STEPS))
+
+        def on_step(step: str) -> None:
+            bar.update(task, description=_STEP_TEXT[step], completed=STEPS.index(step))
+
+        try:
+            result = prepare_default_model(cfg.default_model_dir, force=force, progress=on_step)
+        except FirstlightError as exc:
+            _fail(exc)
+        bar.update(task, completed=len(STEPS))
+    what = "Prepared" if result.converted else "Already prepared (verified)"
+    summary = result.summary
+    typer.echo(
+        f"{what}: {result.path}\n"
+        f"  {summary.architecture}, vocabulary {summary.vocab_size}, "
+        f"context {summary.max_position_embeddings} tokens"
+    )
+
+
+@config_app.command("validate")
+def validate(
+    file: Annotated[Path, typer.Argument(help="YAML configuration file.")],
+    output: Annotated[
+        OutputFormat, typer.Option("--output", "-o", help="Format of the resolved config.")
+    ] = OutputFormat.yaml,
+) -> None:
+    """Validate FILE (plus FIRSTLIGHT__* overrides) and print the resolved configuration.
+
+    Exits 2 and lists every problem with its field path and value when it is invalid.
+    """
+    cfg = _load(file)
+    data = cfg.model_dump(mode="json")
+    if output is OutputFormat.json:
+        typer.echo(json.dumps(data, indent=2))
+    else:
+        typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
+    regions = ", ".join(r.name for r in cfg.regions)
+    _stderr.print(
+        f"valid: {file} (mode {cfg.mode}; regions {regions}; {len(cfg.models)} model(s))",
+        markup=False,
+    )
+
+
+@config_app.command("reference")
+def reference() -> None:
+    """Print every configuration field with its type, bounds, default and meaning."""
+    from firstlight._config_reference import config_reference_markdown
+
+    typer.echo(config_reference_markdown(), nl=False)
+
+
+def _load(path: Path | None) -> PlatformConfig:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        _fail(exc)
+
+
+def _fail(exc: FirstlightError) -> NoReturn:
+    if isinstance(exc, ConfigError):
+        where = f" in {exc.source}" if exc.source else ""
+        _stderr.print(f"error: invalid configuration{where}:", markup=False)
+        for problem in exc.problems:
+            _stderr.print(f"  - {problem}", markup=False)
+        raise typer.Exit(EXIT_INVALID_CONFIG)
+    _stderr.print(f"error: {exc}", markup=False)
+    raise typer.Exit(EXIT_FAILURE)
+
+
+def main() -> None:
+    """Run the CLI; the ``firstlight`` console script calls this."""
+    app()

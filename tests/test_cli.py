@@ -1,0 +1,120 @@
+"""The CLI through typer's runner and as a real subprocess of the installed script."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from firstlight.cli import app
+from firstlight.config import load_config
+from tests.conftest import REPO_ROOT, VENV_BIN
+
+runner = CliRunner()
+LOCAL = REPO_ROOT / "examples" / "local-two-regions.yaml"
+BAD = "router: {policy: fastest}\nmodels:\n  - {name: m, replicas: -4}\n"
+BAD_PEER = "regions:\n  - name: us-east\n    peers: [{region: mars, rtt_ms: 5}]\n"
+
+
+def test_help_lists_only_working_commands() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("version", "prepare-model", "config"):
+        assert command in result.stdout
+    config_help = runner.invoke(app, ["config", "--help"])
+    assert "validate" in config_help.stdout
+    assert "reference" in config_help.stdout
+
+
+def test_version_matches_the_installed_distribution() -> None:
+    result = runner.invoke(app, ["version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"firstlight {version('firstlight')}"
+
+
+def test_validate_prints_the_resolved_config_as_yaml() -> None:
+    result = runner.invoke(app, ["config", "validate", str(LOCAL)])
+    assert result.exit_code == 0, result.stderr
+    printed = yaml.safe_load(result.stdout)
+    assert printed == load_config(LOCAL, environ={}).model_dump(mode="json")
+    assert "valid:" in result.stderr
+    assert "regions us-east, eu-west" in result.stderr
+
+
+def test_validate_prints_json_on_request() -> None:
+    result = runner.invoke(app, ["config", "validate", str(LOCAL), "--output", "json"])
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["router"]["policy"] == "firstlight"
+
+
+def test_validate_applies_environment_overrides() -> None:
+    env = {"FIRSTLIGHT__ROUTER__POLICY": "power_of_two"}
+    result = runner.invoke(app, ["config", "validate", str(LOCAL), "-o", "json"], env=env)
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["router"]["policy"] == "power_of_two"
+
+
+def test_validate_reports_every_problem_with_exit_code_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD)
+    result = runner.invoke(app, ["config", "validate", str(bad)])
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert "router.policy = 'fastest': Input should be 'firstlight'" in result.stderr
+    assert "models[0].replicas = -4: Input should be greater than or equal to 1" in result.stderr
+
+
+def test_validate_reports_cross_field_problems(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD_PEER)
+    result = runner.invoke(app, ["config", "validate", str(bad)])
+    assert result.exit_code == 2
+    assert "regions[0].peers[0].region = 'mars': unknown region; known regions: us-east" in (
+        result.stderr
+    )
+
+
+def test_validate_of_malformed_yaml_and_missing_files_exits_2(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("router: {policy: [\n")
+    for path, fragment in (
+        (broken, "malformed YAML at line"),
+        (tmp_path / "no.yaml", "cannot read"),
+    ):
+        result = runner.invoke(app, ["config", "validate", str(path)])
+        assert result.exit_code == 2
+        assert fragment in result.stderr
+
+
+def test_reference_documents_each_field() -> None:
+    result = runner.invoke(app, ["config", "reference"])
+    assert result.exit_code == 0
+    assert "| `router.policy` |" in result.stdout
+    assert "| `regions[].peers[].rtt_ms` | number (≥ 0, ≤ 10000) |" in result.stdout
+
+
+def test_installed_script_rejects_bad_config_without_a_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(BAD)
+    done = subprocess.run(
+        [VENV_BIN / "firstlight", "config", "validate", bad], capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert "models[0].replicas = -4" in done.stderr
+    assert "Traceback" not in done.stderr + done.stdout
+
+
+def test_module_entry_point_validates_the_local_example() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "firstlight", "config", "validate", LOCAL],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert yaml.safe_load(done.stdout)["regions"][1]["name"] == "eu-west"
