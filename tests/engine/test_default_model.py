@@ -25,25 +25,31 @@ def _prepare(cache_dir: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="session")
-def prepared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """Run the real CLI once per session into a fresh cache; return (folder, stdout)."""
+def prepared(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """Run the real CLI once per session into a fresh cache; return (folder, process)."""
     cache_dir = tmp_path_factory.mktemp("cache")
     done = _prepare(cache_dir)
     assert done.returncode == 0, done.stderr
-    return cache_dir / "models" / MODEL, done.stdout
+    return cache_dir / "models" / MODEL, done
 
 
-def test_conversion_writes_a_hugging_face_folder(prepared: tuple[Path, str]) -> None:
-    folder, stdout = prepared
-    assert stdout.startswith(f"Prepared: {folder}")
-    assert "LlamaForCausalLM, vocabulary 49152" in stdout
+Prepared = tuple[Path, subprocess.CompletedProcess[str]]
+
+
+def test_conversion_writes_a_hugging_face_folder(prepared: Prepared) -> None:
+    folder, done = prepared
+    assert done.stdout.startswith(f"Prepared: {folder}")
+    assert "LlamaForCausalLM, vocabulary 49152" in done.stdout
+    assert "de-quantizing" not in done.stderr, "transformers' own progress bar leaked"
     for name in ("config.json", "model.safetensors", "tokenizer.json", MARKER_FILE):
         assert (folder / name).is_file(), name
     leftovers = [p.name for p in folder.parent.iterdir() if p.name != MODEL]
     assert leftovers == []
 
 
-def test_second_run_reuses_the_folder(prepared: tuple[Path, str]) -> None:
+def test_second_run_reuses_the_folder(prepared: Prepared) -> None:
     folder, _ = prepared
     weights = folder / "model.safetensors"
     before = weights.stat().st_mtime_ns
@@ -53,7 +59,7 @@ def test_second_run_reuses_the_folder(prepared: tuple[Path, str]) -> None:
     assert weights.stat().st_mtime_ns == before
 
 
-def test_tokenizer_applies_the_chat_template_and_round_trips(prepared: tuple[Path, str]) -> None:
+def test_tokenizer_applies_the_chat_template_and_round_trips(prepared: Prepared) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(prepared[0], local_files_only=True)
@@ -65,7 +71,7 @@ def test_tokenizer_applies_the_chat_template_and_round_trips(prepared: tuple[Pat
         assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
 
-def test_converted_weights_answer_correctly(prepared: tuple[Path, str]) -> None:
+def test_converted_weights_answer_correctly(prepared: Prepared) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

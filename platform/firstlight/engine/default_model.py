@@ -13,12 +13,15 @@ network: every load is ``local_files_only``.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.metadata
 import importlib.util
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,7 +171,8 @@ def _convert(gguf: Path, out: Path, report: ProgressCallback) -> None:
         report("tokenizer")
         tokenizer = transformers.AutoTokenizer.from_pretrained(gguf.parent, **source)
         report("weights")
-        model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, **source)
+        with _quiet_gguf_progress_bar():
+            model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, **source)
     except ImportError as exc:
         raise ModelPreparationError(
             f"converting GGUF needs torch, gguf and accelerate ({exc}): install Firstlight "
@@ -186,6 +190,25 @@ def _convert(gguf: Path, out: Path, report: ProgressCallback) -> None:
     out.mkdir(parents=True)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+
+
+@contextmanager
+def _quiet_gguf_progress_bar() -> Iterator[None]:
+    """Silence the tqdm bar transformers' GGUF loader draws unconditionally (it ignores
+    ``disable_progress_bar``); it garbles the caller's own progress display."""
+    try:
+        gguf_utils = importlib.import_module("transformers.modeling_gguf_pytorch_utils")
+    except ImportError:
+        gguf_utils = None
+    original = getattr(gguf_utils, "tqdm", None)
+    if original is None:
+        yield
+        return
+    setattr(gguf_utils, "tqdm", functools.partial(original, disable=True))  # noqa: B010
+    try:
+        yield
+    finally:
+        setattr(gguf_utils, "tqdm", original)  # noqa: B010
 
 
 def _marker_for(gguf: Path) -> dict[str, Any]:
