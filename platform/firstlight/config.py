@@ -48,6 +48,7 @@ __all__ = [
     "default_cache_dir",
     "load_config",
     "parse_config",
+    "validation_problems",
 ]
 
 ENV_PREFIX = "FIRSTLIGHT__"
@@ -451,18 +452,30 @@ def parse_config(data: Mapping[str, Any], source: str | None = None) -> Platform
     try:
         return PlatformConfig.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
-        item_locs = [err["loc"] for err in errors]
+        raise ConfigError(validation_problems(exc), source) from exc
+
+
+def validation_problems(exc: ValidationError, prefix: str = "") -> list[ConfigProblem]:
+    """Turn pydantic's errors into problems named by field path (under ``prefix``).
+
+    Also used by components that validate their own section later, such as routing
+    policies checking ``router.params``.
+    """
+    errors = exc.errors()
+    item_locs = [err["loc"] for err in errors]
+    problems = []
+    for err in errors:
         # A list whose item failed also reports itself "too short"; that is an echo.
-        problems = [
-            _problem(err)
-            for err in errors
-            if not (
-                err["type"] == "too_short"
-                and any(loc[: len(err["loc"])] == err["loc"] != loc for loc in item_locs)
-            )
-        ]
-        raise ConfigError(problems, source) from exc
+        echo = err["type"] == "too_short" and any(
+            loc[: len(err["loc"])] == err["loc"] != loc for loc in item_locs
+        )
+        if not echo:
+            problem = _problem(err)
+            if prefix:
+                path = f"{prefix}.{problem.path}" if problem.path else prefix
+                problem = ConfigProblem(path, problem.message, problem.value, problem.has_value)
+            problems.append(problem)
+    return problems
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

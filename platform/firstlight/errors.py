@@ -6,9 +6,13 @@ translated at the boundary that calls the library, with ``raise ... from exc``::
 
     FirstlightError
     ├── ConfigError               configuration file, value or environment override is invalid
-    └── ModelPreparationError     the default model cannot be located, converted or verified
+    ├── ModelPreparationError     the default model cannot be located, converted or verified
+    └── HintsError                prefix-cache hints: a bad argument to a hints component
+        ├── InvalidBlockEventError    a block event is malformed (hash out of range, bad epoch)
+        ├── HintPublishError          a batch of block events could not be written to Redis
+        └── StaleEpochError           a publisher's epoch is older than the one Redis holds
 
-Later subsystems add their branches here (routing, hints, engines, API errors), so the
+Later subsystems add their branches here (routing, engines, API errors), so the
 whole tree stays readable in one place.
 """
 
@@ -16,7 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ConfigError", "ConfigProblem", "FirstlightError", "ModelPreparationError"]
+__all__ = [
+    "ConfigError",
+    "ConfigProblem",
+    "FirstlightError",
+    "HintPublishError",
+    "HintsError",
+    "InvalidBlockEventError",
+    "ModelPreparationError",
+    "StaleEpochError",
+]
 
 
 class FirstlightError(Exception):
@@ -65,3 +78,46 @@ class ModelPreparationError(FirstlightError):
     Raised by :func:`firstlight.engine.default_model.prepare_default_model`; the message
     says what to install or delete to fix it.
     """
+
+
+class HintsError(FirstlightError):
+    """Base of the prefix-cache hints errors; raised as itself for a bad constructor
+    argument of a hints component (``ttl_s = 0``, an empty ``model``), with the value."""
+
+
+class InvalidBlockEventError(HintsError):
+    """A :class:`~firstlight.hints.BlockEvent` is malformed: empty replica id, negative
+    epoch, or a block hash outside ``[0, 2**64)``; or it was handed to the publisher of
+    another replica or epoch.
+
+    Raised by ``BlockEvent(...)`` and :meth:`firstlight.hints.HintPublisher.publish`. The
+    subscriber never raises it: a malformed feed entry is skipped and counted.
+    """
+
+
+class HintPublishError(HintsError):
+    """A batch of block events could not be written to Redis (unreachable, timed out,
+    or Redis answered with an error). The batch is lost; the next batch, or the periodic
+    re-announcement of resident blocks, repairs the hints.
+
+    Raised by :meth:`firstlight.hints.HintPublisher.publish` and ``start_epoch``, ``from``
+    the Redis or timeout exception.
+    """
+
+
+class StaleEpochError(HintsError):
+    """Redis holds a newer epoch for this replica than the publisher's: a newer
+    incarnation of the replica has started, so this publisher's blocks are stale and were
+    not written. ``epoch`` is the publisher's, ``current_epoch`` the one in Redis.
+
+    Raised by :meth:`firstlight.hints.HintPublisher.publish` and ``start_epoch``; the
+    caller should stop publishing.
+    """
+
+    def __init__(self, replica_id: str, epoch: int, current_epoch: int) -> None:
+        self.replica_id = replica_id
+        self.epoch = epoch
+        self.current_epoch = current_epoch
+        super().__init__(
+            f"replica {replica_id!r}: epoch {epoch} is stale, Redis holds epoch {current_epoch}"
+        )

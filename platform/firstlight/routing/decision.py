@@ -1,0 +1,91 @@
+"""A routing decision and its explanation.
+
+Returned by every :class:`~firstlight.routing.policy.RoutingPolicy`; the request router
+turns it into Ray Serve tiers, the gateway into ``x-firstlight-*`` headers and the
+dashboard into "why this route".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+__all__ = ["Candidate", "Decision", "TtftTerms"]
+
+
+@dataclass(frozen=True, slots=True)
+class TtftTerms:
+    """The predicted time to first token of one candidate, term by term."""
+
+    rtt_ms: float
+    wait_ms: float
+    """Queued prefill work ahead of the request, at the replica's rate."""
+    prefill_ms: float
+    """The request's own uncached tokens, at the replica's rate."""
+    overhead_ms: float
+    cached_tokens: int
+    uncached_tokens: int
+    correction: float = 1.0
+    """Calibration factor already applied to the replica's terms."""
+
+    @property
+    def total_ms(self) -> float:
+        return self.rtt_ms + self.wait_ms + self.prefill_ms + self.overhead_ms
+
+    @property
+    def service_ms(self) -> float:
+        """What the replica itself takes (everything but the network)."""
+        return self.wait_ms + self.prefill_ms + self.overhead_ms
+
+
+class Candidate(NamedTuple):
+    """One ranked replica. ``score`` is the policy's own ranking key (lower is better;
+    for the cost-model policies it is the predicted TTFT in ms).
+
+    A named tuple rather than a frozen dataclass: policies build one per candidate per
+    request, and this is three times cheaper while staying immutable."""
+
+    replica_id: str
+    region: str
+    score: float
+    terms: TtftTerms | None = None
+    """Cost-model terms, where the policy computed them."""
+    cached_blocks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Candidates best first, and why the first one won."""
+
+    policy: str
+    ranked: tuple[Candidate, ...]
+    reason: str
+    """Short, stable reason code (``lowest-predicted-ttft``, ``near-tie``, ...)."""
+
+    def __post_init__(self) -> None:
+        if not self.ranked:
+            raise ValueError("a decision needs at least one candidate")
+
+    @property
+    def winner(self) -> Candidate:
+        return self.ranked[0]
+
+    @property
+    def runner_up(self) -> Candidate | None:
+        return self.ranked[1] if len(self.ranked) > 1 else None
+
+    def explain(self) -> str:
+        """One line for logs and the dashboard: winner, terms, margin over runner-up."""
+        win = self.winner
+        text = f"{self.policy}: {win.replica_id} ({self.reason})"
+        if win.terms is not None:
+            t = win.terms
+            text += (
+                f" ttft={t.total_ms:.1f}ms = rtt {t.rtt_ms:.1f} + wait {t.wait_ms:.1f}"
+                f" + prefill {t.prefill_ms:.1f} ({t.uncached_tokens} uncached,"
+                f" {t.cached_tokens} cached) + overhead {t.overhead_ms:.1f}"
+            )
+        second = self.runner_up
+        if second is not None:
+            text += f"; runner-up {second.replica_id} +{second.score - win.score:.1f}"
+        return text

@@ -1,0 +1,164 @@
+"""The ``firstlight`` policy: rank replicas by predicted time to first token.
+
+Also registered as ``oracle``: the same cost model fed the *true* cache state by the
+simulator instead of announced hints, an upper bound for what better hints could buy
+(benchmark only).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from typing import Annotated
+
+from pydantic import Field
+
+from firstlight.routing.cost import Calibrator, CostRates, Reservations, predict_ttft
+from firstlight.routing.decision import Candidate, Decision
+from firstlight.routing.policy import PolicyParams
+from firstlight.routing.views import ReplicaView, RequestView, RoutingInput
+
+__all__ = ["FirstlightParams", "FirstlightPolicy"]
+
+_EXPLAINED = 4
+"""Candidates that get their full cost terms (the winner, the runner-up and the next
+tiers the request router may fall back to); the rest carry only their predicted TTFT."""
+
+
+class FirstlightParams(PolicyParams):
+    """Parameters of the ``firstlight`` and ``oracle`` policies."""
+
+    prefill_tokens_per_s: Annotated[float, Field(gt=0, le=10_000_000)] = 5000.0
+    """Prefill throughput assumed until a replica reports its own measurement."""
+    step_overhead_ms: Annotated[float, Field(ge=0, le=10_000)] = 5.0
+    """Fixed cost of the engine step that emits the first token."""
+    decode_ms_per_running_seq: Annotated[float, Field(ge=0, le=1000)] = 0.05
+    """Extra step time per sequence already decoding on the replica."""
+    mean_prompt_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
+    """Work assumed per waiting request when a replica reports only its queue length."""
+    tie_margin_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
+    """Candidates within this much of the best are picked among at random."""
+    calibration_alpha: Annotated[float, Field(gt=0, le=1)] = 0.2
+    """EWMA weight of each new observed TTFT in a replica's correction factor."""
+    min_correction: Annotated[float, Field(gt=0, le=1)] = 0.25
+    """Lower bound of the correction factor."""
+    max_correction: Annotated[float, Field(ge=1, le=100)] = 4.0
+    """Upper bound of the correction factor."""
+    reservation_ttl_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    """A reservation whose first token never came is dropped after this long."""
+
+
+class FirstlightPolicy:
+    """Predicted-TTFT routing with calibration, reservations and random near-tie breaks.
+
+    Built by :func:`firstlight.routing.registry.build_policy`; see
+    :mod:`firstlight.routing.policy` for who calls each method.
+    """
+
+    def __init__(
+        self,
+        params: FirstlightParams,
+        *,
+        rng: random.Random,
+        clock: Callable[[], float],
+        name: str = "firstlight",
+    ) -> None:
+        self.name = name
+        self.params = params
+        self._rng = rng
+        self._rates = CostRates(
+            prefill_tokens_per_s=params.prefill_tokens_per_s,
+            step_overhead_ms=params.step_overhead_ms,
+            decode_ms_per_running_seq=params.decode_ms_per_running_seq,
+            mean_prompt_tokens=params.mean_prompt_tokens,
+        )
+        self.calibrator = Calibrator(
+            params.calibration_alpha, params.min_correction, params.max_correction
+        )
+        self.reservations = Reservations(params.reservation_ttl_s, clock)
+
+    def choose(self, routing: RoutingInput) -> Decision:
+        request = routing.request
+        cached = routing.cache.longest_prefix(request.block_hashes) if request.block_hashes else {}
+        scored = self._score_all(request, routing, cached)
+        scored.sort(key=lambda item: (item[0], item[1]))
+        best = scored[0][0]
+        margin = self.params.tie_margin_ms
+        near = [item for item in scored if item[0] - best <= margin]
+        reason = "lowest-predicted-ttft"
+        if len(near) > 1:
+            self._rng.shuffle(near)
+            reason = "near-tie"
+        ordered = near + scored[len(near) :]
+        ranked = [
+            self._candidate(request, routing, item, explained=i < _EXPLAINED)
+            for i, item in enumerate(ordered)
+        ]
+        return Decision(self.name, tuple(ranked), reason)
+
+    def _score_all(
+        self, request: RequestView, routing: RoutingInput, cached: Mapping[str, int]
+    ) -> list[tuple[float, int, int, ReplicaView]]:
+        """Predicted TTFT of every replica: the hot loop, inlined for speed. Each value
+        equals ``predict_ttft(...).total_ms`` (a test holds the two together)."""
+        rates = self._rates
+        correction_of = self.calibrator.correction
+        reserved_after = self.reservations.tokens_after
+        rtt_of = routing.rtt_ms.get
+        prompt, block_size = request.prompt_tokens, request.block_size
+        default_rate, mean_prompt = rates.prefill_tokens_per_s, rates.mean_prompt_tokens
+        step_ms, per_seq_ms = rates.step_overhead_ms, rates.decode_ms_per_running_seq
+        scored = []
+        for replica in routing.replicas:
+            rid = replica.replica_id
+            blocks = cached.get(rid, 0)
+            queued = replica.pending_prefill_tokens
+            if queued is None:
+                queued = max(replica.queue_len - replica.running, 0) * mean_prompt
+            queued += reserved_after(rid, replica.stats_at)
+            uncached = max(prompt - blocks * block_size, 1)
+            ms_per_token = 1000.0 / (replica.prefill_tokens_per_s or default_rate)
+            overhead = step_ms + replica.running * per_seq_ms
+            service = ((queued + uncached) * ms_per_token + overhead) * correction_of(rid)
+            total = rtt_of(replica.region, 0.0) + service
+            scored.append((total, replica.queue_len, blocks, replica))
+        return scored
+
+    def _candidate(
+        self,
+        request: RequestView,
+        routing: RoutingInput,
+        item: tuple[float, int, int, ReplicaView],
+        *,
+        explained: bool,
+    ) -> Candidate:
+        total, _, blocks, replica = item
+        terms = None
+        if explained:
+            terms = predict_ttft(
+                request,
+                replica,
+                cached_blocks=blocks,
+                rtt_ms=routing.rtt_ms.get(replica.region, 0.0),
+                reserved_tokens=self.reservations.tokens_after(
+                    replica.replica_id, replica.stats_at
+                ),
+                correction=self.calibrator.correction(replica.replica_id),
+                rates=self._rates,
+            )
+        return Candidate(replica.replica_id, replica.region, total, terms, blocks)
+
+    def on_routed(self, request: RequestView, chosen: Candidate) -> None:
+        cached_tokens = chosen.cached_blocks * request.block_size
+        tokens = max(request.prompt_tokens - cached_tokens, 1)
+        self.reservations.reserve(chosen.replica_id, request.request_id, tokens)
+
+    def on_first_token(
+        self, request: RequestView, chosen: Candidate, observed_ttft_ms: float
+    ) -> None:
+        self.reservations.release(request.request_id)
+        if chosen.terms is not None:
+            self.calibrator.observe(chosen.replica_id, chosen.terms, observed_ttft_ms)
+
+    def on_done(self, request: RequestView, chosen: Candidate) -> None:
+        self.reservations.release(request.request_id)

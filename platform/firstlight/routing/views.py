@@ -1,0 +1,85 @@
+"""What a routing policy sees: immutable views built by adapters.
+
+The Ray Serve request router, the gateway and the benchmark's simulator each build
+these from their own sources (Ray's replica stats, the hint mirror, the simulator's
+true state) and hand them to a policy. Policies never reach past them: no Ray, no Redis,
+no I/O. Units are in the names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["NO_CACHE", "CacheView", "ReplicaView", "RequestView", "RoutingInput"]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """A request about to be routed."""
+
+    request_id: str
+    prompt_tokens: int
+    """Prompt length in tokens after the chat template."""
+    block_hashes: tuple[int, ...] = ()
+    """Hint-form hashes of the prompt's full blocks, leading block first
+    (:func:`firstlight.prefix.hint_hashes`)."""
+    block_size: int = 32
+    """Tokens per block of ``block_hashes``."""
+    client_region: str | None = None
+    """Region the request entered through (for RTT); ``None`` means local."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaView:
+    """One candidate replica, as its last stats report described it."""
+
+    replica_id: str
+    region: str
+    queue_len: int
+    """Requests on the replica, waiting or running."""
+    running: int = 0
+    """Requests decoding (a subset of ``queue_len``)."""
+    pending_prefill_tokens: int | None = None
+    """Prompt tokens admitted but not yet prefilled (uncached work ahead of a new
+    request); ``None`` when the replica does not report it."""
+    kv_cache_usage: float = 0.0
+    """Fraction of KV-cache blocks in use, 0..1."""
+    prefill_tokens_per_s: float | None = None
+    """Prefill throughput the engine measured; ``None`` uses the policy's default."""
+    stats_at: float = 0.0
+    """Clock time of the stats snapshot (same clock as the policy's)."""
+
+
+class CacheView(Protocol):
+    """Which replica holds how much of a prompt's prefix.
+
+    Implemented by :class:`firstlight.hints.HintMirror` (announced blocks) and by the
+    simulator (true cache state, for the ``oracle`` arm). Called once per routing
+    decision, so it must be fast and never block.
+    """
+
+    def longest_prefix(self, block_hashes: Sequence[int]) -> Mapping[str, int]:
+        """Map replica id → number of leading blocks of ``block_hashes`` it holds."""
+        ...
+
+
+class _NoCache:
+    def longest_prefix(self, block_hashes: Sequence[int]) -> Mapping[str, int]:
+        return {}
+
+
+NO_CACHE: CacheView = _NoCache()
+"""A cache view that knows nothing (hints disabled or not yet bootstrapped)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingInput:
+    """Everything one routing decision may use."""
+
+    request: RequestView
+    replicas: Sequence[ReplicaView]
+    cache: CacheView = NO_CACHE
+    rtt_ms: Mapping[str, float] = field(default_factory=dict)
+    """Round trip from the client's region to each candidate region; missing → 0."""

@@ -1,0 +1,180 @@
+"""The cost model's terms, its monotonicity, calibration and reservations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from firstlight.routing import (
+    Calibrator,
+    CostRates,
+    ReplicaView,
+    RequestView,
+    Reservations,
+    predict_ttft,
+)
+
+RATES = CostRates(
+    prefill_tokens_per_s=1000.0,
+    step_overhead_ms=5.0,
+    decode_ms_per_running_seq=0.5,
+    mean_prompt_tokens=100,
+)
+
+
+def _request(tokens: int = 320, block_size: int = 32) -> RequestView:
+    return RequestView("q", prompt_tokens=tokens, block_size=block_size)
+
+
+def _replica(**fields: object) -> ReplicaView:
+    values: dict[str, object] = {"replica_id": "r", "region": "us-east", "queue_len": 0}
+    values.update(fields)
+    return ReplicaView(**values)  # type: ignore[arg-type]
+
+
+def test_worked_example_term_by_term() -> None:
+    # 320-token prompt, 4 blocks (128 tokens) cached; 300 tokens queued; 2 decoding;
+    # 1000 tokens/s → 1 ms per token.
+    replica = _replica(queue_len=3, running=2, pending_prefill_tokens=300)
+    terms = predict_ttft(
+        _request(),
+        replica,
+        cached_blocks=4,
+        rtt_ms=80.0,
+        reserved_tokens=50,
+        correction=1.0,
+        rates=RATES,
+    )
+    assert terms.cached_tokens == 128
+    assert terms.uncached_tokens == 192
+    assert terms.wait_ms == pytest.approx(350.0)
+    assert terms.prefill_ms == pytest.approx(192.0)
+    assert terms.overhead_ms == pytest.approx(6.0)
+    assert terms.total_ms == pytest.approx(80 + 350 + 192 + 6)
+    assert terms.service_ms == pytest.approx(350 + 192 + 6)
+
+
+def test_queue_length_stands_in_for_unreported_prefill_work() -> None:
+    replica = _replica(queue_len=5, running=2)
+    terms = predict_ttft(
+        _request(), replica, cached_blocks=0, rtt_ms=0, reserved_tokens=0, correction=1, rates=RATES
+    )
+    assert terms.wait_ms == pytest.approx(3 * 100 * 1.0)
+
+
+def test_full_cache_hit_still_computes_one_token_and_uses_the_measured_rate() -> None:
+    replica = _replica(prefill_tokens_per_s=4000.0)
+    terms = predict_ttft(
+        _request(),
+        replica,
+        cached_blocks=99,
+        rtt_ms=0,
+        reserved_tokens=0,
+        correction=2,
+        rates=RATES,
+    )
+    assert terms.cached_tokens == 320
+    assert terms.uncached_tokens == 1
+    assert terms.prefill_ms == pytest.approx(1 * 0.25 * 2)
+    assert terms.overhead_ms == pytest.approx(10.0)
+
+
+work = st.integers(min_value=0, max_value=100_000)
+blocks = st.integers(min_value=0, max_value=64)
+
+
+@given(cached=blocks, more=st.integers(1, 64), queued=work, tokens=st.integers(1, 4096))
+def test_more_cached_tokens_never_raise_predicted_ttft(
+    cached: int, more: int, queued: int, tokens: int
+) -> None:
+    replica = _replica(pending_prefill_tokens=queued)
+
+    def total(b: int) -> float:
+        return predict_ttft(
+            _request(tokens), replica, cached_blocks=b, rtt_ms=0, reserved_tokens=0,
+            correction=1, rates=RATES,
+        ).total_ms  # fmt: skip
+
+    assert total(cached + more) <= total(cached)
+
+
+@given(queued=work, extra=st.integers(1, 100_000), reserved=work, cached=blocks)
+def test_more_queued_work_never_lowers_predicted_ttft(
+    queued: int, extra: int, reserved: int, cached: int
+) -> None:
+    def total(q: int) -> float:
+        return predict_ttft(
+            _request(), _replica(pending_prefill_tokens=q), cached_blocks=cached, rtt_ms=0,
+            reserved_tokens=reserved, correction=1, rates=RATES,
+        ).total_ms  # fmt: skip
+
+    assert total(queued + extra) >= total(queued)
+
+
+def test_calibration_converges_to_the_observed_slowdown() -> None:
+    calibrator = Calibrator(alpha=0.5, min_correction=0.25, max_correction=4.0)
+    for _ in range(30):
+        terms = predict_ttft(
+            _request(), _replica(), cached_blocks=0, rtt_ms=20, reserved_tokens=0,
+            correction=calibrator.correction("r"), rates=RATES,
+        )  # fmt: skip
+        truth_service_ms = 2 * (320 + 5)  # the replica is twice as slow as assumed
+        calibrator.observe("r", terms, observed_ttft_ms=20 + truth_service_ms)
+    assert calibrator.correction("r") == pytest.approx(2.0, rel=1e-3)
+    error = calibrator.error_ms("r")
+    assert error is not None
+    assert abs(error) < 1.0
+    assert calibrator.correction("other") == 1.0
+    assert calibrator.error_ms("other") is None
+
+
+def test_calibration_is_clamped_and_forgettable() -> None:
+    calibrator = Calibrator(alpha=1.0, min_correction=0.5, max_correction=3.0)
+    terms = predict_ttft(
+        _request(), _replica(), cached_blocks=0, rtt_ms=0, reserved_tokens=0, correction=1,
+        rates=RATES,
+    )  # fmt: skip
+    calibrator.observe("r", terms, observed_ttft_ms=1e9)
+    assert calibrator.correction("r") == 3.0
+    calibrator.observe("r", terms, observed_ttft_ms=0)
+    assert calibrator.correction("r") == 0.5
+    calibrator.forget("r")
+    assert calibrator.correction("r") == 1.0
+
+
+def test_calibrator_rejects_a_bad_alpha() -> None:
+    with pytest.raises(ValueError, match="alpha"):
+        Calibrator(alpha=0, min_correction=0.5, max_correction=2)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_reservations_count_only_after_the_stats_snapshot_and_expire() -> None:
+    clock = Clock()
+    reservations = Reservations(ttl_s=10, clock=clock)
+    reservations.reserve("r1", "a", 100)
+    clock.now = 101.0
+    reservations.reserve("r1", "b", 50)
+    assert reservations.tokens_after("r1", since=0) == 150
+    assert reservations.tokens_after("r1", since=100.5) == 50  # "a" is in the stats already
+    assert reservations.tokens_after("r2", since=0) == 0
+    reservations.release("a")
+    assert reservations.tokens_after("r1", since=0) == 50
+    clock.now = 200.0
+    assert reservations.tokens_after("r1", since=0) == 0
+    assert len(reservations) == 0
+
+
+def test_rereserving_a_request_moves_it() -> None:
+    reservations = Reservations(ttl_s=10, clock=Clock())
+    reservations.reserve("r1", "a", 100)
+    reservations.reserve("r2", "a", 70)
+    assert reservations.tokens_after("r1", since=0) == 0
+    assert reservations.tokens_after("r2", since=0) == 70

@@ -1,0 +1,181 @@
+"""The firstlight policy: who wins and why, herding guard, ties, calibration, explanation."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from firstlight.routing import (
+    Decision,
+    FirstlightParams,
+    FirstlightPolicy,
+    ReplicaView,
+    RequestView,
+    RoutingInput,
+)
+
+
+class FixedCache:
+    """A cache view with given answers (a fake of the CacheView protocol)."""
+
+    def __init__(self, held: Mapping[str, int]) -> None:
+        self.held = dict(held)
+
+    def longest_prefix(self, block_hashes: Sequence[int]) -> Mapping[str, int]:
+        return {r: min(n, len(block_hashes)) for r, n in self.held.items()}
+
+
+PARAMS = FirstlightParams(
+    prefill_tokens_per_s=1000, step_overhead_ms=5, decode_ms_per_running_seq=0, tie_margin_ms=2
+)
+REQUEST = RequestView("q1", prompt_tokens=640, block_hashes=tuple(range(20)), block_size=32)
+
+
+def _policy(seed: int = 0, params: FirstlightParams = PARAMS) -> FirstlightPolicy:
+    return FirstlightPolicy(params, rng=random.Random(seed), clock=lambda: 0.0)
+
+
+def _replica(
+    rid: str, queued: int = 0, region: str = "us-east", stats_at: float = 0.0
+) -> ReplicaView:
+    return ReplicaView(
+        rid, region, queue_len=1 if queued else 0, pending_prefill_tokens=queued, stats_at=stats_at
+    )
+
+
+# (id, replicas, cached blocks, rtt by region, expected winner, expected reason)
+CASES = [
+    ("idle-beats-busy", [_replica("a", 2000), _replica("b", 0)], {}, {}, "b", "lowest-predicted-ttft"),
+    ("cache-hit-beats-empty-cache", [_replica("a"), _replica("b")], {"a": 16}, {}, "a", "lowest-predicted-ttft"),
+    # b holds 16 blocks (512 tokens) but has 600 tokens queued: 600+128 > 640 on a
+    ("queue-outweighs-cache", [_replica("a", 0), _replica("b", 600)], {"b": 16}, {}, "a", "lowest-predicted-ttft"),
+    ("cache-outweighs-small-queue", [_replica("a", 0), _replica("b", 100)], {"b": 16}, {}, "b", "lowest-predicted-ttft"),
+    # the peer region's cache saves 512 ms of prefill but costs 217 ms of RTT: it wins
+    ("remote-cache-beats-rtt", [_replica("a"), _replica("p", region="ap")], {"p": 16}, {"ap": 217.0}, "p", "lowest-predicted-ttft"),
+    ("rtt-beats-small-cache", [_replica("a"), _replica("p", region="ap")], {"p": 2}, {"ap": 217.0}, "a", "lowest-predicted-ttft"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("replicas", "cached", "rtt", "winner", "reason"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)  # fmt: skip
+def test_who_wins_and_why(
+    replicas: list[ReplicaView],
+    cached: dict[str, int],
+    rtt: dict[str, float],
+    winner: str,
+    reason: str,
+) -> None:
+    decision = _policy().choose(RoutingInput(REQUEST, replicas, FixedCache(cached), rtt))
+    assert decision.winner.replica_id == winner
+    assert decision.reason == reason
+    assert [c.score for c in decision.ranked] == sorted(c.score for c in decision.ranked)
+    assert decision.winner.terms is not None
+    assert decision.winner.score == pytest.approx(decision.winner.terms.total_ms)
+
+
+def test_reservation_moves_the_next_identical_request_elsewhere() -> None:
+    policy = _policy()
+    replicas = [_replica("a"), _replica("b", 100)]
+    first = policy.choose(RoutingInput(REQUEST, replicas, FixedCache({})))
+    assert first.winner.replica_id == "a"
+    policy.on_routed(REQUEST, first.winner)
+    second = policy.choose(RoutingInput(RequestView("q2", 640, REQUEST.block_hashes, 32), replicas))
+    assert second.winner.replica_id == "b"
+    policy.on_first_token(REQUEST, first.winner, observed_ttft_ms=first.winner.score)
+    third = policy.choose(RoutingInput(RequestView("q3", 640, REQUEST.block_hashes, 32), replicas))
+    assert third.winner.replica_id == "a"
+
+
+@given(
+    queued=st.lists(st.integers(0, 5000), min_size=2, max_size=8),
+    cached_on_first=st.integers(0, 20),
+)
+def test_a_reservation_never_makes_its_replica_look_cheaper(
+    queued: list[int], cached_on_first: int
+) -> None:
+    policy = _policy()
+    replicas = [_replica(f"r{i}", q) for i, q in enumerate(queued)]
+    cache = FixedCache({"r0": cached_on_first})
+    before = {
+        c.replica_id: c.score for c in policy.choose(RoutingInput(REQUEST, replicas, cache)).ranked
+    }
+    decision = policy.choose(RoutingInput(REQUEST, replicas, cache))
+    policy.on_routed(REQUEST, decision.winner)
+    after = policy.choose(
+        RoutingInput(RequestView("q2", 640, REQUEST.block_hashes, 32), replicas, cache)
+    )
+    scores = {c.replica_id: c.score for c in after.ranked}
+    picked = decision.winner.replica_id
+    assert scores[picked] > before[picked]
+    assert all(scores[r] == before[r] for r in scores if r != picked)
+
+
+def test_near_ties_are_broken_at_random_and_reproducibly() -> None:
+    replicas = [_replica(name) for name in "abcd"]
+    winners = {
+        _policy(seed).choose(RoutingInput(REQUEST, replicas)).winner.replica_id
+        for seed in range(40)
+    }
+    assert winners == set("abcd")
+    again = [_policy(7).choose(RoutingInput(REQUEST, replicas)).winner.replica_id for _ in range(3)]
+    assert len(set(again)) == 1
+    assert _policy().choose(RoutingInput(REQUEST, replicas)).reason == "near-tie"
+
+
+def test_calibration_shifts_traffic_away_from_a_slow_replica() -> None:
+    policy = _policy()
+    replicas = [_replica("a"), _replica("b", 300)]
+    decision = policy.choose(RoutingInput(REQUEST, replicas))
+    assert decision.winner.replica_id == "a"
+    for _ in range(10):  # "a" turns out 3x slower than predicted
+        policy.on_routed(REQUEST, decision.winner)
+        policy.on_first_token(REQUEST, decision.winner, 3 * decision.winner.score)
+    assert policy.calibrator.correction("a") > 2.5
+    assert policy.choose(RoutingInput(REQUEST, replicas)).winner.replica_id == "b"
+
+
+def test_failed_request_releases_its_reservation() -> None:
+    policy = _policy()
+    decision = policy.choose(RoutingInput(REQUEST, [_replica("a")]))
+    policy.on_routed(REQUEST, decision.winner)
+    assert len(policy.reservations) == 1
+    policy.on_done(REQUEST, decision.winner)
+    assert len(policy.reservations) == 0
+
+
+def test_decision_explains_every_term() -> None:
+    replicas = [_replica("a", 100), _replica("b", 1000)]
+    decision: Decision = _policy().choose(RoutingInput(REQUEST, replicas, FixedCache({"a": 4})))
+    text = decision.explain()
+    assert text.startswith("firstlight: a (lowest-predicted-ttft) ttft=")
+    assert "wait 100.0" in text
+    assert "prefill 512.0 (512 uncached, 128 cached)" in text
+    assert "runner-up b +" in text
+
+
+@given(
+    queued=st.lists(st.integers(0, 5000) | st.none(), min_size=1, max_size=8),
+    cached=st.lists(st.integers(0, 30), min_size=8, max_size=8),
+    running=st.integers(0, 50),
+    rate=st.none() | st.floats(100, 100_000),
+)
+def test_fast_scores_equal_the_cost_model_terms(
+    queued: list[int | None], cached: list[int], running: int, rate: float | None
+) -> None:
+    replicas = [
+        ReplicaView(f"r{i}", "us-east", queue_len=running + 3, running=running,
+                    pending_prefill_tokens=q, prefill_tokens_per_s=rate)
+        for i, q in enumerate(queued)
+    ]  # fmt: skip
+    cache = FixedCache({f"r{i}": c for i, c in enumerate(cached)})
+    decision = _policy().choose(RoutingInput(REQUEST, replicas, cache, {"us-east": 3.0}))
+    explained = [c for c in decision.ranked if c.terms is not None]
+    assert len(explained) == min(len(replicas), 4)
+    for candidate in explained:
+        assert candidate.terms is not None
+        assert candidate.score == pytest.approx(candidate.terms.total_ms)
