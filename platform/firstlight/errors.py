@@ -7,10 +7,16 @@ translated at the boundary that calls the library, with ``raise ... from exc``::
     FirstlightError
     ├── ConfigError               configuration file, value or environment override is invalid
     ├── ModelPreparationError     the default model cannot be located, converted or verified
-    └── HintsError                prefix-cache hints: a bad argument to a hints component
-        ├── InvalidBlockEventError    a block event is malformed (hash out of range, bad epoch)
-        ├── HintPublishError          a batch of block events could not be written to Redis
-        └── StaleEpochError           a publisher's epoch is older than the one Redis holds
+    ├── HintsError                prefix-cache hints: a bad argument to a hints component
+    │   ├── InvalidBlockEventError    a block event is malformed (hash out of range, bad epoch)
+    │   ├── HintPublishError          a batch of block events could not be written to Redis
+    │   └── StaleEpochError           a publisher's epoch is older than the one Redis holds
+    └── EngineError               an inference engine refused or failed a request
+        ├── UnsupportedEngineConfigError  a quantization/speculative mode the device lacks
+        ├── ModelNotFoundError        the model folder does not exist or does not load
+        ├── InvalidRequestError       bad request for this engine (gateway: HTTP 400)
+        │   └── PromptTooLongError        prompt + completion exceed max_model_len
+        └── EngineDeadError           the engine process died or stopped (gateway: 503)
 
 Later subsystems add their branches here (routing, engines, API errors), so the
 whole tree stays readable in one place.
@@ -23,12 +29,18 @@ from dataclasses import dataclass
 __all__ = [
     "ConfigError",
     "ConfigProblem",
+    "EngineDeadError",
+    "EngineError",
     "FirstlightError",
     "HintPublishError",
     "HintsError",
     "InvalidBlockEventError",
+    "InvalidRequestError",
+    "ModelNotFoundError",
     "ModelPreparationError",
+    "PromptTooLongError",
     "StaleEpochError",
+    "UnsupportedEngineConfigError",
 ]
 
 
@@ -121,3 +133,37 @@ class StaleEpochError(HintsError):
         super().__init__(
             f"replica {replica_id!r}: epoch {epoch} is stale, Redis holds epoch {current_epoch}"
         )
+
+
+class EngineError(FirstlightError):
+    """An inference engine refused or failed a request (base of the engine branch)."""
+
+
+class UnsupportedEngineConfigError(EngineError):
+    """The model's quantization or speculative-decoding mode is not supported on this
+    device; raised before the engine starts, naming what is supported."""
+
+
+class ModelNotFoundError(EngineError):
+    """The model folder does not exist or does not load."""
+
+
+class InvalidRequestError(EngineError):
+    """The request is invalid for this engine (e.g. ``max_tokens`` < 1); HTTP 400."""
+
+
+class PromptTooLongError(InvalidRequestError):
+    """Prompt plus requested completion exceed the model's ``max_model_len``."""
+
+    def __init__(self, prompt_tokens: int, max_tokens: int, max_model_len: int) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.max_model_len = max_model_len
+        super().__init__(
+            f"the prompt has {prompt_tokens} tokens and {max_tokens} more were requested, "
+            f"but this model's context is {max_model_len} tokens"
+        )
+
+
+class EngineDeadError(EngineError):
+    """The engine died or was shut down; its requests cannot complete (HTTP 503)."""

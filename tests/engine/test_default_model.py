@@ -15,27 +15,7 @@ from firstlight.engine.default_model import (
 )
 from firstlight.errors import ModelPreparationError
 from tests.conftest import VENV_BIN
-
-MODEL = "SmolLM2-135M-Instruct"
-
-
-def _prepare(cache_dir: Path) -> subprocess.CompletedProcess[str]:
-    command = [VENV_BIN / "firstlight", "prepare-model", "--cache-dir", cache_dir]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600)
-
-
-@pytest.fixture(scope="session")
-def prepared(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """Run the real CLI once per session into a fresh cache; return (folder, process)."""
-    cache_dir = tmp_path_factory.mktemp("cache")
-    done = _prepare(cache_dir)
-    assert done.returncode == 0, done.stderr
-    return cache_dir / "models" / MODEL, done
-
-
-Prepared = tuple[Path, subprocess.CompletedProcess[str]]
+from tests.engine.conftest import MODEL, Prepared, prepare_with_cli
 
 
 def test_conversion_writes_a_hugging_face_folder(prepared: Prepared) -> None:
@@ -53,7 +33,7 @@ def test_second_run_reuses_the_folder(prepared: Prepared) -> None:
     folder, _ = prepared
     weights = folder / "model.safetensors"
     before = weights.stat().st_mtime_ns
-    done = _prepare(folder.parent.parent)
+    done = prepare_with_cli(folder.parent.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"Already prepared (verified): {folder}")
     assert weights.stat().st_mtime_ns == before

@@ -1,0 +1,155 @@
+"""The engine contract: what the ModelServer replica, the benchmark and tests call.
+
+Two implementations: :mod:`firstlight.engine.vllm_engine` (vLLM ``AsyncLLM``, CPU or
+GPU) and :mod:`firstlight.engine.sim` (the simulator). Who calls what, how often:
+
+* :meth:`Engine.generate` — the ModelServer, once per request; an async iterator of
+  :class:`GenerationChunk` ending with one whose ``finish_reason`` and ``usage`` are set.
+  Raises :class:`~firstlight.errors.InvalidRequestError` (incl. ``PromptTooLongError``)
+  before any chunk, :class:`~firstlight.errors.EngineDeadError` if the engine dies.
+* :meth:`Engine.abort` — when the client goes away; frees the request's slot.
+* :meth:`Engine.stats` — by the replica's ``record_routing_stats`` (every 0.1 to 1 s) and
+  metrics; cheap, no I/O.
+* :meth:`Engine.cache_events` — one long-lived consumer (the replica's hint publisher):
+  prefix-cache blocks stored and removed, in hint form (:func:`firstlight.prefix.to_hint`).
+* :meth:`Engine.shutdown` — once, when the replica drains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from firstlight.errors import InvalidRequestError, PromptTooLongError
+
+__all__ = [
+    "CacheEvent",
+    "Engine",
+    "EngineStats",
+    "FinishReason",
+    "GenerationChunk",
+    "GenerationRequest",
+    "SamplingSettings",
+    "Usage",
+    "check_request",
+]
+
+FinishReason = Literal["stop", "length", "abort"]
+
+
+@dataclass(frozen=True, slots=True)
+class SamplingSettings:
+    """Sampling parameters the platform passes through (OpenAI's subset)."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationRequest:
+    """One request, already tokenized with the model's chat template by the gateway."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingSettings
+    cache_salt: str | None = None
+    """Per-tenant salt of the prefix cache (tenants share no cached block)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of a finished request, with OpenAI's ``cached_tokens`` detail."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_prompt_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationChunk:
+    """New output since the previous chunk of the same request."""
+
+    request_id: str
+    token_ids: tuple[int, ...]
+    text: str
+    finish_reason: FinishReason | None = None
+    usage: Usage | None = None
+    """Set on the final chunk only."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """A cheap snapshot for routing stats and metrics."""
+
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    """Fraction of KV-cache blocks in use, 0..1."""
+    prefix_cache_queries: int
+    """Prompt tokens looked up in the prefix cache since start."""
+    prefix_cache_hits: int
+    """Of those, tokens found cached."""
+    pending_prefill_tokens: int
+    """Prompt tokens admitted but not yet prefilled (work ahead of a new request)."""
+    prefill_tokens_per_s: float | None
+    """Recent measured prefill throughput; ``None`` before any measurement."""
+    inter_token_latency_ms: float | None
+    """Recent mean time between output tokens of a request."""
+    simulated: bool
+    """True for the simulator: every number is simulated."""
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEvent:
+    """Prefix-cache blocks the engine stored or evicted (hint form), or all cleared."""
+
+    stored: tuple[int, ...] = ()
+    removed: tuple[int, ...] = ()
+    cleared: bool = False
+
+
+class Engine(Protocol):
+    """An inference engine serving one model."""
+
+    model_name: str
+    simulated: bool
+
+    def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Stream the request's output; see the module docstring for errors."""
+        ...
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request and free its slot (no-op if it already finished)."""
+        ...
+
+    def stats(self) -> EngineStats:
+        """Current load and cache statistics."""
+        ...
+
+    def cache_events(self) -> AsyncIterator[CacheEvent]:
+        """Prefix-cache changes as they happen (one consumer)."""
+        ...
+
+    async def shutdown(self) -> None:
+        """Stop the engine; pending requests end with ``EngineDeadError``."""
+        ...
+
+
+def check_request(request: GenerationRequest, max_model_len: int) -> None:
+    """Validate what every engine checks before admitting a request.
+
+    Raises :class:`InvalidRequestError` for an empty prompt or ``max_tokens`` < 1 and
+    :class:`PromptTooLongError` when prompt + ``max_tokens`` exceed ``max_model_len``.
+    """
+    prompt = len(request.prompt_token_ids)
+    if prompt == 0:
+        raise InvalidRequestError("the prompt is empty")
+    max_tokens = request.sampling.max_tokens
+    if max_tokens < 1:
+        raise InvalidRequestError(f"max_tokens must be at least 1, got {max_tokens}")
+    if prompt + max_tokens > max_model_len:
+        raise PromptTooLongError(prompt, max_tokens, max_model_len)

