@@ -1,5 +1,9 @@
 """Inference engines and the models they load.
 
-Today this holds the default model's preparation (:mod:`.default_model`); the engine
-protocol, the vLLM adapter and the simulator join it here.
+* :mod:`.protocol` — the :class:`~.protocol.Engine` contract every engine implements;
+* :mod:`.vllm_engine` — vLLM ``AsyncLLM`` (CPU or GPU), checked by :mod:`.capabilities`;
+* :mod:`.sim` — the simulator (CI, capacity planning, routing studies; labelled simulated);
+* :mod:`.default_model` — preparation of the default model.
+
+Importing this package imports neither vLLM nor torch.
 """

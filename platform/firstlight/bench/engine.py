@@ -1,0 +1,190 @@
+"""Engine benchmark: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.
+
+Run ``python -m firstlight.bench.engine --engine vllm`` (the default model on vLLM, CPU
+or GPU) or ``--engine sim`` (the simulator's ``cpu-smollm2-135m`` profile, in real time,
+to see how closely it tracks the real engine). Prints JSON:
+
+* ``ttft_ms.cold`` / ``ttft_ms.cached``: median (and p90) time to the first chunk of a
+  ``--prompt-tokens`` prompt, with nothing cached vs with its first ``--cached-tokens``
+  already in the prefix cache (``--repeats`` each); ``cached_over_cold`` is their ratio;
+* ``decode``: ``--concurrency`` requests of ``--output-tokens`` greedy tokens at once:
+  tokens/s per request and in total;
+* ``startup_s`` and ``peak_rss_mib`` (this process and its children, e.g. vLLM's engine
+  core; sampled every 50 ms).
+
+vLLM logs to stdout, so use ``--out FILE`` for a clean copy of the report.
+
+The engine builds its process with ``spawn``: this module must be run as a script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from firstlight.config import HintsConfig, ModelConfig, load_config
+from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
+from firstlight.prefix import HashScheme
+
+__all__ = ["main"]
+
+_VOCAB = (1000, 40_000)
+"""Token ids drawn for synthetic prompts (ordinary vocabulary of the default model)."""
+
+
+class _PeakMemory:
+    """Samples the RSS of this process and its children in a background thread."""
+
+    def __init__(self) -> None:
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> _PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        me = psutil.Process()
+        while not self._stop.wait(0.05):
+            total = 0
+            for process in [me, *me.children(recursive=True)]:
+                try:
+                    total += process.memory_info().rss
+                except psutil.Error:
+                    continue
+            self.peak_bytes = max(self.peak_bytes, total)
+
+
+def _tokens(rng: random.Random, n: int) -> tuple[int, ...]:
+    return tuple(rng.randint(*_VOCAB) for _ in range(n))
+
+
+async def _ttft_ms(engine: Engine, request: GenerationRequest) -> float:
+    start = time.perf_counter()
+    first: float | None = None
+    async for _chunk in engine.generate(request):
+        if first is None:
+            first = time.perf_counter()
+    assert first is not None
+    return (first - start) * 1000
+
+
+def _summary(samples: Sequence[float]) -> dict[str, float]:
+    cuts = statistics.quantiles(samples, n=10) if len(samples) > 1 else [samples[0]] * 9
+    return {"p50": round(statistics.median(samples), 1), "p90": round(cuts[8], 1)}
+
+
+async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    one = SamplingSettings(max_tokens=1)
+    warm_up = GenerationRequest("warm-up", _tokens(rng, 64), one)
+    await _ttft_ms(engine, warm_up)
+    cold, cached = [], []
+    prefix = _tokens(rng, args.cached_tokens)
+    await _ttft_ms(engine, GenerationRequest("prefix", prefix, one))
+    suffix_len = args.prompt_tokens - args.cached_tokens
+    for i in range(args.repeats):
+        fresh = _tokens(rng, args.prompt_tokens)
+        cold.append(await _ttft_ms(engine, GenerationRequest(f"cold-{i}", fresh, one)))
+        warm = prefix + _tokens(rng, suffix_len)
+        cached.append(await _ttft_ms(engine, GenerationRequest(f"cached-{i}", warm, one)))
+    decode = SamplingSettings(max_tokens=args.output_tokens)
+
+    async def one_stream(i: int) -> int:
+        request = GenerationRequest(f"decode-{i}", _tokens(rng, 64), decode)
+        return sum([len(c.token_ids) async for c in engine.generate(request)])
+
+    start = time.perf_counter()
+    produced = await asyncio.gather(*(one_stream(i) for i in range(args.concurrency)))
+    elapsed = time.perf_counter() - start
+    cold_s, cached_s = _summary(cold), _summary(cached)
+    return {
+        "ttft_ms": {
+            "cold": cold_s,
+            "cached": cached_s,
+            "cached_over_cold": round(cached_s["p50"] / cold_s["p50"], 3),
+        },
+        "decode": {
+            "concurrency": args.concurrency,
+            "tokens": sum(produced),
+            "tokens_per_s_total": round(sum(produced) / elapsed, 1),
+            "tokens_per_s_per_request": round(sum(produced) / elapsed / args.concurrency, 1),
+        },
+    }
+
+
+def _build(kind: str, model: ModelConfig, model_dir: Path, scheme: HashScheme) -> Engine:
+    if kind == "vllm":
+        from firstlight.engine.vllm_engine import VllmEngine
+
+        return VllmEngine.create(model, model_dir, scheme)
+    from firstlight.engine.sim import SimEngine
+
+    return SimEngine.for_profile("cpu-smollm2-135m", model_name=model.name, scheme=scheme)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Parse options, run the benchmark, print and return the JSON report."""
+    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.engine")
+    parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
+    parser.add_argument("--config", type=Path, help="configuration (default: built-in)")
+    parser.add_argument("--prompt-tokens", type=int, default=1000)
+    parser.add_argument("--cached-tokens", type=int, default=900)
+    parser.add_argument("--output-tokens", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="also write the JSON report here")
+    args = parser.parse_args(argv)
+    config = load_config(args.config)
+    model = config.models[0].model_copy(update={"kv_cache_gib": config.models[0].kv_cache_gib or 1})
+    scheme = HashScheme.for_model(model, config.hints if args.config else HintsConfig())
+    with _PeakMemory() as memory:
+        start = time.perf_counter()
+        engine = _build(args.engine, model, config.model_dir(model), scheme)
+        startup_s = time.perf_counter() - start
+
+        async def run() -> dict[str, Any]:
+            try:
+                return await _measure(engine, args)
+            finally:
+                await engine.shutdown()
+
+        measured = asyncio.run(run())
+    report = {
+        "meta": {
+            "engine": args.engine,
+            "simulated": engine.simulated,
+            "model": model.name,
+            "python": sys.version.split()[0],
+            "options": {k: v for k, v in vars(args).items() if k not in ("config", "out")},
+        },
+        "startup_s": round(startup_s, 1),
+        "peak_rss_mib": round(memory.peak_bytes / 2**20),
+        **measured,
+    }
+    text = json.dumps(report, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
+    return report
+
+
+if __name__ == "__main__":
+    main()

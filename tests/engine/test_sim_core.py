@@ -1,0 +1,342 @@
+"""SimCore: prefill cost and prefix hits, the block-level LRU, events, abort, preemption,
+stop strings, statistics and request validation — case by case, in virtual time."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from firstlight.engine.protocol import GenerationRequest, SamplingSettings
+from firstlight.engine.sim import PROFILES, SimCore, SimProfile, VirtualSim
+from firstlight.errors import InvalidRequestError, PromptTooLongError
+from firstlight.prefix import HashScheme, hint_hashes
+
+TINY = SimProfile(
+    name="tiny",
+    description="a small replica for tests",
+    step_overhead_ms=10.0,
+    prefill_ms_per_token=1.0,
+    decode_ms_per_seq=0.5,
+    max_num_batched_tokens=64,
+    max_num_seqs=4,
+    block_size=4,
+    kv_cache_blocks=32,
+    max_model_len=128,
+)
+
+
+def req(
+    request_id: str,
+    tokens: range | tuple[int, ...],
+    max_tokens: int = 1,
+    *,
+    salt: str | None = None,
+    stop: tuple[str, ...] = (),
+) -> GenerationRequest:
+    return GenerationRequest(
+        request_id, tuple(tokens), SamplingSettings(max_tokens=max_tokens, stop=stop), salt
+    )
+
+
+def run_alone(core: SimCore, request: GenerationRequest) -> float:
+    """Run ``request`` on an otherwise idle core; return its TTFT in seconds."""
+    sim = VirtualSim(core)
+    sim.add(request)
+    ttft = [s.end_s for s in sim.run_until_idle() if request.request_id in s.result.first_token_ids]
+    return ttft[0]
+
+
+def hashes(
+    core: SimCore, tokens: range | tuple[int, ...], salt: str | None = None
+) -> tuple[int, ...]:
+    return hint_hashes(tuple(tokens), core.scheme, cache_salt=salt)
+
+
+# --- prefill cost and prefix hits -----------------------------------------------------------
+
+
+def test_a_prefix_hit_cuts_ttft_by_cached_tokens_times_the_per_token_cost() -> None:
+    profile = PROFILES["h100-llama-8b"]
+    core = SimCore(profile)
+    shared = tuple(range(768))  # 48 blocks of 16
+    cold = run_alone(core, req("cold", shared + tuple(range(10_000, 10_256))))
+    warm = run_alone(core, req("warm", shared + tuple(range(20_000, 20_256))))
+    assert cold == pytest.approx((9.5 + 1024 * profile.prefill_ms_per_token) / 1000)
+    assert cold - warm == pytest.approx(768 * profile.prefill_ms_per_token / 1000)
+    assert core.stats().prefix_cache_hits == 768
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:
+    profile = PROFILES["cpu-smollm2-135m"]  # budget 2048 tokens
+    core = SimCore(profile)
+    core.add(req("long", range(2000), max_tokens=1))
+    core.add(req("next", range(5000, 5100), max_tokens=1))
+    first, second = core.step(), core.step()
+    assert first is not None
+    assert second is not None
+    assert core.step() is None
+    assert (first.prefill_tokens, second.prefill_tokens) == (2048, 52)
+    assert first.first_token_ids == ["long"]
+    assert second.first_token_ids == ["next"]
+    assert first.duration_s == pytest.approx(profile.step_ms(2048, 0) / 1000)
+
+
+def test_a_fully_cached_prompt_still_computes_its_last_block() -> None:
+    core = SimCore(TINY)
+    run_alone(core, req("a", range(32)))
+    sim = VirtualSim(core)
+    sim.add(req("b", range(32)))
+    (step,) = sim.run_until_idle()
+    assert step.result.prefill_tokens == 4  # vLLM caps a hit at prompt - 1 tokens
+    assert step.result.finished[0].usage.cached_prompt_tokens == 28
+
+
+def test_a_cache_salt_separates_tenants() -> None:
+    core = SimCore(TINY)
+    run_alone(core, req("a", range(32), salt="tenant-a"))
+    sim = VirtualSim(core)
+    sim.add(req("b", range(32), salt="tenant-b"))
+    (step,) = sim.run_until_idle()
+    assert step.result.finished[0].usage.cached_prompt_tokens == 0
+
+
+def test_stored_events_carry_the_gateways_hint_hashes() -> None:
+    core = SimCore(TINY, hash_seed=7)
+    run_alone(core, req("a", range(30), salt="s"))
+    (event,) = core.drain_cache_events()
+    expected = hint_hashes(tuple(range(30)), HashScheme(4, 7), cache_salt="s")
+    assert event.stored == expected
+    assert event.removed == ()
+    assert core.drain_cache_events() == []
+
+
+# --- the block-level LRU ---------------------------------------------------------------------
+
+
+def prompt_of(name: str) -> range:
+    """A 32-token prompt (8 blocks) of its own for each one-letter name."""
+    start = 1000 * (ord(name[0]) - ord("a") + 1)
+    return range(start, start + 32)
+
+
+def fill(core: SimCore, *names: str) -> dict[str, tuple[int, ...]]:
+    """Run one request per name, one after the other; return their block hashes."""
+    for name in names:
+        run_alone(core, req(name, prompt_of(name)))
+    return {name: hashes(core, prompt_of(name)) for name in names}
+
+
+def test_lru_evicts_the_least_recently_used_blocks_first() -> None:
+    core = SimCore(TINY)  # 32 blocks: room for exactly four 8-block prompts
+    blocks = fill(core, "a", "b", "c", "d")
+    run_alone(core, req("a-again", prompt_of("a")))  # a becomes the most recent
+    core.drain_cache_events()
+    blocks |= fill(core, "e")
+    evicted, stored = core.drain_cache_events()  # announced when scheduled, when done
+    assert set(evicted.removed) == set(blocks["b"])
+    assert stored.stored == blocks["e"]
+    assert core.cache_contents() == frozenset(blocks["a"] + blocks["c"] + blocks["d"] + blocks["e"])
+
+
+def test_a_prompt_releases_its_tail_first_so_its_leading_blocks_outlive_it() -> None:
+    core = SimCore(TINY)
+    blocks = fill(core, "a", "b", "c", "d")
+    core.drain_cache_events()
+    run_alone(core, req("e", range(9000, 9016)))  # needs 4 of a's 8 blocks
+    evicted, _ = core.drain_cache_events()
+    assert evicted.removed == tuple(reversed(blocks["a"][4:]))
+    assert core.cached_prefix_blocks(blocks["a"]) == 4
+
+
+def test_blocks_of_running_requests_are_pinned_and_never_evicted() -> None:
+    core = SimCore(TINY)
+    sim = VirtualSim(core)
+    sim.add(req("long-running", range(32), max_tokens=30))  # grows to 16 blocks
+    sim.advance_to(0.05)  # prefilled, now decoding
+    pinned = hashes(core, range(32))
+    assert all(core.is_pinned(h) for h in pinned)
+    for i in range(6):  # 6 x 4 blocks: more than the ~20 left beside it
+        sim.add(req(f"other-{i}", range(100 * (i + 1), 100 * (i + 1) + 16)))
+    sim.advance_to(0.25)
+    assert core.num_running == 1  # every other request came and went
+    assert core.num_waiting == 0
+    removed = {h for event in core.drain_cache_events() for h in event.removed}
+    assert removed  # the others evicted each other ...
+    assert not removed & set(pinned)  # ... but never a pinned block
+    assert core.cached_prefix_blocks(pinned) == 8
+    sim.run_until_idle()
+    assert not any(core.is_pinned(h) for h in pinned)
+
+
+def test_events_replayed_in_order_equal_the_cache_contents() -> None:
+    core = SimCore(TINY)
+    fill(core, "a", "b", "c", "d", "e", "f")
+    mirror: set[int] = set()
+    for event in core.drain_cache_events():
+        mirror -= set(event.removed)
+        mirror |= set(event.stored)
+    assert mirror == core.cache_contents()
+    assert len(mirror) <= TINY.kv_cache_blocks
+
+
+# --- abort, preemption, stop strings -----------------------------------------------------
+
+
+def test_abort_frees_the_slot_and_unpins_the_blocks() -> None:
+    core = SimCore(TINY)
+    sim = VirtualSim(core)
+    sim.add(req("a", range(32), max_tokens=20))
+    sim.advance_to(0.1)
+    assert core.num_running == 1
+    assert core.kv_blocks_used > 8
+    done = sim.abort("a")
+    assert done is not None
+    assert done.finish_reason == "abort"
+    assert done.usage.completion_tokens > 0
+    assert core.num_running == 0
+    assert core.kv_blocks_used == 0
+    assert not any(core.is_pinned(h) for h in hashes(core, range(32)))
+    assert core.cached_prefix_blocks(hashes(core, range(32))) == 8  # still reusable
+    assert sim.abort("a") is None
+
+
+def test_abort_mid_step_leaves_the_request_out_of_that_steps_tokens() -> None:
+    core = SimCore(TINY)
+    core.add(req("a", range(8), max_tokens=5))
+    core.add(req("b", range(100, 108), max_tokens=5))
+    assert core.begin_step() is not None
+    core.abort("a")
+    result = core.finish_step()
+    assert [rid for rid, _ in result.tokens] == ["b"]
+    assert core.stats().pending_prefill_tokens == 0
+
+
+def test_aborting_a_waiting_request_drops_its_pending_work() -> None:
+    core = SimCore(replace(TINY, max_num_seqs=1))
+    core.add(req("a", range(8), max_tokens=5))
+    core.add(req("b", range(100, 140), max_tokens=5))
+    core.step()
+    assert core.stats().pending_prefill_tokens == 40
+    core.abort("b")
+    assert core.stats().waiting == 0
+    assert core.stats().pending_prefill_tokens == 0
+
+
+def test_a_full_kv_cache_preempts_the_newest_request_which_recomputes_later() -> None:
+    core = SimCore(TINY)  # 32 blocks; each request grows to 17 blocks
+    sim = VirtualSim(core)
+    sim.add(req("first", range(60), max_tokens=8))
+    sim.add(req("second", range(200, 260), max_tokens=8))
+    steps = sim.run_until_idle()
+    assert any(s.result.preempted == ["second"] for s in steps)
+    tokens: dict[str, list[int]] = {"first": [], "second": []}
+    for step in steps:
+        assert core.kv_blocks_used <= TINY.kv_cache_blocks
+        for rid, token_id in step.result.tokens:
+            tokens[rid].append(token_id)
+    alone = SimCore(TINY)
+    solo = VirtualSim(alone)
+    solo.add(req("second", range(200, 260), max_tokens=8))
+    solo_tokens = [t for s in solo.run_until_idle() for _, t in s.result.tokens]
+    assert tokens["second"] == solo_tokens  # same output despite the recomputation
+    assert len(tokens["first"]) == 8
+
+
+def test_a_stop_string_ends_the_request_with_finish_reason_stop() -> None:
+    core = SimCore(TINY, seed=3)
+    sim = VirtualSim(core)
+    sim.add(req("probe", range(8), max_tokens=6))
+    texts = [core.text(t) for s in sim.run_until_idle() for _, t in s.result.tokens]
+    stop_word = texts[3].strip()
+    assert stop_word not in "".join(texts[:3])
+    core = SimCore(TINY, seed=3)
+    sim = VirtualSim(core)
+    sim.add(req("probe", range(8), max_tokens=6, stop=(stop_word,)))
+    steps = sim.run_until_idle()
+    (done,) = steps[-1].result.finished
+    assert done.finish_reason == "stop"
+    assert done.usage.completion_tokens == 4
+
+
+# --- statistics and validation -----------------------------------------------------------------
+
+
+def test_stats_are_labelled_simulated_and_count_pending_uncached_work() -> None:
+    core = SimCore(TINY)
+    fresh = core.stats()
+    assert fresh.simulated is True
+    assert fresh.prefill_tokens_per_s is None
+    assert fresh.inter_token_latency_ms is None
+    run_alone(core, req("warmup", range(48)))
+    core.add(req("a", tuple(range(48)) + tuple(range(500, 520))))  # 48 tokens cached
+    stats = core.stats()
+    assert stats.waiting == 1
+    assert stats.pending_prefill_tokens == 20
+    assert stats.prefix_cache_queries == 48
+    assert stats.prefix_cache_hits == 0
+    core.step()
+    stats = core.stats()
+    assert stats.pending_prefill_tokens == 0
+    assert stats.prefix_cache_queries == 48 + 68
+    assert stats.prefix_cache_hits == 48
+    assert stats.prefill_tokens_per_s == pytest.approx((48 + 20) / ((10 + 48 + 10 + 20) / 1000))
+
+
+def test_kv_usage_and_inter_token_latency_follow_the_running_requests() -> None:
+    core = SimCore(TINY)
+    core.add(req("a", range(16), max_tokens=10))
+    core.step()
+    core.step()
+    stats = core.stats()
+    assert stats.running == 1
+    assert stats.kv_cache_usage == pytest.approx(5 / 32)  # 4 prompt blocks + 1 decode block
+    assert stats.inter_token_latency_ms == pytest.approx(10.5)
+
+
+@pytest.mark.parametrize(
+    ("request_", "error"),
+    [
+        pytest.param(req("a", range(8), max_tokens=0), InvalidRequestError, id="max-tokens-0"),
+        pytest.param(req("a", range(8), max_tokens=-3), InvalidRequestError, id="max-tokens-neg"),
+        pytest.param(req("a", ()), InvalidRequestError, id="empty-prompt"),
+        pytest.param(req("a", range(120), max_tokens=9), PromptTooLongError, id="too-long"),
+    ],
+)
+def test_invalid_requests_raise_typed_errors(
+    request_: GenerationRequest, error: type[Exception]
+) -> None:
+    core = SimCore(TINY)
+    with pytest.raises(error):
+        core.add(request_)
+    assert not core.has_work
+
+
+def test_a_duplicate_request_id_or_wrong_block_hashes_are_refused() -> None:
+    core = SimCore(TINY)
+    core.add(req("a", range(8)))
+    with pytest.raises(InvalidRequestError, match="already in use"):
+        core.add(req("a", range(8)))
+    with pytest.raises(InvalidRequestError, match="expected 2"):
+        core.add(req("b", range(8)), block_hashes=(1, 2, 3))
+
+
+def test_precomputed_block_hashes_are_used_as_given() -> None:
+    core = SimCore(TINY)
+    run_alone(core, req("a", range(8)))
+    core.drain_cache_events()
+    core.add(req("b", range(100, 108)), block_hashes=(11, 22))
+    core.step()
+    (event,) = core.drain_cache_events()
+    assert event.stored == (11, 22)
+
+
+def test_stepping_out_of_order_is_a_programming_error() -> None:
+    core = SimCore(TINY)
+    assert core.begin_step() is None
+    with pytest.raises(RuntimeError):
+        core.finish_step()
+    core.add(req("a", range(8)))
+    core.begin_step()
+    with pytest.raises(RuntimeError):
+        core.begin_step()

@@ -1,0 +1,249 @@
+"""SimEngine on asyncio: streaming with usage, abort, early close, cache events, shutdown
+and failure — with an injected sleep, so nothing waits on the wall clock."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from firstlight.config import HintsConfig, ModelConfig
+from firstlight.engine.protocol import (
+    CacheEvent,
+    Engine,
+    GenerationChunk,
+    GenerationRequest,
+    SamplingSettings,
+    Usage,
+)
+from firstlight.engine.sim import PROFILES, SimEngine, Sleep
+from firstlight.errors import EngineDeadError, InvalidRequestError, PromptTooLongError
+from firstlight.prefix import HashScheme, hint_hashes
+
+CPU = PROFILES["cpu-smollm2-135m"]
+
+
+def request(request_id: str, tokens: range, max_tokens: int = 4) -> GenerationRequest:
+    return GenerationRequest(request_id, tuple(tokens), SamplingSettings(max_tokens=max_tokens))
+
+
+class FakeSleep:
+    """Records each step's duration and lets the loop go on at once."""
+
+    def __init__(self) -> None:
+        self.durations: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.durations.append(seconds)
+        await asyncio.sleep(0)
+
+
+class GatedSleep:
+    """Each step sleeps until the test releases it; ``entered`` is set once one does."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self._permits = asyncio.Semaphore(0)
+
+    async def __call__(self, seconds: float) -> None:
+        self.entered.set()
+        await self._permits.acquire()
+
+    def release(self) -> None:
+        self._permits.release()
+
+
+MakeEngine = Callable[..., SimEngine]
+
+
+@pytest.fixture
+async def make_engine() -> AsyncIterator[MakeEngine]:
+    """Builds engines, shuts them all down afterwards and checks no task leaked."""
+    engines: list[SimEngine] = []
+
+    def make(profile: str = "cpu-smollm2-135m", sleep: Sleep | None = None) -> SimEngine:
+        engine = SimEngine(profile, sleep=sleep or FakeSleep())
+        engines.append(engine)
+        return engine
+
+    yield make
+    for engine in engines:
+        await engine.shutdown()
+    leaked = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert leaked == []
+
+
+async def collect(stream: AsyncIterator[GenerationChunk]) -> list[GenerationChunk]:
+    return [chunk async for chunk in stream]
+
+
+async def test_generate_streams_a_chunk_per_token_ending_with_usage(
+    make_engine: MakeEngine,
+) -> None:
+    sleep = FakeSleep()
+    engine: Engine = make_engine(sleep=sleep)
+    chunks = await collect(engine.generate(request("a", range(100), max_tokens=5)))
+    assert [len(c.token_ids) for c in chunks] == [1] * 5
+    assert [c.finish_reason for c in chunks] == [None] * 4 + ["length"]
+    assert [c.usage for c in chunks] == [None] * 4 + [Usage(100, 5, 0)]
+    assert all(c.request_id == "a" and c.text.startswith(" ") for c in chunks)
+    assert sleep.durations == pytest.approx(
+        [CPU.step_ms(100, 0) / 1000] + [CPU.step_ms(0, 1) / 1000] * 4
+    )
+    warm = await collect(engine.generate(request("b", range(100), max_tokens=2)))
+    assert warm[-1].usage == Usage(100, 2, 96)  # 3 blocks of 32; the last token is computed
+
+
+async def test_concurrent_requests_share_steps(make_engine: MakeEngine) -> None:
+    sleep = FakeSleep()
+    engine = make_engine(sleep=sleep)
+    first, second = await asyncio.gather(
+        collect(engine.generate(request("a", range(40), max_tokens=3))),
+        collect(engine.generate(request("b", range(500, 540), max_tokens=3))),
+    )
+    assert first[-1].usage == Usage(40, 3, 0)
+    assert second[-1].usage == Usage(40, 3, 0)
+    assert sleep.durations == pytest.approx(
+        [CPU.step_ms(80, 0) / 1000] + [CPU.step_ms(0, 2) / 1000] * 2
+    )
+
+
+async def test_the_same_seed_streams_the_same_text(make_engine: MakeEngine) -> None:
+    texts = []
+    for _ in range(2):
+        engine = make_engine()
+        chunks = await collect(engine.generate(request("same-id", range(10), max_tokens=6)))
+        texts.append("".join(c.text for c in chunks))
+    assert texts[0] == texts[1]
+    assert len(texts[0].split()) == 6
+
+
+async def test_abort_ends_the_stream_with_finish_reason_abort(make_engine: MakeEngine) -> None:
+    gate = GatedSleep()
+    engine = make_engine(sleep=gate)
+    stream = engine.generate(request("a", range(50), max_tokens=100))
+
+    async def next_chunk() -> GenerationChunk:
+        return await anext(stream)
+
+    first = asyncio.create_task(next_chunk())
+    await gate.entered.wait()
+    gate.release()
+    assert (await first).finish_reason is None
+    assert engine.stats().running == 1
+    await engine.abort("a")
+    last = await anext(stream)
+    assert last.finish_reason == "abort"
+    assert last.usage == Usage(50, 1, 0)
+    assert engine.stats().running == 0
+    assert engine.stats().kv_cache_usage == 0.0
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)
+    await engine.abort("a")  # no-op once finished
+    await engine.abort("never-seen")
+
+
+async def test_closing_a_stream_early_aborts_its_request(make_engine: MakeEngine) -> None:
+    engine = make_engine()
+    stream = engine.generate(request("a", range(50), max_tokens=100))
+    assert (await anext(stream)).finish_reason is None
+    await stream.aclose()  # type: ignore[attr-defined]
+    stats = engine.stats()
+    assert (stats.running, stats.waiting) == (0, 0)
+
+
+async def test_invalid_requests_raise_before_any_chunk(make_engine: MakeEngine) -> None:
+    engine = make_engine()
+    with pytest.raises(InvalidRequestError, match="max_tokens"):
+        await anext(engine.generate(request("a", range(8), max_tokens=0)))
+    with pytest.raises(PromptTooLongError):
+        await anext(engine.generate(request("b", range(2048), max_tokens=1)))
+    gate = GatedSleep()
+    engine = make_engine(sleep=gate)
+    pending = asyncio.create_task(collect(engine.generate(request("dup", range(8)))))
+    await gate.entered.wait()
+    with pytest.raises(InvalidRequestError, match="already in use"):
+        await anext(engine.generate(request("dup", range(8))))
+    pending.cancel()
+    await asyncio.wait([pending])
+
+
+async def test_cache_events_start_with_a_snapshot_then_follow_the_cache(
+    make_engine: MakeEngine,
+) -> None:
+    engine = make_engine()
+    await collect(engine.generate(request("before", range(64), max_tokens=1)))
+    events = engine.cache_events()
+    snapshot = await anext(events)
+    scheme = engine.core.scheme
+    assert snapshot == CacheEvent(
+        stored=tuple(sorted(hint_hashes(range(64), scheme))), cleared=True
+    )
+    await collect(engine.generate(request("after", range(1000, 1100), max_tokens=1)))
+    assert await anext(events) == CacheEvent(stored=hint_hashes(range(1000, 1100), scheme))
+    with pytest.raises(RuntimeError, match="consumer"):
+        await anext(engine.cache_events())
+    await engine.shutdown()
+    assert [event async for event in events] == []
+
+
+async def test_shutdown_ends_pending_streams_with_engine_dead_error(
+    make_engine: MakeEngine,
+) -> None:
+    gate = GatedSleep()
+    engine = make_engine(sleep=gate)
+    streams = [
+        asyncio.create_task(collect(engine.generate(request(f"r{i}", range(30), max_tokens=50))))
+        for i in range(3)
+    ]
+    await gate.entered.wait()  # a step is in flight
+    await engine.shutdown()
+    for stream in streams:
+        with pytest.raises(EngineDeadError, match="shut down"):
+            await stream
+    with pytest.raises(EngineDeadError):
+        await anext(engine.generate(request("late", range(8))))
+    await engine.shutdown()  # idempotent
+    assert [event async for event in engine.cache_events()] == []
+
+
+async def test_a_failing_step_kills_the_engine_and_its_requests(make_engine: MakeEngine) -> None:
+    async def broken(seconds: float) -> None:
+        raise RuntimeError("simulated fault")
+
+    engine = make_engine(sleep=broken)
+    with pytest.raises(EngineDeadError, match="simulated fault"):
+        await collect(engine.generate(request("a", range(8))))
+    with pytest.raises(EngineDeadError):
+        await anext(engine.generate(request("b", range(8))))
+
+
+async def test_everything_reported_is_labelled_simulated(make_engine: MakeEngine) -> None:
+    engine = make_engine("h100-llama-8b")
+    assert engine.simulated is True
+    assert engine.model_name == "sim/h100-llama-8b"
+    assert engine.stats().simulated is True
+    card = engine.describe()
+    assert card["simulated"] is True
+    assert card["profile"] == "h100-llama-8b"
+    assert card["profile_settings"]["prefill_ms_per_token"] == pytest.approx(1000 / 55_000)
+    named = SimEngine(served_model_name="SmolLM2-135M-Instruct")
+    assert named.model_name == "sim/SmolLM2-135M-Instruct"
+
+
+def test_for_model_takes_block_size_context_and_hash_seed_from_the_config() -> None:
+    model = ModelConfig(name="llama", engine="sim", block_size=32, max_model_len=4096)
+    engine = SimEngine.for_model(model, HintsConfig(hash_seed=5), profile="h100-llama-8b")
+    profile = engine.core.profile
+    assert (profile.block_size, profile.max_model_len) == (32, 4096)
+    assert profile.kv_cache_tokens == PROFILES["h100-llama-8b"].kv_cache_tokens
+    assert engine.core.scheme == HashScheme(32, 5)
+    assert engine.model_name == "sim/llama"
+
+
+def test_for_profile_fits_the_profile_to_the_gateways_hash_scheme() -> None:
+    engine = SimEngine.for_profile("cpu-smollm2-135m", model_name="m", scheme=HashScheme(64, 9))
+    assert engine.core.scheme == HashScheme(64, 9)
+    assert engine.core.profile.kv_cache_blocks == CPU.kv_cache_tokens // 64
+    assert engine.model_name == "sim/m"
