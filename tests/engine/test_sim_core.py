@@ -79,7 +79,29 @@ def test_a_long_prompt_is_prefilled_in_chunks_of_the_token_budget() -> None:
     assert (first.prefill_tokens, second.prefill_tokens) == (2048, 52)
     assert first.first_token_ids == ["long"]
     assert second.first_token_ids == ["next"]
-    assert first.duration_s == pytest.approx(profile.step_ms(2048, 0) / 1000)
+    # "long" whole and "next"'s first 48 tokens, then "next"'s last 52 at positions 48-99.
+    first_context = profile.prefill_context(0, 2000) + profile.prefill_context(0, 48)
+    assert first.prefill_context == first_context
+    assert second.prefill_context == profile.prefill_context(48, 52) == (100**2 - 48**2) / 2
+    assert first.duration_s == pytest.approx(profile.step_ms(2048, 0, first_context) / 1000)
+    assert second.duration_s == pytest.approx(
+        (profile.step_overhead_ms + profile.prefill_ms(48, 52)) / 1000
+    )
+
+
+def test_a_chunk_later_in_its_prompt_costs_more_by_the_context_term() -> None:
+    profile = replace(TINY, prefill_ms_per_token_per_context=0.01)
+    core = SimCore(profile)
+    shared = tuple(range(24))  # 6 blocks of 4
+    run_alone(core, req("prefix", shared))
+    late = run_alone(core, req("late", shared + tuple(range(100, 108))))  # [24, 32)
+    early = run_alone(core, req("early", tuple(range(200, 208))))  # [0, 8)
+    assert late == pytest.approx((10.0 + 8 * 1.0 + 0.01 * (32**2 - 24**2) / 2) / 1000)
+    assert early == pytest.approx((10.0 + 8 * 1.0 + 0.01 * 8**2 / 2) / 1000)
+    assert late - early == pytest.approx(0.01 * (224 - 32) / 1000)
+    assert profile.prefill_ms(24, 8) - profile.prefill_ms(0, 8) == pytest.approx(0.01 * 192)
+    # Without the context term (the default) the position does not matter.
+    assert TINY.prefill_ms(24, 8) == TINY.prefill_ms(0, 8) == 8.0
 
 
 def test_a_fully_cached_prompt_still_computes_its_last_block() -> None:

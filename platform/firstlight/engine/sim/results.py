@@ -32,6 +32,9 @@ class StepResult:
     """Tokens computed (never more than ``max_num_batched_tokens``)."""
     prefill_tokens: int
     """Of those, prompt (or recomputed) tokens."""
+    prefill_context: float
+    """Sum of :meth:`SimProfile.prefill_context` over the step's prefill chunks (what
+    ``prefill_ms_per_token_per_context`` multiplies)."""
     decode_seqs: int
     """Sequences that decoded one token."""
     scheduled_seqs: int
