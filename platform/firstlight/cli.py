@@ -10,9 +10,10 @@ other failure. Machine-readable output goes to stdout, progress and diagnostics 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 import yaml
@@ -23,7 +24,12 @@ from firstlight import __version__
 from firstlight.config import PlatformConfig, load_config
 from firstlight.errors import ConfigError, FirstlightError
 
+if TYPE_CHECKING:
+    from firstlight.engine.default_model import PreparedModel
+
 __all__ = ["app", "main"]
+
+_T = TypeVar("_T")
 
 EXIT_FAILURE = 1
 EXIT_INVALID_CONFIG = 2
@@ -48,7 +54,15 @@ _STEP_TEXT = {
     "weights": "Dequantizing the weights",
     "save": "Writing the Hugging Face folder",
     "verify": "Verifying config, tokenizer and chat template",
+    "tool": "Installing the quantization tool (first use only, about a minute)",
+    "quantize": "Quantizing weights to INT8 (W8A8)",
 }
+
+
+class Quantize(StrEnum):
+    """Quantized variants ``prepare-model`` can also write."""
+
+    int8 = "int8"
 
 
 class OutputFormat(StrEnum):
@@ -73,29 +87,65 @@ def prepare_model(
         Path | None, typer.Option(help="Cache folder; the model goes to CACHE_DIR/models/.")
     ] = None,
     force: Annotated[bool, typer.Option(help="Convert again even if already prepared.")] = False,
+    quantize: Annotated[
+        Quantize | None,
+        typer.Option(help="Also write an INT8 W8A8 (compressed-tensors) variant."),
+    ] = None,
 ) -> None:
-    """Convert the packaged SmolLM2-135M-Instruct GGUF into a folder vLLM loads offline."""
+    """Convert the packaged SmolLM2-135M-Instruct GGUF into a folder vLLM loads offline.
+
+    With ``--quantize int8`` also write its INT8 W8A8 variant (``...-W8A8``) with
+    llmcompressor, installed on first use in its own environment under CACHE_DIR/tools.
+    """
     from firstlight.engine.default_model import STEPS, prepare_default_model
 
     cfg = _load(config)
     if cache_dir is not None:
         cfg = cfg.model_copy(update={"cache_dir": cache_dir})
+    result = _run_steps(
+        "Preparing the default model",
+        STEPS,
+        lambda on_step: prepare_default_model(cfg.default_model_dir, force=force, progress=on_step),
+    )
+    _report_prepared(result)
+    if quantize is Quantize.int8:
+        from firstlight.engine.quantize import QUANTIZE_STEPS, prepare_int8
+
+        quantized = _run_steps(
+            "Quantizing",
+            QUANTIZE_STEPS,
+            lambda on_step: prepare_int8(
+                result.path, cfg.cache_dir / "tools", force=force, progress=on_step
+            ),
+        )
+        _report_prepared(quantized, variant=" INT8 W8A8")
+
+
+def _run_steps(
+    title: str, steps: tuple[str, ...], work: Callable[[Callable[[str], None]], _T]
+) -> _T:
+    """Run ``work`` under a progress display that follows its named steps; a
+    :class:`FirstlightError` becomes a message and an exit code."""
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
     with Progress(*columns, console=_stderr, transient=True) as bar:
-        task = bar.add_task("Preparing the default model", total=len(STEPS))
+        task = bar.add_task(title, total=len(steps))
 
         def on_step(step: str) -> None:
-            bar.update(task, description=_STEP_TEXT[step], completed=STEPS.index(step))
+            bar.update(task, description=_STEP_TEXT[step], completed=steps.index(step))
 
         try:
-            result = prepare_default_model(cfg.default_model_dir, force=force, progress=on_step)
+            result = work(on_step)
         except FirstlightError as exc:
             _fail(exc)
-        bar.update(task, completed=len(STEPS))
+        bar.update(task, completed=len(steps))
+    return result
+
+
+def _report_prepared(result: PreparedModel, variant: str = "") -> None:
     what = "Prepared" if result.converted else "Already prepared (verified)"
     summary = result.summary
     typer.echo(
-        f"{what}: {result.path}\n"
+        f"{what}{variant}: {result.path}\n"
         f"  {summary.architecture}, vocabulary {summary.vocab_size}, "
         f"context {summary.max_position_embeddings} tokens"
     )

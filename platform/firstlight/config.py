@@ -222,7 +222,9 @@ class ModelConfig(_Section):
     """Name clients pass as ``model`` in OpenAI requests."""
     source: Annotated[str, Field(min_length=1)] = "default"
     """``default`` for SmolLM2-135M-Instruct prepared by ``firstlight prepare-model``,
-    otherwise a local Hugging Face model folder (nothing is downloaded at run time)."""
+    ``default-int8`` for its INT8 W8A8 variant (``prepare-model --quantize int8``; set
+    ``quantization: compressed-tensors``), otherwise a local Hugging Face model folder
+    (nothing is downloaded at run time)."""
     engine: EngineName = "vllm"
     """``vllm`` (real engine, CPU or GPU) or ``sim`` (simulator, results labelled
     simulated)."""
@@ -413,6 +415,8 @@ class PlatformConfig(_Section):
         """Folder the engine loads ``model`` from (the prepared default, or its source)."""
         if model.source == "default":
             return self.default_model_dir
+        if model.source == "default-int8":
+            return self.default_model_dir.with_name(f"{DEFAULT_MODEL_NAME}-W8A8")
         return Path(model.source).expanduser()
 
 

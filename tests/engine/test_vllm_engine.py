@@ -160,3 +160,31 @@ async def test_bad_requests_raise_typed_errors(
 async def test_unknown_model_folder_fails_before_loading(tmp_path: Path) -> None:
     with pytest.raises(ModelNotFoundError, match="no model folder"):
         VllmEngine.create(MODEL, tmp_path / "missing", SCHEME, device="cpu")
+
+
+async def test_engine_death_mid_stream_is_a_typed_error_not_a_hang(
+    engine: VllmEngine, tokenizer: Any
+) -> None:
+    """Runs last in this module: it kills the shared engine's core process."""
+    import psutil
+
+    ids = _chat_ids(tokenizer, "Write a very long story about a lighthouse keeper.")
+    stream = engine.generate(_request("doomed", ids, max_tokens=1000))
+    first = await anext(stream)
+    assert first.finish_reason is None
+    cores = [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "EngineCore" in " ".join(p.cmdline()) or "EngineCore" in p.name()
+    ]
+    assert cores, "no vLLM engine core process found"
+    for process in cores:
+        process.kill()
+
+    async def drain() -> None:
+        async with asyncio.timeout(60):
+            async for _chunk in stream:
+                pass
+
+    with pytest.raises(EngineDeadError, match="the vLLM engine died"):
+        await drain()

@@ -192,13 +192,15 @@ class VllmEngine:
         )
         recorder = _StatsRecorder()
         # Subscribe before the engine exists, so no event is published unseen.
-        events = zmq.asyncio.Context.instance().socket(zmq.SUB)
+        context = zmq.asyncio.Context()
+        events = context.socket(zmq.SUB)
         events.setsockopt(zmq.SUBSCRIBE, b"kv")
         events.connect(endpoint)
         try:
             llm = AsyncLLM.from_engine_args(args, stat_loggers=[recorder.factory])
         except OSError as exc:
             events.close(linger=0)
+            context.term()
             raise ModelNotFoundError(f"model {model.name!r} does not load: {exc}") from exc
         return cls(llm, model, events, recorder)
 
@@ -301,6 +303,7 @@ class VllmEngine:
             # when vLLM's module globals are gone (a noisy TypeError); nothing is left to do.
             llm.shutdown = _nothing_to_do
         self._events.close(linger=0)
+        self._events.context.term()
 
 
 def _nothing_to_do(*_args: object, **_kwargs: object) -> None:

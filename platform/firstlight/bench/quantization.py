@@ -1,0 +1,151 @@
+"""bf16 vs INT8 W8A8 on the same engine: TTFT, decode speed, memory, answer agreement.
+
+Run ``python -m firstlight.bench.quantization --out FILE`` after
+``firstlight prepare-model --quantize int8``. Each model gets its own engine, one after
+the other in this process (peak RSS is measured per model, engine included). Prints JSON
+per model: ``startup_s``, ``ttft_ms`` (a 256-token prompt, nothing cached, median of
+``--repeats``), ``decode_tokens_per_s`` (8 concurrent requests of 64 greedy tokens),
+``peak_rss_mib``, and for the INT8 model the agreement of its greedy answers with bf16's
+on 20 fixed chat prompts: exact matches and mean common prefix in tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from firstlight.bench.engine import _PeakMemory, _tokens, _ttft_ms
+from firstlight.config import HintsConfig, ModelConfig, load_config
+from firstlight.engine.protocol import GenerationRequest, SamplingSettings
+from firstlight.engine.vllm_engine import VllmEngine
+from firstlight.prefix import HashScheme
+
+__all__ = ["PROMPTS", "main"]
+
+PROMPTS = (
+    "What is the capital of France?", "Name three primary colors.", "What is 12 times 7?",
+    "Write a haiku about autumn.", "Explain photosynthesis in one sentence.",
+    "Who wrote Romeo and Juliet?", "Give me a synonym for happy.",
+    "What is the boiling point of water?", "Translate 'good morning' into Spanish.",
+    "List the planets of the solar system.", "What does a CPU do?",
+    "Suggest a name for a pet goldfish.", "Why is the sky blue?",
+    "How many legs does a spider have?", "Write one sentence about the ocean.",
+    "What is the largest mammal?", "Give a tip for learning to code.", "What is gravity?",
+    "Describe a cat in five words.", "What is the square root of 81?",
+)  # fmt: skip
+
+
+async def _answers(engine: VllmEngine, prompts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    greedy = SamplingSettings(max_tokens=32)
+    out = []
+    for i, ids in enumerate(prompts):
+        request = GenerationRequest(f"answer-{i}", ids, greedy)
+        tokens = [t async for chunk in engine.generate(request) for t in chunk.token_ids]
+        out.append(tuple(tokens))
+    return out
+
+
+async def _measure(
+    engine: VllmEngine, prompts: list[tuple[int, ...]], repeats: int
+) -> dict[str, Any]:
+    rng = random.Random(0)
+    one = SamplingSettings(max_tokens=1)
+    await _ttft_ms(engine, GenerationRequest("warm-up", _tokens(rng, 32), one))
+    ttft = [
+        await _ttft_ms(engine, GenerationRequest(f"t{i}", _tokens(rng, 256), one))
+        for i in range(repeats)
+    ]
+    decode = SamplingSettings(max_tokens=64)
+
+    async def stream(i: int) -> int:
+        request = GenerationRequest(f"d{i}", _tokens(rng, 32), decode)
+        return sum([len(c.token_ids) async for c in engine.generate(request)])
+
+    start = time.perf_counter()
+    produced = sum(await asyncio.gather(*(stream(i) for i in range(8))))
+    elapsed = time.perf_counter() - start
+    return {
+        "ttft_ms_p50": round(statistics.median(ttft), 1),
+        "decode_tokens_per_s": round(produced / elapsed, 1),
+        "answers": await _answers(engine, prompts),
+    }
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Measure bf16 then INT8; print and return the JSON report."""
+    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.quantization")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--out", type=Path, help="also write the JSON report here")
+    args = parser.parse_args(argv)
+    config = load_config()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(config.default_model_dir, local_files_only=True)
+    prompts = [
+        tuple(tokenizer.encode(tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+        ), add_special_tokens=False))
+        for p in PROMPTS
+    ]  # fmt: skip
+    variants = {
+        "bf16": ModelConfig(name="bf16", kv_cache_gib=1),
+        "int8_w8a8": ModelConfig(
+            name="int8", source="default-int8", quantization="compressed-tensors", kv_cache_gib=1
+        ),
+    }
+    report: dict[str, Any] = {}
+    for name, model in variants.items():
+        with _PeakMemory() as memory:
+            start = time.perf_counter()
+            scheme = HashScheme.for_model(model, HintsConfig())
+            engine = VllmEngine.create(model, config.model_dir(model), scheme)
+            startup_s = time.perf_counter() - start
+
+            async def run(engine: VllmEngine = engine) -> dict[str, Any]:
+                try:
+                    return await _measure(engine, prompts, args.repeats)
+                finally:
+                    await engine.shutdown()
+
+            measured = asyncio.run(run())
+        report[name] = {
+            "startup_s": round(startup_s, 1),
+            "peak_rss_mib": round(memory.peak_bytes / 2**20),
+            **measured,
+        }
+    reference = report["bf16"].pop("answers")
+    candidate = report["int8_w8a8"].pop("answers")
+    report["int8_w8a8"]["agreement_with_bf16"] = {
+        "prompts": len(reference),
+        "exact": sum(a == b for a, b in zip(reference, candidate, strict=True)),
+        "mean_common_prefix_tokens": round(
+            statistics.mean(
+                _common_prefix(a, b) for a, b in zip(reference, candidate, strict=True)
+            ),
+            1,
+        ),
+        "mean_answer_tokens": round(statistics.mean(len(a) for a in reference), 1),
+    }
+    text = json.dumps(report, indent=2)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+    print(text)
+    return report
+
+
+if __name__ == "__main__":
+    main()
