@@ -179,9 +179,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "peak_rss_mib": round(memory.peak_bytes / 2**20),
         **measured,
     }
+    return emit(report, args.out)
+
+
+def emit(report: dict[str, Any], out: Path | None) -> dict[str, Any]:
+    """Print a benchmark's JSON report (and write it to ``out``); return it."""
     text = json.dumps(report, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
+    if out is not None:
+        out.write_text(text + "\n")
     print(text)
     return report
 

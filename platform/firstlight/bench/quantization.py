@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import statistics
 import time
@@ -21,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firstlight.bench.engine import _PeakMemory, _tokens, _ttft_ms
+from firstlight.bench.engine import _PeakMemory, _tokens, _ttft_ms, emit
 from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
@@ -140,11 +139,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ),
         "mean_answer_tokens": round(statistics.mean(len(a) for a in reference), 1),
     }
-    text = json.dumps(report, indent=2)
-    if args.out is not None:
-        args.out.write_text(text + "\n")
-    print(text)
-    return report
+    return emit(report, args.out)
 
 
 if __name__ == "__main__":

@@ -113,13 +113,36 @@ def prepare_default_model(
         report("verify")
         return PreparedModel(target, converted=False, summary=verify_model_dir(target))
 
-    staging = target.parent / f".{target.name}.partial-{os.getpid()}"
+    summary = build_folder(
+        target,
+        marker,
+        lambda staging: _convert(gguf, staging, report),
+        verify_model_dir,
+        report,
+    )
+    return PreparedModel(target, converted=True, summary=summary)
+
+
+def build_folder(
+    target: Path,
+    marker: dict[str, Any],
+    build: Callable[[Path], None],
+    verify: Callable[[Path], ModelSummary],
+    report: ProgressCallback,
+) -> ModelSummary:
+    """Build a model folder in a hidden sibling, mark and verify it, then rename it over
+    ``target``: an interrupted or failed build never leaves a half-written model behind.
+
+    Used by the default model's conversion and its quantized variants. Raises
+    :class:`ModelPreparationError` (``build`` and ``verify`` raise it themselves).
+    """
+    staging = target.with_name(f".{target.name}.partial-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        _convert(gguf, staging, report)
+        build(staging)
         (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
         report("verify")
-        summary = verify_model_dir(staging)
+        summary = verify(staging)
         if target.exists():
             shutil.rmtree(target)
         staging.rename(target)
@@ -127,7 +150,7 @@ def prepare_default_model(
         raise ModelPreparationError(f"cannot write the model folder {target}: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return PreparedModel(target, converted=True, summary=summary)
+    return summary
 
 
 def verify_model_dir(path: Path) -> ModelSummary:

@@ -28,6 +28,7 @@ from firstlight.engine.default_model import (
     PreparedModel,
     ProgressCallback,
     _is_prepared,
+    build_folder,
     verify_model_dir,
 )
 from firstlight.errors import ModelPreparationError
@@ -70,20 +71,11 @@ def prepare_int8(
     report("tool")
     python = _tool_python(tools_dir)
     report("quantize")
-    staging = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
+
+    def quantize(staging: Path) -> None:
         _run([str(python), str(_SCRIPT), str(source), str(staging)], "quantization failed")
-        (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2) + "\n")
-        report("verify")
-        summary = _verify(staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    except OSError as exc:
-        raise ModelPreparationError(f"cannot write the model folder {target}: {exc}") from exc
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+
+    summary = build_folder(target, marker, quantize, _verify, report)
     return PreparedModel(target, converted=True, summary=summary)
 
 
