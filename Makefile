@@ -40,7 +40,7 @@ up: bootstrap
 	$(BIN)/firstlight config validate $(LOCAL_CONFIG) >/dev/null
 	@echo
 	@echo "Ready: $(VENV), the default model, and $(LOCAL_CONFIG)."
-	@echo "Missing: the serving platform itself (Ray Serve gateway, router and engines) is not"
+	@echo "Missing: the serving platform itself (Ray Serve deployments, request router, gateway) is not"
 	@echo "built yet, so nothing is listening. It is tracked by the serving-platform issue."
 
 redis:
