@@ -41,6 +41,8 @@ async def engine(prepared: Prepared) -> AsyncIterator[VllmEngine]:
     gc.collect()  # vLLM's finalizer must run while its modules are still loaded
     with pytest.raises(EngineDeadError, match="was shut down"):
         await _run(started, _request("late", (1, 2, 3)))
+    await started.abort("late")  # a client going away during shutdown is not an error
+    assert started.unfinished_requests() == 0
 
 
 @pytest.fixture(scope="session")
@@ -147,6 +149,7 @@ async def test_abort_frees_the_request(engine: VllmEngine, tokenizer: Any) -> No
         ((1,) * 2040, 16, PromptTooLongError, "the prompt has 2040 tokens and 16 more"),
         ((1, 2, 3), 0, InvalidRequestError, "max_tokens must be at least 1"),
         ((), 4, InvalidRequestError, "the prompt is empty"),
+        ((10**7, 1, 2), 4, InvalidRequestError, "out of vocabulary"),
     ],
 )
 async def test_bad_requests_raise_typed_errors(

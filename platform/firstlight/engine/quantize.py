@@ -85,14 +85,15 @@ def _tool_python(tools_dir: Path) -> Path:
     venv = tools_dir / name
     python = venv / "bin" / "python"
     stamp = venv / ".installed"
-    if python.is_file() and stamp.is_file():
+    torch = f"torch=={importlib.metadata.version('torch')}"
+    installed = f"{QUANTIZER} {torch}\n"
+    if python.is_file() and stamp.is_file() and stamp.read_text() == installed:
         return python
     shutil.rmtree(venv, ignore_errors=True)
     _run([sys.executable, "-m", "venv", str(venv)], "cannot create the tool environment")
-    torch = f"torch=={importlib.metadata.version('torch')}"
     pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     _run([*pip, QUANTIZER, torch], f"cannot install {QUANTIZER} with {torch}")
-    stamp.write_text(f"{QUANTIZER} {torch}\n")
+    stamp.write_text(installed)
     return python
 
 
@@ -116,9 +117,9 @@ def _verify(folder: Path) -> ModelSummary:
         quant = config["quantization_config"]
         group = next(iter(quant["config_groups"].values()))
         weights, activations = group["weights"], group["input_activations"]
+        declared = (quant["quant_method"], weights["num_bits"], activations["num_bits"])
     except (OSError, ValueError, KeyError, StopIteration, TypeError) as exc:
         raise ModelPreparationError(f"{folder}: no compressed-tensors config ({exc})") from exc
-    declared = (quant.get("quant_method"), weights.get("num_bits"), activations.get("num_bits"))
     if declared != ("compressed-tensors", 8, 8):
         raise ModelPreparationError(f"{folder}: expected INT8 W8A8, found {declared}")
     return summary

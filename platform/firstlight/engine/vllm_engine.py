@@ -38,7 +38,7 @@ from firstlight.engine.protocol import (
     Usage,
     check_request,
 )
-from firstlight.errors import EngineDeadError, ModelNotFoundError
+from firstlight.errors import EngineDeadError, EngineError, InvalidRequestError, ModelNotFoundError
 from firstlight.prefix import HashScheme, to_hint
 
 __all__ = ["VllmEngine"]
@@ -88,25 +88,28 @@ class _StatsRecorder:
         return _Logger(vllm_config, engine_index)
 
     def record(self, scheduler: Any, iteration: Any) -> None:
+        if iteration is not None:
+            now = iteration.iteration_timestamp
+            computed = iteration.prompt_token_stats.computed
+            last = self._last_iteration_at
+            if computed and last is not None and now > last:
+                rate = computed / (now - last)
+                self.prefill_tokens_per_s = _ewma(self.prefill_tokens_per_s, rate)
+            self._last_iteration_at = now
+            itl = iteration.inter_token_latencies_iter
+            if itl:
+                mean_ms = 1000 * sum(itl) / len(itl)
+                self.inter_token_latency_ms = _ewma(self.inter_token_latency_ms, mean_ms)
         if scheduler is not None:
             self.running = scheduler.num_running_reqs
             self.waiting = scheduler.num_waiting_reqs
             self.kv_cache_usage = scheduler.kv_cache_usage
             self.prefix_queries += scheduler.prefix_cache_stats.queries
             self.prefix_hits += scheduler.prefix_cache_stats.hits
-        if iteration is None:
-            return
-        now = iteration.iteration_timestamp
-        computed = iteration.prompt_token_stats.computed
-        if computed and self._last_iteration_at is not None and now > self._last_iteration_at:
-            rate = computed / (now - self._last_iteration_at)
-            self.prefill_tokens_per_s = _ewma(self.prefill_tokens_per_s, rate)
-        self._last_iteration_at = now
-        if iteration.inter_token_latencies_iter:
-            itl = iteration.inter_token_latencies_iter
-            self.inter_token_latency_ms = _ewma(
-                self.inter_token_latency_ms, 1000 * sum(itl) / len(itl)
-            )
+            if not (self.running or self.waiting):
+                # vLLM reports only iterations with outputs: an idle gap must not count
+                # as prefill time, or an idle replica would look slow to the router.
+                self._last_iteration_at = None
 
 
 def _ewma(previous: float | None, sample: float) -> float:
@@ -158,6 +161,8 @@ class VllmEngine:
         os.environ.update(scheme.engine_env())
         if model.kv_cache_gib is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(model.kv_cache_gib)))
+        else:  # an earlier engine in this process must not decide this one's size
+            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
         # vLLM binds its PUB socket only for wildcard or ipc endpoints (it connects to
         # any other tcp address), so a private ipc socket keeps events on this host.
         endpoint = f"ipc://{tempfile.gettempdir()}/firstlight-kv-{uuid.uuid4().hex}.sock"
@@ -198,17 +203,23 @@ class VllmEngine:
         events.connect(endpoint)
         try:
             llm = AsyncLLM.from_engine_args(args, stat_loggers=[recorder.factory])
-        except OSError as exc:
+        except BaseException as exc:
             events.close(linger=0)
             context.term()
-            raise ModelNotFoundError(f"model {model.name!r} does not load: {exc}") from exc
+            if isinstance(exc, OSError):
+                raise ModelNotFoundError(f"model {model.name!r} does not load: {exc}") from exc
+            if isinstance(exc, Exception):
+                raise EngineError(f"vLLM could not start model {model.name!r}: {exc}") from exc
+            raise
         return cls(llm, model, events, recorder)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Stream the request; see :class:`~firstlight.engine.protocol.Engine`."""
         from vllm import SamplingParams
+        from vllm.exceptions import VLLMClientError as VllmClientError
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError as VllmDeadError
+        from vllm.v1.engine.exceptions import EngineGenerateError as VllmGenerateError
 
         check_request(request, self._max_model_len)
         if self._llm is None:
@@ -247,13 +258,18 @@ class VllmEngine:
                 )
         except VllmDeadError as exc:
             raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
+        except VllmClientError as exc:
+            raise InvalidRequestError(str(exc)) from exc
+        except VllmGenerateError as exc:
+            raise EngineError(f"vLLM failed request {rid!r}: {exc}") from exc
         finally:
             self._pending_prefill.pop(rid, None)
 
     async def abort(self, request_id: str) -> None:
         """Abort the request in vLLM (its stream ends with ``finish_reason="abort"``)."""
         self._pending_prefill.pop(request_id, None)
-        await self._llm.abort(request_id)
+        if self._llm is not None:
+            await self._llm.abort(request_id)
 
     def stats(self) -> EngineStats:
         r = self._recorder
@@ -271,6 +287,8 @@ class VllmEngine:
 
     def unfinished_requests(self) -> int:
         """Requests vLLM still tracks (0 once every stream ended or was aborted)."""
+        if self._llm is None:
+            return 0
         count: int = self._llm.get_num_unfinished_requests()
         return count
 
