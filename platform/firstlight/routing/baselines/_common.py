@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 
+from firstlight.routing.baselines._prefix_tree import ApproxPrefixTree
 from firstlight.routing.decision import Candidate
 from firstlight.routing.views import ReplicaView, RequestView
 
@@ -38,6 +39,20 @@ class BaselinePolicy:
 
     def on_done(self, request: RequestView, chosen: Candidate) -> None:
         """Baselines hold nothing per request."""
+
+
+class TreePolicy(BaselinePolicy):
+    """A baseline that keeps its own approximate prefix tree of routed requests
+    (``cache_aware``, ``prefix_affinity``), evicted on its own schedule."""
+
+    def __init__(self, *, rng: random.Random, clock: Callable[[], float]) -> None:
+        super().__init__(rng=rng, clock=clock)
+        self._tree = ApproxPrefixTree()
+        self._last_eviction = clock()
+
+    def tree_size(self, replica_id: str) -> int:
+        """Blocks in the router's tree for ``replica_id`` (tests, dashboards)."""
+        return self._tree.size(replica_id)
 
 
 def by_position(replicas: Sequence[ReplicaView], order: Sequence[int]) -> tuple[Candidate, ...]:

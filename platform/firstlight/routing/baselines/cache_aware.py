@@ -46,8 +46,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from firstlight.routing.baselines._common import BaselinePolicy, by_score
-from firstlight.routing.baselines._prefix_tree import ApproxPrefixTree
+from firstlight.routing.baselines._common import TreePolicy, by_score
 from firstlight.routing.decision import Candidate, Decision
 from firstlight.routing.policy import PolicyParams
 from firstlight.routing.views import RequestView, RoutingInput
@@ -74,7 +73,7 @@ class CacheAwareParams(PolicyParams):
     (``--max-tree-size``, which counts characters)."""
 
 
-class CacheAwarePolicy(BaselinePolicy):
+class CacheAwarePolicy(TreePolicy):
     """Shortest queue when imbalanced, else best approximate prefix match above the
     threshold, else smallest tree.
 
@@ -91,12 +90,6 @@ class CacheAwarePolicy(BaselinePolicy):
     ) -> None:
         super().__init__(rng=rng, clock=clock)
         self.params = params
-        self._tree = ApproxPrefixTree()
-        self._last_eviction = clock()
-
-    def tree_size(self, replica_id: str) -> int:
-        """Blocks in the router's tree for ``replica_id`` (tests, dashboards)."""
-        return self._tree.size(replica_id)
 
     def choose(self, routing: RoutingInput) -> Decision:
         p = self.params

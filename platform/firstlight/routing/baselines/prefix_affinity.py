@@ -44,12 +44,11 @@ from pydantic import Field, model_validator
 
 from firstlight.config import FieldValueError
 from firstlight.routing.baselines._common import (
-    BaselinePolicy,
+    TreePolicy,
     by_position,
     by_score,
     power_of_two_order,
 )
-from firstlight.routing.baselines._prefix_tree import ApproxPrefixTree
 from firstlight.routing.decision import Candidate, Decision
 from firstlight.routing.policy import PolicyParams
 from firstlight.routing.views import RequestView, RoutingInput
@@ -85,7 +84,7 @@ class PrefixAffinityParams(PolicyParams):
         return self
 
 
-class PrefixAffinityPolicy(BaselinePolicy):
+class PrefixAffinityPolicy(TreePolicy):
     """Power of two when imbalanced, else the least loaded of the best-matching replicas
     (match rate >= threshold) or of the smallest trees.
 
@@ -101,12 +100,6 @@ class PrefixAffinityPolicy(BaselinePolicy):
     ) -> None:
         super().__init__(rng=rng, clock=clock)
         self.params = params
-        self._tree = ApproxPrefixTree()
-        self._last_eviction = clock()
-
-    def tree_size(self, replica_id: str) -> int:
-        """Blocks in the router's tree for ``replica_id`` (tests, dashboards)."""
-        return self._tree.size(replica_id)
 
     def choose(self, routing: RoutingInput) -> Decision:
         p = self.params
