@@ -17,6 +17,13 @@ translated at the boundary that calls the library, with ``raise ... from exc``::
         ├── InvalidRequestError       bad request for this engine (gateway: HTTP 400)
         │   └── PromptTooLongError        prompt + completion exceed max_model_len
         └── EngineDeadError           the engine process died or stopped (gateway: 503)
+    └── ApiError                  the gateway refuses an HTTP request (status + OpenAI body)
+        ├── BadRequestError           malformed or invalid request body (400)
+        ├── AuthenticationError       missing or unknown API key (401)
+        ├── ModelNotServedError       ``model`` is not served here (404)
+        ├── RequestTooLargeError      the request body exceeds the gateway's limit (413)
+        ├── RateLimitedError          over a limit (429, with Retry-After)
+        └── NoCapacityError           no healthy replica here or in any peer (503)
 
 Later subsystems add their branches here (routing, engines, API errors), so the
 whole tree stays readable in one place.
@@ -27,6 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = [
+    "ApiError",
+    "AuthenticationError",
+    "BadRequestError",
     "ConfigError",
     "ConfigProblem",
     "EngineDeadError",
@@ -37,8 +47,12 @@ __all__ = [
     "InvalidBlockEventError",
     "InvalidRequestError",
     "ModelNotFoundError",
+    "ModelNotServedError",
     "ModelPreparationError",
+    "NoCapacityError",
     "PromptTooLongError",
+    "RateLimitedError",
+    "RequestTooLargeError",
     "StaleEpochError",
     "UnsupportedEngineConfigError",
 ]
@@ -167,3 +181,73 @@ class PromptTooLongError(InvalidRequestError):
 
 class EngineDeadError(EngineError):
     """The engine died or was shut down; its requests cannot complete (HTTP 503)."""
+
+
+class ApiError(FirstlightError):
+    """An HTTP request the gateway refuses, rendered in OpenAI's error shape
+    (``{"error": {"message", "type", "param", "code"}}``) with ``status``.
+
+    Raised by the gateway's request handling (:mod:`firstlight.api`) and turned into a
+    response at one place, :func:`firstlight.api.errors.error_response`. Subclasses fix the
+    status and type; ``param`` names the offending request field where there is one.
+    """
+
+    status = 500
+    error_type = "server_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after_s: float | None = None,
+    ) -> None:
+        self.message = message
+        self.param = param
+        self.code = code
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class BadRequestError(ApiError):
+    """The request body is malformed or invalid (HTTP 400)."""
+
+    status = 400
+    error_type = "invalid_request_error"
+
+
+class AuthenticationError(ApiError):
+    """No API key, or not an accepted one (HTTP 401)."""
+
+    status = 401
+    error_type = "authentication_error"
+
+
+class ModelNotServedError(ApiError):
+    """The requested ``model`` is not served by this platform (HTTP 404)."""
+
+    status = 404
+    error_type = "invalid_request_error"
+
+
+class RequestTooLargeError(ApiError):
+    """The request body is larger than the gateway accepts (HTTP 413)."""
+
+    status = 413
+    error_type = "invalid_request_error"
+
+
+class RateLimitedError(ApiError):
+    """The caller is over a limit (HTTP 429 with ``Retry-After``)."""
+
+    status = 429
+    error_type = "rate_limit_error"
+
+
+class NoCapacityError(ApiError):
+    """No healthy replica of the model here, and no peer region could take the request
+    (HTTP 503 with ``Retry-After``)."""
+
+    status = 503
+    error_type = "service_unavailable"

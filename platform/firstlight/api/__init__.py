@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP API: schemas, prompt encoding, responses and the gateway."""

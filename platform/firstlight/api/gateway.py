@@ -1,0 +1,564 @@
+"""The regional gateway: OpenAI-compatible routes, and the region decision.
+
+:class:`GatewayCore` is built once per gateway replica by the Ray Serve ingress
+deployment (:class:`firstlight.serve.gateway_deployment.Gateway`), which hands it a
+:class:`LocalBackend` (the region's model deployments, through Ray handles) and a
+:class:`~firstlight.regions.PeerTable`. Per request, on the event loop:
+
+``auth → validate → tokenize (+ block hashes) → region decision → local or peer → respond``
+
+The region decision: a forwarded request (hop header) is always served here; with no
+healthy local replica the request **fails over** to the usable peer with the lowest
+predicted TTFT; otherwise it **spills over** when that peer's prediction (round trip
+included) beats the local one by ``router.spill_over_margin_ms``. A peer that fails is
+skipped (its breaker counts it) and the next one is tried; when nothing can take the
+request the answer is 503 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import httpx
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import ValidationError
+
+from firstlight.api.auth import ApiKeys
+from firstlight.api.prompts import PromptEncoder
+from firstlight.api.responses import (
+    DONE_EVENT,
+    Kind,
+    completion_body,
+    error_body,
+    error_response,
+    sse_event,
+    stream_chunk,
+)
+from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest
+from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.engine.protocol import (
+    GenerationChunk,
+    GenerationRequest,
+    SamplingSettings,
+    Usage,
+)
+from firstlight.errors import (
+    ApiError,
+    BadRequestError,
+    EngineDeadError,
+    InvalidRequestError,
+    ModelNotServedError,
+    NoCapacityError,
+    RequestTooLargeError,
+)
+from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.regions.peers import Peer, PeerTable
+from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, predict_peer_ttft
+from firstlight.routing import RequestView
+from firstlight.serve.router_state import RouterState
+
+__all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend", "build_fastapi"]
+
+_log = logging.getLogger(__name__)
+
+HOP_HEADER = "x-firstlight-hop"
+"""Set on forwarded requests; a request carrying it is never forwarded again."""
+MAX_BODY_BYTES = 4 * 1024 * 1024
+_RETRY_AFTER_S = 1.0
+_FORWARDED_HEADERS = ("content-type", "retry-after")
+
+
+class LocalBackend(Protocol):
+    """The region's own model deployments, as the gateway uses them."""
+
+    def state(self, model: str) -> RouterState | None:
+        """The model's router state, ``None`` until its router exists."""
+        ...
+
+    def stream(
+        self, model: str, request: GenerationRequest, routing: RequestView
+    ) -> AsyncIterator[GenerationChunk]:
+        """Send the request through the model's request router and stream its chunks."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    kind: Kind
+    model: ModelConfig
+    generation: GenerationRequest
+    routing: RequestView
+    stream: bool
+    include_usage: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _RouteInfo:
+    route: str
+    region: str
+    replica: str
+    predicted_ms: float | None
+
+    def headers(self) -> dict[str, str]:
+        out = {
+            "x-firstlight-route": self.route,
+            "x-firstlight-region": self.region,
+            "x-firstlight-replica": self.replica,
+        }
+        if self.predicted_ms is not None:
+            out["x-firstlight-predicted-ttft-ms"] = f"{self.predicted_ms:.1f}"
+        return out
+
+
+class GatewayCore:
+    """Request handling of one region's gateway (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: PlatformConfig,
+        region: str,
+        backend: LocalBackend,
+        encoders: Mapping[str, PromptEncoder],
+        peers: PeerTable,
+        client: httpx.AsyncClient,
+    ) -> None:
+        self.config = config
+        self.region = region
+        self.backend = backend
+        self.encoders = encoders
+        self.peers = peers
+        self.keys = ApiKeys(config.auth)
+        self._client = client
+        self._models = {m.name: m for m in config.models}
+        self._schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
+        self._hot = {m.name: HotPrefixes() for m in config.models}
+        self._created = int(time.time())
+
+    # --- entry points (called by the FastAPI routes) ------------------------------------
+
+    async def completions(self, kind: Kind, request: Request) -> Response:
+        """``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``."""
+        try:
+            self.keys.check(request.headers.get("authorization"))
+            body = await _read_body(request)
+            prepared = self._prepare(kind, body)
+            hop = request.headers.get(HOP_HEADER) is not None
+            return await self._dispatch(prepared, body, request, hop)
+        except ApiError as exc:
+            return error_response(exc)
+
+    def models(self, request: Request) -> Response:
+        try:
+            self.keys.check(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
+        data = [
+            {
+                "id": m.name,
+                "object": "model",
+                "created": self._created,
+                "owned_by": "firstlight",
+                "max_model_len": m.max_model_len,
+                "simulated": m.engine == "sim",
+            }
+            for m in self.config.models
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """Ready when every model has a healthy local replica."""
+        models = {}
+        for name in self._models:
+            state = self.backend.state(name)
+            models[name] = 0 if state is None else state.healthy_replicas
+        return all(n > 0 for n in models.values()), {"region": self.region, "replicas": models}
+
+    def summary(self) -> RegionSummary:
+        """This region's summary for its peers (``GET /v1/firstlight/summary``)."""
+        models = {}
+        for name in self._models:
+            state = self.backend.state(name)
+            probe = RequestView("summary", 1)
+            decision = state.estimate(probe) if state is not None else None
+            if state is None or decision is None or decision.winner.terms is None:
+                models[name] = ModelSummary(0, 0.0, 0.0)
+                continue
+            terms = decision.winner.terms
+            models[name] = ModelSummary(
+                healthy_replicas=state.healthy_replicas,
+                predicted_wait_ms=terms.wait_ms + terms.overhead_ms,
+                prefill_ms_per_token=terms.prefill_ms / max(terms.uncached_tokens, 1),
+                hot_blocks=self._hot[name].snapshot(),
+            )
+        return RegionSummary(self.region, time.time(), models)
+
+    # --- request preparation ------------------------------------------------------------
+
+    def _prepare(self, kind: Kind, body: bytes) -> _Prepared:
+        try:
+            raw = json.loads(body)
+        except ValueError as exc:
+            raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
+        schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
+        try:
+            parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            param = ".".join(str(p) for p in err["loc"]) or None
+            raise BadRequestError(f"{param}: {err['msg']}", param=param) from exc
+        model = self._models.get(parsed.model)
+        if model is None:
+            raise ModelNotServedError(
+                f"the model {parsed.model!r} does not exist here; "
+                f"served models: {', '.join(self._models)}",
+                param="model",
+                code="model_not_found",
+            )
+        encoder = self.encoders[model.name]
+        if isinstance(parsed, ChatCompletionRequest):
+            prompt = encoder.chat(parsed.messages)
+        elif isinstance(parsed.prompt, str):
+            prompt = encoder.text(parsed.prompt)
+        else:
+            prompt = tuple(parsed.prompt)
+        room = model.max_model_len - len(prompt)
+        max_tokens = parsed.requested_max_tokens
+        if room < 1 or (max_tokens is not None and max_tokens > room):
+            asked = max_tokens if max_tokens is not None else 1
+            raise BadRequestError(
+                f"this model's maximum context length is {model.max_model_len} tokens; "
+                f"the prompt has {len(prompt)} tokens and {asked} more were requested",
+                param="messages" if kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
+        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+        sampling = SamplingSettings(
+            max_tokens=max_tokens if max_tokens is not None else room,
+            temperature=parsed.temperature,
+            top_p=parsed.top_p,
+            seed=parsed.seed,
+            stop=parsed.stop_sequences(),
+        )
+        scheme = self._schemes[model.name]
+        routing = RequestView(
+            request_id=request_id,
+            prompt_tokens=len(prompt),
+            block_hashes=hint_hashes(prompt, scheme),
+            block_size=scheme.block_size,
+        )
+        return _Prepared(
+            kind,
+            model,
+            GenerationRequest(request_id, prompt, sampling),
+            routing,
+            parsed.stream,
+            parsed.include_usage,
+        )
+
+    # --- the region decision ------------------------------------------------------------
+
+    async def _dispatch(
+        self, prepared: _Prepared, body: bytes, request: Request, hop: bool
+    ) -> Response:
+        state = self.backend.state(prepared.model.name)
+        local = state.estimate(prepared.routing) if state is not None else None
+        local_ms = local.winner.score if local is not None else None
+        healthy = state is None or state.healthy_replicas > 0
+        if hop:
+            if not healthy:
+                raise NoCapacityError(
+                    f"no healthy replica of {prepared.model.name!r} in region {self.region}",
+                    retry_after_s=_RETRY_AFTER_S,
+                )
+            return await self._serve_local(prepared, "local", local_ms)
+        ranked = self._rank_peers(prepared)
+        if not healthy:
+            return await self._fail_over(ranked, prepared, body, request)
+        margin = self.config.router.spill_over_margin_ms
+        if ranked and local_ms is not None and ranked[0][1] + margin < local_ms:
+            spilled = await self._forward_any(ranked, body, request, "spill-over")
+            if spilled is not None:
+                return spilled
+        try:
+            return await self._serve_local(prepared, "local", local_ms)
+        except _ReplicaFailedError as exc:
+            _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
+            return await self._fail_over(ranked, prepared, body, request)
+
+    def _rank_peers(self, prepared: _Prepared) -> list[tuple[Peer, float]]:
+        ranked = []
+        for peer in self.peers.usable(prepared.model.name):
+            assert peer.summary is not None
+            summary = peer.summary.models[prepared.model.name]
+            ranked.append((peer, predict_peer_ttft(summary, prepared.routing, peer.rtt_ms)))
+        ranked.sort(key=lambda item: item[1])
+        return ranked
+
+    async def _forward_any(
+        self, ranked: list[tuple[Peer, float]], body: bytes, request: Request, route: str
+    ) -> Response | None:
+        """Forward to the first peer of ``ranked`` that answers; ``None`` if none did."""
+        for peer, predicted_ms in ranked:
+            if not peer.breaker.allow():
+                continue
+            response = await self._forward(peer, predicted_ms, body, request, route)
+            if response is not None:
+                return response
+        return None
+
+    async def _fail_over(
+        self, ranked: list[tuple[Peer, float]], prepared: _Prepared, body: bytes, request: Request
+    ) -> Response:
+        response = await self._forward_any(ranked, body, request, "fail-over")
+        if response is not None:
+            return response
+        raise NoCapacityError(
+            f"no healthy replica of {prepared.model.name!r} in region {self.region} "
+            "and no peer region could take the request",
+            retry_after_s=_RETRY_AFTER_S,
+        )
+
+    async def _forward(
+        self, peer: Peer, predicted_ms: float, body: bytes, request: Request, route: str
+    ) -> Response | None:
+        """Stream the request through ``peer``; ``None`` when the peer failed before
+        answering (the caller tries the next one)."""
+        headers = {
+            "content-type": "application/json",
+            HOP_HEADER: self.region,
+        }
+        auth = request.headers.get("authorization")
+        if auth is not None:
+            headers["authorization"] = auth
+        path = request.url.path.removeprefix(request.scope.get("root_path", ""))
+        if peer.emulated_ms:
+            await asyncio.sleep(peer.emulated_ms / 1000.0)
+        try:
+            outgoing = self._client.build_request(
+                "POST", f"{peer.url}{path}", content=body, headers=headers
+            )
+            upstream = await self._client.send(outgoing, stream=True)
+        except httpx.HTTPError as exc:
+            self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
+            return None
+        if upstream.status_code >= 500:
+            await upstream.aclose()
+            self.peers.record_failure(peer, f"HTTP {upstream.status_code}")
+            return None
+        self.peers.record_success(peer)
+        out_headers = {k: v for k, v in upstream.headers.items() if k in _FORWARDED_HEADERS}
+        out_headers.update(
+            {k: v for k, v in upstream.headers.items() if k.startswith("x-firstlight-")}
+        )
+        out_headers["x-firstlight-route"] = route
+        out_headers["x-firstlight-predicted-ttft-ms"] = f"{predicted_ms:.1f}"
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for piece in upstream.aiter_raw():
+                    yield piece
+            except httpx.HTTPError as exc:
+                self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
+                yield sse_event(error_body(NoCapacityError(f"peer {peer.region} failed")))
+                yield DONE_EVENT
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(relay(), status_code=upstream.status_code, headers=out_headers)
+
+    # --- serving locally ----------------------------------------------------------------
+
+    async def _serve_local(
+        self, prepared: _Prepared, route: str, predicted_ms: float | None
+    ) -> Response:
+        name = prepared.model.name
+        request_id = prepared.generation.request_id
+        started = time.monotonic()
+        chunks = self.backend.stream(name, prepared.generation, prepared.routing)
+        try:
+            first = await _first_chunk(chunks)
+        except BaseException:
+            self._finish(name, request_id)
+            raise
+        ttft_ms = (time.monotonic() - started) * 1000.0
+        state = self.backend.state(name)
+        info = self._route_info(state, request_id, route, predicted_ms)
+        if state is not None:
+            state.first_token(request_id, ttft_ms)
+        self._hot[name].add(prepared.routing.block_hashes)
+        headers = info.headers()
+        if prepared.model.engine == "sim":
+            headers["x-firstlight-simulated"] = "true"
+        if prepared.stream:
+            events = self._sse(prepared, first, chunks)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        try:
+            return JSONResponse(await self._collect(prepared, first, chunks), headers=headers)
+        except ApiError as exc:
+            return error_response(exc, headers)
+
+    def _route_info(
+        self, state: RouterState | None, request_id: str, route: str, predicted: float | None
+    ) -> _RouteInfo:
+        routed = state.route_of(request_id) if state is not None else None
+        if routed is None or routed.chosen is None:
+            return _RouteInfo(route, self.region, "unknown", predicted)
+        chosen = routed.chosen
+        terms_ms = chosen.terms.total_ms if chosen.terms is not None else predicted
+        return _RouteInfo(route, self.region, chosen.replica_id, terms_ms)
+
+    def _finish(self, model: str, request_id: str) -> None:
+        state = self.backend.state(model)
+        if state is not None:
+            state.finished(request_id)
+
+    async def _collect(
+        self, prepared: _Prepared, first: GenerationChunk, chunks: AsyncIterator[GenerationChunk]
+    ) -> dict[str, Any]:
+        parts, last = [first.text], first
+        try:
+            if first.finish_reason is None:
+                async for chunk in chunks:
+                    parts.append(chunk.text)
+                    last = chunk
+        except Exception as exc:
+            raise _as_api_error(exc) from exc
+        finally:
+            self._finish(prepared.model.name, prepared.generation.request_id)
+        return completion_body(
+            prepared.kind,
+            prepared.generation.request_id,
+            prepared.model.name,
+            int(time.time()),
+            "".join(parts),
+            last.finish_reason,
+            last.usage,
+        )
+
+    async def _sse(
+        self, prepared: _Prepared, first: GenerationChunk, chunks: AsyncIterator[GenerationChunk]
+    ) -> AsyncIterator[bytes]:
+        kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.model.name
+        created = int(time.time())
+        usage: Usage | None = None
+        try:
+            chunk: GenerationChunk | None = first
+            is_first = True
+            while chunk is not None:
+                yield sse_event(
+                    stream_chunk(
+                        kind, rid, name, created, chunk.text, chunk.finish_reason, first=is_first
+                    )
+                )
+                is_first = False
+                usage = chunk.usage or usage
+                if chunk.finish_reason is not None:
+                    break
+                chunk = await anext(chunks, None)
+            if prepared.include_usage and usage is not None:
+                yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
+        except Exception as exc:  # after the headers went out: an error event, then DONE
+            yield sse_event(error_body(_as_api_error(exc)))
+        finally:
+            self._finish(name, rid)
+            await _aclose(chunks)
+        yield DONE_EVENT
+
+
+class _ReplicaFailedError(Exception):
+    """The local attempt failed before any output (replica died, engine dead)."""
+
+
+async def _first_chunk(chunks: AsyncIterator[GenerationChunk]) -> GenerationChunk:
+    try:
+        first = await anext(chunks, None)
+    except InvalidRequestError as exc:
+        raise BadRequestError(str(exc)) from exc
+    except Exception as exc:
+        cause = _cause(exc)
+        if isinstance(cause, InvalidRequestError):
+            raise BadRequestError(str(cause)) from exc
+        raise _ReplicaFailedError(f"{type(exc).__name__}: {exc}") from exc
+    if first is None:
+        raise _ReplicaFailedError("the replica ended the stream without output")
+    return first
+
+
+def _cause(exc: BaseException) -> BaseException:
+    """Ray wraps a replica's exception; the original is its ``cause``."""
+    inner = getattr(exc, "cause", None)
+    return inner if isinstance(inner, BaseException) else exc
+
+
+def _as_api_error(exc: BaseException) -> ApiError:
+    cause = _cause(exc)
+    if isinstance(cause, ApiError):
+        return cause
+    if isinstance(cause, EngineDeadError):
+        return NoCapacityError(f"the replica failed mid-request: {cause}")
+    return NoCapacityError(f"the request failed mid-stream: {type(cause).__name__}")
+
+
+async def _aclose(chunks: AsyncIterator[GenerationChunk]) -> None:
+    close = getattr(chunks, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:  # the stream is over either way
+            _log.debug("closing a finished stream failed", exc_info=True)
+
+
+async def _read_body(request: Request) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise RequestTooLargeError(f"the request body exceeds {MAX_BODY_BYTES} bytes")
+    body = bytearray()
+    async for piece in request.stream():
+        body += piece
+        if len(body) > MAX_BODY_BYTES:
+            raise RequestTooLargeError(f"the request body exceeds {MAX_BODY_BYTES} bytes")
+    return bytes(body)
+
+
+def build_fastapi(core: GatewayCore) -> FastAPI:
+    """The gateway's HTTP routes over ``core`` (called by the ingress deployment)."""
+    app = FastAPI(title=f"Firstlight gateway ({core.region})", docs_url=None, redoc_url=None)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await core.completions("chat", request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await core.completions("text", request)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        return core.models(request)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return JSONResponse({"status": "ok", "region": core.region})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ready, detail = core.readiness()
+        return JSONResponse({"ready": ready, **detail}, status_code=200 if ready else 503)
+
+    @app.get("/v1/firstlight/summary")
+    async def summary(request: Request) -> Response:
+        try:
+            core.keys.check(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
+        return JSONResponse(core.summary().to_json())
+
+    return app

@@ -1,0 +1,92 @@
+"""Turning OpenAI requests into token ids, as the engine will see them.
+
+The gateway tokenizes (not the replica) because the router needs the prompt's block
+hashes before it can choose a replica. Two implementations of :class:`PromptEncoder`:
+
+* :class:`HfPromptEncoder` — the model's own tokenizer and chat template, loaded from
+  the prepared model folder (offline). Used for ``vllm`` models.
+* :class:`SimPromptEncoder` — for ``sim`` models: a byte-level encoding with a fixed
+  role-tagged template. Simulated engines produce simulated text anyway; this keeps
+  them independent of any model files (so CI and capacity studies need none).
+
+Called by the gateway once per request, on its event loop: encoding a prompt of a few
+thousand tokens takes well under a millisecond with the Rust tokenizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from firstlight.api.schemas import ChatMessage
+from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.errors import BadRequestError, ModelNotFoundError
+
+__all__ = ["HfPromptEncoder", "PromptEncoder", "SimPromptEncoder", "build_encoder"]
+
+
+class PromptEncoder(Protocol):
+    """Encodes prompts for one model."""
+
+    def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
+        """The chat template applied (with the generation prompt), tokenized."""
+        ...
+
+    def text(self, prompt: str) -> tuple[int, ...]:
+        """A raw completion prompt, tokenized (with the model's BOS if it uses one)."""
+        ...
+
+
+class HfPromptEncoder:
+    """The model's tokenizer and chat template (``transformers``, local files only)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        if not (model_dir / "tokenizer_config.json").is_file():
+            raise ModelNotFoundError(
+                f"no tokenizer in {model_dir} (for the default model, run "
+                "`firstlight prepare-model`)"
+            )
+        from transformers import AutoTokenizer
+
+        self._tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        if not self._tokenizer.chat_template:
+            raise ModelNotFoundError(f"the tokenizer in {model_dir} has no chat template")
+
+    def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
+        conversation = [{"role": _hf_role(m.role), "content": m.text()} for m in messages]
+        try:
+            rendered = self._tokenizer.apply_chat_template(
+                conversation, add_generation_prompt=True, tokenize=False
+            )
+        except Exception as exc:  # the template's own raise_exception(), e.g. role order
+            raise BadRequestError(f"messages: {exc}", param="messages") from exc
+        return tuple(self._tokenizer.encode(rendered, add_special_tokens=False))
+
+    def text(self, prompt: str) -> tuple[int, ...]:
+        return tuple(self._tokenizer.encode(prompt, add_special_tokens=True))
+
+
+def _hf_role(role: str) -> str:
+    # OpenAI's newer "developer" role is the system prompt for templates that predate it.
+    return "system" if role == "developer" else role
+
+
+class SimPromptEncoder:
+    """Byte-level encoding for simulated models: one token per UTF-8 byte, and a chat
+    template of ``<role>\\n{content}\\n`` lines ending in ``<assistant>\\n``."""
+
+    def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
+        rendered = "".join(f"<{_hf_role(m.role)}>\n{m.text()}\n" for m in messages)
+        return self.text(rendered + "<assistant>\n")
+
+    def text(self, prompt: str) -> tuple[int, ...]:
+        return tuple(prompt.encode("utf-8"))
+
+
+def build_encoder(config: PlatformConfig, model: ModelConfig) -> PromptEncoder:
+    """The encoder for ``model``; raises ``ModelNotFoundError`` when a ``vllm`` model's
+    folder has no usable tokenizer."""
+    if model.engine == "sim":
+        return SimPromptEncoder()
+    return HfPromptEncoder(config.model_dir(model))

@@ -1,0 +1,115 @@
+"""OpenAI-compatible request and response bodies (the subset Firstlight serves).
+
+Requests are validated here (pydantic) by the gateway's routes before anything else
+happens; every failure becomes a 400 naming the field (``param``). Unknown fields are
+ignored, as clients send vendor extensions; fields we do not implement with a
+non-default value are refused rather than silently dropped (``n > 1``, ``logprobs``,
+tools). Responses are plain dicts built by :mod:`firstlight.api.responses`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "StreamOptions",
+    "TextPart",
+]
+
+MAX_STOP_SEQUENCES = 4
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class TextPart(_Body):
+    """One part of a message's content; only text parts are served."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Body):
+    """One chat message."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        """The content as one string (text parts joined)."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+
+class StreamOptions(_Body):
+    """``stream_options``: whether the last streamed chunk carries usage."""
+
+    include_usage: bool = False
+
+
+class _Sampling(_Body):
+    model: Annotated[str, Field(min_length=1, max_length=256)]
+    temperature: Annotated[float, Field(ge=0, le=2)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    seed: int | None = None
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    n: Annotated[int, Field(ge=1, le=1)] = 1
+    """Only one choice per request is served."""
+    user: str | None = None
+
+    def stop_sequences(self) -> tuple[str, ...]:
+        if self.stop is None:
+            return ()
+        stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        return tuple(s for s in stops if s)
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class ChatCompletionRequest(_Sampling):
+    """``POST /v1/chat/completions``."""
+
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    max_tokens: Annotated[int | None, Field(ge=1)] = None
+    max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
+    logprobs: Literal[False] | None = None
+    tools: Annotated[list[object], Field(max_length=0)] | None = None
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        """``max_completion_tokens`` (the current name) or ``max_tokens`` (legacy)."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``: a text prompt or a list of token ids."""
+
+    prompt: str | Annotated[list[int], Field(min_length=1)]
+    max_tokens: Annotated[int | None, Field(ge=1)] = 16
+    echo: Literal[False] = False
+    logprobs: None = None
+    suffix: None = None
+
+    @model_validator(mode="after")
+    def _prompt_not_empty(self) -> CompletionRequest:
+        if isinstance(self.prompt, str) and not self.prompt:
+            raise ValueError("prompt must not be empty")
+        return self
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        return self.max_tokens

@@ -1,0 +1,185 @@
+"""The peer table of one gateway: RTT probes, peer summaries and a circuit breaker each.
+
+A :class:`PeerTable` is built by the gateway from ``regions[].peers`` and runs
+:meth:`PeerTable.run` as a background task: every ``probe_interval_s`` it fetches each
+peer's summary (``GET {url}/v1/firstlight/summary``) and takes the round trip of that
+request as an RTT sample (EWMA; the configured ``rtt_ms`` is the prior). On the hot path
+the gateway calls :meth:`PeerTable.usable` (no I/O) and reports each forward's outcome
+with :meth:`record_success` / :meth:`record_failure`, which drive the breaker.
+
+In local mode the regions share one host, so the configured RTT is *emulated*: it is
+added to every measured sample and every forward waits it out (:attr:`Peer.emulated_ms`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from firstlight.regions.summary import RegionSummary
+
+__all__ = ["CircuitBreaker", "Peer", "PeerTable"]
+
+_log = logging.getLogger(__name__)
+
+
+class CircuitBreaker:
+    """Opens after ``failures`` consecutive failures; after ``cooldown_s`` it lets one
+    trial through (half-open); a success closes it, a failure re-opens it."""
+
+    def __init__(
+        self,
+        failures: int = 3,
+        cooldown_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._threshold = failures
+        self._cooldown_s = cooldown_s
+        self._clock = clock
+        self._failures = 0
+        self._opened_at: float | None = None
+        self._trial_inflight = False
+
+    @property
+    def state(self) -> str:
+        if self._opened_at is None:
+            return "closed"
+        if self._clock() - self._opened_at >= self._cooldown_s:
+            return "half-open"
+        return "open"
+
+    def allow(self) -> bool:
+        """Whether a request may go to the peer now (claims the half-open trial)."""
+        state = self.state
+        if state == "closed":
+            return True
+        if state == "half-open" and not self._trial_inflight:
+            self._trial_inflight = True
+            return True
+        return False
+
+    def success(self) -> None:
+        self._failures = 0
+        self._opened_at = None
+        self._trial_inflight = False
+
+    def failure(self) -> None:
+        self._failures += 1
+        self._trial_inflight = False
+        if self._opened_at is not None or self._failures >= self._threshold:
+            self._opened_at = self._clock()
+
+
+@dataclass
+class Peer:
+    """One peer region as this gateway sees it."""
+
+    region: str
+    url: str
+    """Base URL of the peer's region endpoint, without a trailing slash."""
+    rtt_ms: float
+    """Smoothed round trip (prior: the configured value)."""
+    emulated_ms: float
+    """Delay added to forwards and probes (local mode), 0 for real peers."""
+    breaker: CircuitBreaker
+    summary: RegionSummary | None = None
+    summary_received_at: float | None = None
+    last_error: str | None = None
+
+
+class PeerTable:
+    """Peers of one region (see the module docstring)."""
+
+    def __init__(
+        self,
+        peers: list[Peer],
+        client: httpx.AsyncClient,
+        *,
+        headers: dict[str, str] | None = None,
+        probe_interval_s: float = 1.0,
+        probe_timeout_s: float = 2.0,
+        summary_max_age_s: float = 10.0,
+        rtt_alpha: float = 0.3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.peers = {p.region: p for p in peers}
+        self._client = client
+        self._headers = headers or {}
+        self._interval_s = probe_interval_s
+        self._timeout_s = probe_timeout_s
+        self._max_age_s = summary_max_age_s
+        self._alpha = rtt_alpha
+        self._clock = clock
+        self._probed = asyncio.Event()
+
+    async def run(self) -> None:
+        """Probe every peer forever (cancel to stop); never raises for a peer's fault."""
+        while True:
+            await asyncio.gather(*(self.probe(p) for p in self.peers.values()))
+            self._probed.set()
+            await asyncio.sleep(self._interval_s)
+
+    async def wait_probed(self) -> None:
+        """Until the first round of probes finished (start-up, tests)."""
+        await self._probed.wait()
+
+    async def probe(self, peer: Peer) -> None:
+        """Fetch ``peer``'s summary once; update its RTT, summary and breaker."""
+        started = self._clock()
+        try:
+            response = await self._client.get(
+                f"{peer.url}/v1/firstlight/summary",
+                headers=self._headers,
+                timeout=self._timeout_s,
+            )
+            response.raise_for_status()
+            summary = RegionSummary.from_json(response.json())
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+            peer.last_error = f"{type(exc).__name__}: {exc}"
+            peer.breaker.failure()
+            return
+        sample = (self._clock() - started) * 1000.0 + peer.emulated_ms
+        peer.rtt_ms = (1 - self._alpha) * peer.rtt_ms + self._alpha * sample
+        peer.summary = summary
+        peer.summary_received_at = self._clock()
+        peer.last_error = None
+        peer.breaker.success()
+
+    def usable(self, model: str) -> list[Peer]:
+        """Peers whose fresh summary shows a healthy ``model`` and whose breaker is not
+        open (no I/O; called per request)."""
+        now = self._clock()
+        found = []
+        for peer in self.peers.values():
+            summary = peer.summary
+            if summary is None or peer.summary_received_at is None:
+                continue
+            if now - peer.summary_received_at > self._max_age_s:
+                continue
+            entry = summary.models.get(model)
+            if entry is None or entry.healthy_replicas < 1:
+                continue
+            if peer.breaker.state == "open":
+                continue
+            found.append(peer)
+        return found
+
+    def record_success(self, peer: Peer) -> None:
+        peer.breaker.success()
+
+    def record_failure(self, peer: Peer, error: str) -> None:
+        peer.last_error = error
+        peer.breaker.failure()
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    """Cancel a peer table's probe task and wait for it."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,106 @@
+"""The compact summary a region publishes for its peers, and what a peer predicts from it.
+
+Every gateway serves its region's :class:`RegionSummary` at ``GET /v1/firstlight/summary``
+(built by the gateway from its router states); peers fetch it with their RTT probe
+(:mod:`firstlight.regions.peers`) and call :func:`predict_peer_ttft` on the hot path.
+Only this crosses regions: no per-request state, no Redis.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from firstlight.routing import RequestView
+
+__all__ = ["HotPrefixes", "ModelSummary", "RegionSummary", "predict_peer_ttft"]
+
+_DEFAULT_HOT_BLOCKS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSummary:
+    """One model in one region."""
+
+    healthy_replicas: int
+    predicted_wait_ms: float
+    """Predicted queueing + step overhead on the region's best replica for a request
+    with nothing cached (the region's floor), excluding the request's own prefill."""
+    prefill_ms_per_token: float
+    """Calibrated prefill cost on that replica."""
+    hot_blocks: frozenset[int] = frozenset()
+    """Hint-form hashes of prompt blocks the region served recently (its hot prefixes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegionSummary:
+    """What a region says about itself; ``at`` is its wall-clock time of building it."""
+
+    region: str
+    at: float
+    models: Mapping[str, ModelSummary] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "at": self.at,
+            "models": {
+                name: {
+                    "healthy_replicas": m.healthy_replicas,
+                    "predicted_wait_ms": m.predicted_wait_ms,
+                    "prefill_ms_per_token": m.prefill_ms_per_token,
+                    "hot_blocks": sorted(m.hot_blocks),
+                }
+                for name, m in self.models.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, data: Any) -> RegionSummary:
+        """Parse a peer's summary; raises ``ValueError`` on anything malformed."""
+        if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
+            raise ValueError("summary must be an object with a 'models' object")
+        models = {}
+        for name, m in data["models"].items():
+            models[str(name)] = ModelSummary(
+                healthy_replicas=int(m["healthy_replicas"]),
+                predicted_wait_ms=float(m["predicted_wait_ms"]),
+                prefill_ms_per_token=float(m["prefill_ms_per_token"]),
+                hot_blocks=frozenset(int(h) for h in m.get("hot_blocks", ())),
+            )
+        return cls(str(data["region"]), float(data["at"]), models)
+
+
+def predict_peer_ttft(summary: ModelSummary, request: RequestView, rtt_ms: float) -> float:
+    """Predicted TTFT of ``request`` if forwarded to a region with ``summary``: the
+    round trip, the region's floor, and the prefill of what its hot prefixes miss."""
+    cached_blocks = 0
+    for block in request.block_hashes:
+        if block not in summary.hot_blocks:
+            break
+        cached_blocks += 1
+    uncached = max(request.prompt_tokens - cached_blocks * request.block_size, 1)
+    return rtt_ms + summary.predicted_wait_ms + uncached * summary.prefill_ms_per_token
+
+
+class HotPrefixes:
+    """The block hashes of prompts a region served recently (LRU, bounded).
+
+    The gateway adds every locally served request's blocks; its summary publishes them.
+    """
+
+    def __init__(self, capacity: int = _DEFAULT_HOT_BLOCKS) -> None:
+        self._capacity = capacity
+        self._blocks: OrderedDict[int, None] = OrderedDict()
+
+    def add(self, blocks: Iterable[int]) -> None:
+        for block in blocks:
+            self._blocks[block] = None
+            self._blocks.move_to_end(block)
+        while len(self._blocks) > self._capacity:
+            self._blocks.popitem(last=False)
+
+    def snapshot(self) -> frozenset[int]:
+        return frozenset(self._blocks)

@@ -1,0 +1,115 @@
+"""Application builders: one region's Ray Serve application from a ``PlatformConfig``.
+
+* :func:`region_app` — called by ``firstlight up`` (every region of a local config) and by
+  :func:`build_app`.
+* :func:`build_app` — the import path ``firstlight.serve.app:build_app`` that
+  ``serve run`` and KubeRay's ``serveConfigV2`` reference, with ``args``
+  ``{"config": "<path to YAML>", "region": "<name>"}`` (environment overrides apply).
+
+A region's application is a ``gateway`` ingress deployment bound to one ``model-<name>``
+deployment per model, each routed by the
+:class:`~firstlight.serve.request_router.FirstlightRequestRouter` with the configured
+policy.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ray import serve
+from ray.serve import Application
+from ray.serve.config import RequestRouterConfig
+
+from firstlight.config import ModelConfig, PlatformConfig, load_config
+from firstlight.errors import ConfigError, ConfigProblem
+from firstlight.routing import build_policy
+from firstlight.serve.gateway_deployment import Gateway
+from firstlight.serve.model_server import ModelServer, hint_key_prefix
+from firstlight.serve.request_router import FirstlightRequestRouter, router_kwargs
+
+__all__ = ["ROUTING_STATS_PERIOD_S", "build_app", "deployment_name", "region_app"]
+
+ROUTING_STATS_PERIOD_S = 0.5
+"""How often each replica reports its load to the routers (through Ray's controller)."""
+MAX_ONGOING_REQUESTS = 256
+"""Requests a replica accepts at once: the engine batches them continuously, so this is
+a safety bound, not the batch size (Ray's default of 5 would starve the batcher)."""
+
+
+def deployment_name(model: ModelConfig) -> str:
+    """The Ray Serve deployment name of ``model`` (``model-<slug>``)."""
+    return "model-" + re.sub(r"[^A-Za-z0-9_-]", "-", model.name)
+
+
+def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = True) -> Application:
+    """The application serving ``region``. Raises ``ConfigError`` for an unknown region
+    or bad ``router.params`` (checked here, before anything is deployed)."""
+    names = [r.name for r in config.regions]
+    if region not in names:
+        raise ConfigError(
+            [ConfigProblem("region", f"unknown region; known: {', '.join(names)}", region, True)]
+        )
+    build_policy(config.router.policy, config.router.params)
+    config_json = config.model_dump(mode="json")
+    handles = {}
+    for model in config.models:
+        kwargs = router_kwargs(
+            region=region,
+            model=model.name,
+            policy=config.router.policy,
+            params=dict(config.router.params),
+            hints=config.hints if hints_enabled else None,
+            hint_key_prefix=hint_key_prefix(config, region),
+        )
+        actor_options: dict[str, Any] = {
+            "num_cpus": model.resources.num_cpus,
+            "num_gpus": model.resources.num_gpus,
+        }
+        if model.resources.memory_gib is not None:
+            actor_options["memory"] = int(model.resources.memory_gib * 1024**3)
+        deployment = _deployment(ModelServer).options(
+            name=deployment_name(model),
+            num_replicas=model.replicas,
+            max_ongoing_requests=MAX_ONGOING_REQUESTS,
+            ray_actor_options=actor_options,
+            graceful_shutdown_timeout_s=30,
+            request_router_config=_router_config(kwargs),
+        )
+        handles[model.name] = deployment.bind(config_json, region, model.name, hints_enabled)
+    gateway = _deployment(serve.ingress()(Gateway)).options(
+        name="gateway",
+        num_replicas=1,
+        max_ongoing_requests=1024,
+        ray_actor_options={"num_cpus": 0},
+    )
+    application: Application = gateway.bind(config_json, region, handles)
+    return application
+
+
+def _router_config(kwargs: dict[str, Any]) -> RequestRouterConfig:
+    # Ray's pydantic model confuses mypy's plugin-less view of its fields.
+    fields: dict[str, Any] = {
+        "request_router_class": FirstlightRequestRouter,
+        "request_router_kwargs": kwargs,
+        "request_routing_stats_period_s": ROUTING_STATS_PERIOD_S,
+        "request_routing_stats_timeout_s": 5,
+    }
+    return RequestRouterConfig(**fields)
+
+
+def _deployment(cls: type) -> Any:
+    # ray.serve.deployment's overloads do not type-check a bare class argument.
+    return serve.deployment(cls)
+
+
+def build_app(args: dict[str, str]) -> Application:
+    """Ray Serve's application builder: ``args`` = ``{"config": path, "region": name}``.
+
+    Raises ``ConfigError`` (Ray reports it as the application's deploy failure).
+    """
+    config = load_config(args.get("config"))
+    region = args.get("region") or config.region
+    if region is None:
+        raise ConfigError([ConfigProblem("region", "pass args.region or set region", None)])
+    return region_app(config, region)

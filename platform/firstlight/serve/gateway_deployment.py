@@ -1,0 +1,111 @@
+"""``Gateway``: the region's Ray Serve ingress deployment.
+
+Ray builds it with the platform config, the region and one deployment handle per model
+(:func:`firstlight.serve.app.region_app`), then asks it for its ASGI app
+(``__serve_build_asgi_app__``, after the constructor). It adapts Ray to the gateway's
+:class:`~firstlight.api.gateway.LocalBackend` (handles and their routers' state) and owns
+the gateway's HTTP client and peer-probe task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+from fastapi import FastAPI
+from ray.serve.handle import DeploymentHandle
+
+from firstlight.api.gateway import GatewayCore, build_fastapi
+from firstlight.api.prompts import build_encoder
+from firstlight.config import PlatformConfig
+from firstlight.engine.protocol import GenerationChunk, GenerationRequest
+from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
+from firstlight.routing import RequestView
+from firstlight.serve.router_state import RouterState, router_state
+
+__all__ = ["Gateway", "peer_table"]
+
+_log = logging.getLogger(__name__)
+
+
+def peer_table(config: PlatformConfig, region: str, client: httpx.AsyncClient) -> PeerTable:
+    """The peers of ``region``: real URLs in kubernetes mode; in local mode the peer's
+    route prefix on the shared HTTP proxy, with the configured RTT emulated."""
+    entry = next(r for r in config.regions if r.name == region)
+    peers = []
+    for p in entry.peers:
+        if config.mode == "local" or p.url is None:
+            host = config.gateway.host
+            host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+            url, emulated = f"http://{host}:{config.gateway.port}/{p.region}", p.rtt_ms
+        else:
+            url, emulated = str(p.url).rstrip("/"), 0.0
+        peers.append(Peer(p.region, url, p.rtt_ms, emulated, CircuitBreaker()))
+    headers = {}
+    if config.auth.enabled and config.auth.api_keys:
+        headers["authorization"] = f"Bearer {config.auth.api_keys[0].resolve()}"
+    return PeerTable(peers, client, headers=headers)
+
+
+class Gateway:
+    """One gateway replica of one region (see the module docstring)."""
+
+    def __init__(
+        self, config: dict[str, Any], region: str, handles: dict[str, DeploymentHandle[Any]]
+    ) -> None:
+        self._config = PlatformConfig.model_validate(config)
+        self._region = region
+        self._handles = handles
+        for handle in handles.values():
+            handle._init()  # type: ignore[no-untyped-call]  # builds the request router now, so readiness is known early
+        self._client = httpx.AsyncClient(
+            timeout=httpx.Timeout(connect=2.0, read=300.0, write=10.0, pool=5.0)
+        )
+        self._peers = peer_table(self._config, region, self._client)
+        encoders = {m.name: build_encoder(self._config, m) for m in self._config.models}
+        self._core = GatewayCore(self._config, region, self, encoders, self._peers, self._client)
+        self._probe_task: asyncio.Task[None] | None = None
+        if not self._config.auth.enabled:
+            _log.warning(
+                "region %s: authentication is OFF (allowed in local mode only): "
+                "anyone who can reach this endpoint can use it",
+                region,
+            )
+        with contextlib.suppress(RuntimeError):
+            self._probe_task = asyncio.get_running_loop().create_task(self._peers.run())
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        if self._probe_task is None:
+            self._probe_task = asyncio.get_event_loop().create_task(self._peers.run())
+        return build_fastapi(self._core)
+
+    # --- LocalBackend --------------------------------------------------------------------
+
+    def state(self, model: str) -> RouterState | None:
+        handle = self._handles[model]
+        return router_state(handle.deployment_id.app_name, handle.deployment_id.name)
+
+    async def stream(
+        self, model: str, request: GenerationRequest, routing: RequestView
+    ) -> AsyncIterator[GenerationChunk]:
+        handle = self._handles[model].options(stream=True)
+        response: Any = handle.generate.remote(request, routing=routing)
+        finished = False
+        try:
+            async for chunk in response:
+                yield chunk
+            finished = True
+        finally:
+            if not finished:  # the client went away: stop the replica's work too
+                response.cancel()
+
+    async def __del__(self) -> None:
+        if self._probe_task is not None:
+            self._probe_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._probe_task
+        await self._client.aclose()

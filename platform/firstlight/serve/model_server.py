@@ -1,0 +1,221 @@
+"""``ModelServer``: the Ray Serve deployment that runs one engine replica.
+
+Built by :mod:`firstlight.serve.app` (one deployment per model per region) and called
+through a deployment handle by the gateway, via the
+:class:`~firstlight.serve.request_router.FirstlightRequestRouter`:
+
+* :meth:`generate` — once per request, streaming: yields ``GenerationChunk``s. The
+  gateway passes the tokenized request and, as ``routing``, the request's
+  :class:`~firstlight.routing.RequestView` (which the router read to choose us).
+* :meth:`record_routing_stats` — by Ray every ``request_routing_stats_period_s``: the
+  engine's load and rates, which the router turns into a ``ReplicaView``.
+* :meth:`check_health` — by Ray; fails once the engine is dead, so Ray replaces us.
+* ``__del__`` — by Ray after in-flight requests finished (graceful shutdown).
+
+In the background the replica publishes its prefix-cache blocks to Redis with its
+replica id and epoch: the engine's own cache events, plus the blocks of every prompt it
+prefilled (vLLM announces a block only when first stored, so a hot prefix would
+otherwise expire from Redis while still resident). Redis being down costs hints, never
+requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.engine.protocol import Engine, GenerationChunk, GenerationRequest
+from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
+from firstlight.hints import BlockEvent, HintPublisher, redis_client
+from firstlight.routing import RequestView
+
+__all__ = ["ModelServer", "build_engine", "hint_key_prefix"]
+
+_log = logging.getLogger(__name__)
+
+_FLUSH_INTERVAL_S = 0.1
+"""How often re-announced prompt blocks are published in one batch."""
+
+
+def hint_key_prefix(config: PlatformConfig, region: str) -> str:
+    """Redis key prefix of one region's hints: regions are separate failure domains even
+    when, in local mode, they share one Redis."""
+    return f"{config.hints.key_prefix}{region}:"
+
+
+def build_engine(config: PlatformConfig, model: ModelConfig, *, seed: int = 0) -> Engine:
+    """Start the engine ``model`` names (blocking for vLLM: tens of seconds).
+
+    Raises ``ModelNotFoundError``, ``UnsupportedEngineConfigError`` or ``EngineError``.
+    """
+    if model.engine == "sim":
+        from firstlight.engine.sim import SimEngine
+
+        return SimEngine.for_model(model, config.hints, seed=seed)
+    from firstlight.engine.vllm_engine import VllmEngine
+    from firstlight.prefix import HashScheme
+
+    scheme = HashScheme.for_model(model, config.hints)
+    return VllmEngine.create(model, config.model_dir(model), scheme)
+
+
+class ModelServer:
+    """One replica of one model in one region (see the module docstring)."""
+
+    def __init__(
+        self, config: dict[str, Any], region: str, model_name: str, hints_enabled: bool
+    ) -> None:
+        self._config = PlatformConfig.model_validate(config)
+        self._region = region
+        self._model = next(m for m in self._config.models if m.name == model_name)
+        self._replica_id = _own_replica_id()
+        self._epoch = time.time_ns() // 1_000_000
+        self._engine = build_engine(self._config, self._model)
+        self._hints_enabled = hints_enabled
+        self._announce: set[int] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._inflight = 0
+        self._accepting = True
+        self._started_at = time.time()
+
+    # --- called by Ray -------------------------------------------------------------------
+
+    async def generate(
+        self, request: GenerationRequest, routing: RequestView | None = None
+    ) -> AsyncIterator[GenerationChunk]:
+        """Stream ``request``'s output. Raises ``InvalidRequestError`` (incl.
+        ``PromptTooLongError``) before the first chunk and ``EngineDeadError`` when the
+        engine dies; the gateway maps both to HTTP statuses."""
+        self._ensure_tasks()
+        self._inflight += 1
+        first = True
+        try:
+            async for chunk in self._engine.generate(request):
+                if first and routing is not None and self._hints_enabled:
+                    self._announce.update(routing.block_hashes)
+                first = False
+                yield chunk
+        finally:
+            self._inflight -= 1
+
+    async def record_routing_stats(self) -> dict[str, Any]:
+        """Load and rates for the router (plain data, so it crosses processes)."""
+        self._ensure_tasks()
+        stats = self._engine.stats()
+        return {
+            "at": time.time(),
+            "running": stats.running,
+            "waiting": stats.waiting,
+            "pending_prefill_tokens": stats.pending_prefill_tokens,
+            "kv_cache_usage": stats.kv_cache_usage,
+            "prefill_tokens_per_s": stats.prefill_tokens_per_s,
+            "inter_token_latency_ms": stats.inter_token_latency_ms,
+            "prefix_cache_queries": stats.prefix_cache_queries,
+            "prefix_cache_hits": stats.prefix_cache_hits,
+            "inflight": self._inflight,
+            "accepting": self._accepting,
+            "simulated": stats.simulated,
+            "epoch": self._epoch,
+        }
+
+    async def check_health(self) -> None:
+        """Raises when the engine is dead, so Ray restarts this replica."""
+        self._ensure_tasks()
+        for task in self._tasks:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                if isinstance(exc, EngineDeadError):
+                    raise exc
+
+    async def info(self) -> dict[str, Any]:
+        """Replica identity for tests and the dashboard."""
+        return {
+            "replica_id": self._replica_id,
+            "region": self._region,
+            "model": self._model.name,
+            "epoch": self._epoch,
+            "simulated": self._engine.simulated,
+        }
+
+    async def __del__(self) -> None:
+        """Graceful shutdown: Ray has stopped routing here and waited for in-flight
+        requests; stop publishing and shut the engine down."""
+        self._accepting = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self._engine.shutdown()
+
+    # --- hint publishing -----------------------------------------------------------------
+
+    def _ensure_tasks(self) -> None:
+        if self._tasks or not self._hints_enabled:
+            return
+        self._tasks.append(asyncio.get_running_loop().create_task(self._publish_hints()))
+
+    async def _publish_hints(self) -> None:
+        """Forward engine cache events and re-announced prompt blocks to Redis."""
+        client = redis_client(self._config.hints)
+        publisher = HintPublisher(
+            client,
+            hint_key_prefix(self._config, self._region),
+            self._model.name,
+            self._replica_id,
+            self._epoch,
+            self._config.hints.ttl_s,
+        )
+        events: asyncio.Queue[BlockEvent] = asyncio.Queue()
+        pump = asyncio.get_running_loop().create_task(self._pump_events(events))
+        started = False
+        try:
+            while True:
+                try:
+                    if not started:
+                        await publisher.start_epoch()
+                        started = True
+                    await self._flush(publisher, events)
+                except StaleEpochError:
+                    _log.error("replica %s: a newer epoch exists; hints stop", self._replica_id)
+                    return
+                except HintsError as exc:
+                    _log.warning("replica %s: hints not published: %s", self._replica_id, exc)
+                await asyncio.sleep(_FLUSH_INTERVAL_S)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def _pump_events(self, events: asyncio.Queue[BlockEvent]) -> None:
+        async for event in self._engine.cache_events():
+            events.put_nowait(
+                BlockEvent(
+                    self._replica_id,
+                    self._epoch,
+                    event.stored,
+                    event.removed,
+                    cleared=event.cleared,
+                )
+            )
+
+    async def _flush(self, publisher: HintPublisher, events: asyncio.Queue[BlockEvent]) -> None:
+        while not events.empty():
+            await publisher.publish(events.get_nowait())
+        if self._announce:
+            stored = tuple(self._announce)
+            self._announce.clear()
+            await publisher.publish(BlockEvent(self._replica_id, self._epoch, stored, ()))
+
+
+def _own_replica_id() -> str:
+    from ray import serve
+
+    return str(serve.get_replica_context().replica_id.unique_id)

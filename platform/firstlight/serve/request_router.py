@@ -1,0 +1,179 @@
+"""``FirstlightRequestRouter``: Ray Serve's in-region replica choice, by the configured policy.
+
+Ray Serve builds one router per deployment handle, in the process that holds the handle
+(the region's gateway), and calls:
+
+* :meth:`initialize_state` once, with ``request_router_kwargs`` from the app builder
+  (:func:`router_kwargs`): the policy, its parameters, the region, the model and the
+  hints settings. It starts the hint subscriber as a background task.
+* :meth:`update_replicas` when the replica set changes (long poll).
+* :meth:`choose_replicas` for every routing attempt: reads the
+  :class:`~firstlight.routing.RequestView` the gateway passed as the ``routing`` keyword
+  of the handle call, the replicas' routing stats, Ray's queue-length cache and the hint
+  mirror; asks the policy; returns its ranking as tiers (best first). It never awaits
+  anything: no Redis, no actor call.
+* :meth:`on_request_routed` once Ray has sent the request: the policy reserves it.
+
+The gateway reads what the router knows through :mod:`firstlight.serve.router_state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from typing import Any
+
+from ray.serve.request_router import (
+    PendingRequest,
+    ReplicaID,
+    RequestRouter,
+    RunningReplica,
+)
+
+from firstlight.config import HintsConfig
+from firstlight.hints import HintMirror, HintSubscriber, redis_client
+from firstlight.routing import NO_CACHE, ReplicaView, RequestView, RoutingInput, build_policy
+from firstlight.serve.router_state import RouterState, routers
+
+__all__ = ["FirstlightRequestRouter", "replica_view", "router_kwargs"]
+
+_log = logging.getLogger(__name__)
+
+
+def router_kwargs(
+    *,
+    region: str,
+    model: str,
+    policy: str,
+    params: dict[str, Any],
+    hints: HintsConfig | None,
+    hint_key_prefix: str,
+) -> dict[str, Any]:
+    """The JSON-serializable ``request_router_kwargs`` the app builder passes to Ray."""
+    return {
+        "region": region,
+        "model": model,
+        "policy": policy,
+        "params": dict(params),
+        "hints": hints.model_dump(mode="json") if hints is not None else None,
+        "hint_key_prefix": hint_key_prefix,
+    }
+
+
+def replica_view(
+    replica_id: str, region: str, stats: dict[str, Any], queue_len: int | None
+) -> ReplicaView:
+    """A policy's view of one replica from its ``record_routing_stats`` dict (see
+    :meth:`firstlight.serve.model_server.ModelServer.record_routing_stats`) and Ray's
+    cached queue length (fresher than the stats when known)."""
+    running = int(stats.get("running", 0))
+    waiting = int(stats.get("waiting", 0))
+    pending = stats.get("pending_prefill_tokens")
+    rate = stats.get("prefill_tokens_per_s")
+    return ReplicaView(
+        replica_id=replica_id,
+        region=region,
+        queue_len=queue_len if queue_len is not None else running + waiting,
+        running=running,
+        pending_prefill_tokens=int(pending) if pending is not None else None,
+        kv_cache_usage=float(stats.get("kv_cache_usage", 0.0)),
+        prefill_tokens_per_s=float(rate) if rate else None,
+        stats_at=float(stats.get("at", 0.0)),
+    )
+
+
+class FirstlightRequestRouter(RequestRouter):
+    """Ranks a model's replicas with the configured policy (see module docstring)."""
+
+    _state: RouterState
+    _subscriber_task: asyncio.Task[None] | None = None
+
+    def initialize_state(self, **kwargs: Any) -> None:
+        """Called once by Ray with :func:`router_kwargs`'s dict. Raises ``ConfigError``
+        for an unknown policy or bad parameters (the app builder checked them first)."""
+        region = str(kwargs["region"])
+        model = str(kwargs["model"])
+        policy = build_policy(
+            str(kwargs["policy"]), kwargs.get("params") or {}, rng=random.Random(), clock=time.time
+        )
+        self._state = RouterState(region=region, model=model, policy=policy, clock=time.time)
+        hints = kwargs.get("hints")
+        if hints is not None:
+            self._start_hints(HintsConfig.model_validate(hints), str(kwargs["hint_key_prefix"]))
+        routers()[(self.app_name, self._deployment_id.name)] = self._state
+
+    def _start_hints(self, hints: HintsConfig, key_prefix: str) -> None:
+        mirror = HintMirror(hints.ttl_s)
+        subscriber = HintSubscriber(
+            lambda: redis_client(hints), key_prefix, self._state.model, mirror
+        )
+        self._state.cache = mirror
+
+        def status() -> str:
+            s = subscriber.status
+            return "connected" if s.connected else f"stale since {s.stale_since}"
+
+        self._state.hints_status = status
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = self._event_loop
+        self._subscriber_task = loop.create_task(subscriber.run())
+
+    @property
+    def state(self) -> RouterState:
+        return self._state
+
+    def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        super().update_replicas(replicas)
+        self._refresh_views(replicas)
+
+    def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
+        super().on_replica_actor_died(replica_id)
+        self._refresh_views(list(self.curr_replicas.values()))
+
+    def _refresh_views(self, replicas: list[RunningReplica]) -> None:
+        views = {}
+        for replica in replicas:
+            stats = replica.routing_stats or {}
+            if stats.get("accepting", True):
+                rid = replica.replica_id.unique_id
+                queue_len = self._replica_queue_len_cache.get(replica.replica_id)
+                views[rid] = replica_view(rid, self._state.region, stats, queue_len)
+        self._state.set_replicas(views)
+
+    async def choose_replicas(
+        self,
+        candidate_replicas: list[RunningReplica],
+        pending_request: PendingRequest | None = None,
+    ) -> list[list[RunningReplica]]:
+        """Rank ``candidate_replicas`` for the pending request: one tier per replica,
+        best first. Requests without a ``routing`` keyword (health probes, admin calls)
+        get a single tier of all candidates, so Ray picks the shortest queue."""
+        self._refresh_views(candidate_replicas)
+        request = None if pending_request is None else pending_request.kwargs.get("routing")
+        if not isinstance(request, RequestView) or not self._state.replicas:
+            return [candidate_replicas]
+        by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        views = tuple(self._state.replicas.values())
+        decision = self._state.policy.choose(
+            RoutingInput(request, views, self._state.cache or NO_CACHE)
+        )
+        self._state.record_decision(request, decision)
+        return [[by_id[c.replica_id]] for c in decision.ranked if c.replica_id in by_id]
+
+    def on_request_routed(
+        self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any
+    ) -> None:
+        request = pending_request.kwargs.get("routing")
+        if isinstance(request, RequestView):
+            self._state.record_routed(request.request_id, replica_id.unique_id)
+
+    def __del__(self) -> None:
+        task = self._subscriber_task
+        if task is not None and not task.done():
+            with contextlib.suppress(RuntimeError):
+                task.cancel()

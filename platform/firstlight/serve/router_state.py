@@ -1,0 +1,146 @@
+"""What one model's request router knows, shared with the gateway in the same process.
+
+Ray Serve builds the :class:`~firstlight.serve.request_router.FirstlightRequestRouter`
+inside the gateway replica's deployment handle, so the gateway cannot hold a reference
+to it. Instead the router registers its :class:`RouterState` here under its deployment
+(:func:`router_state`), and the gateway reads it: how many replicas are live (fail-over),
+the local predicted TTFT (spill-over), which replica a request went to and what was
+predicted (response headers), and it reports first tokens back (calibration).
+
+Everything here runs on the gateway's event loop; nothing does I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from firstlight.routing import (
+    NO_CACHE,
+    CacheView,
+    Candidate,
+    Decision,
+    ReplicaView,
+    RequestView,
+    RoutingInput,
+    RoutingPolicy,
+)
+from firstlight.routing.firstlight import FirstlightParams, FirstlightPolicy
+
+__all__ = ["Route", "RouterState", "router_state", "routers"]
+
+_MAX_ROUTES = 10_000
+"""Routes kept for requests whose gateway never collected them (bounded memory)."""
+
+
+@dataclass(slots=True)
+class Route:
+    """Where one request went and why."""
+
+    request: RequestView
+    decision: Decision
+    chosen: Candidate | None = None
+    """Set when Ray actually sent the request (``on_request_routed``)."""
+    routed_at: float = 0.0
+
+
+@dataclass
+class RouterState:
+    """The live routing state of one model deployment in one region.
+
+    Written by the request router (replica set, stats views, decisions); read by the
+    gateway. ``policy`` is the configured policy; ``estimator`` is always the cost
+    model, used for the region decision whatever the policy (baselines do not predict
+    milliseconds). ``cache`` is the hint mirror, or ``NO_CACHE`` without Redis.
+    """
+
+    region: str
+    model: str
+    policy: RoutingPolicy
+    cache: CacheView = NO_CACHE
+    clock: Callable[[], float] = time.time
+    replicas: dict[str, ReplicaView] = field(default_factory=dict)
+    routes: OrderedDict[str, Route] = field(default_factory=OrderedDict)
+    hints_status: Callable[[], str] = lambda: "off"
+    estimator: FirstlightPolicy = field(init=False)
+
+    def __post_init__(self) -> None:
+        import random
+
+        params = getattr(self.policy, "params", None)
+        if not isinstance(params, FirstlightParams):
+            params = FirstlightParams()
+        self.estimator = FirstlightPolicy(
+            params, rng=random.Random(0), clock=self.clock, name="estimate"
+        )
+
+    # --- written by the request router ------------------------------------------------
+
+    def set_replicas(self, views: dict[str, ReplicaView]) -> None:
+        """The replica set changed, or fresher stats arrived."""
+        self.replicas = views
+
+    def record_decision(self, request: RequestView, decision: Decision) -> None:
+        self.routes[request.request_id] = Route(request, decision)
+        self.routes.move_to_end(request.request_id)
+        while len(self.routes) > _MAX_ROUTES:
+            _, old = self.routes.popitem(last=False)
+            if old.chosen is not None:
+                self.policy.on_done(old.request, old.chosen)
+
+    def record_routed(self, request_id: str, replica_id: str) -> None:
+        route = self.routes.get(request_id)
+        if route is None:
+            return
+        chosen = next((c for c in route.decision.ranked if c.replica_id == replica_id), None)
+        if chosen is None:  # Ray fell back to a replica the decision did not rank
+            chosen = Candidate(replica_id, self.region, float("inf"))
+        route.chosen = chosen
+        route.routed_at = self.clock()
+        self.policy.on_routed(route.request, chosen)
+
+    # --- read and reported by the gateway ---------------------------------------------
+
+    @property
+    def healthy_replicas(self) -> int:
+        return len(self.replicas)
+
+    def route_of(self, request_id: str) -> Route | None:
+        return self.routes.get(request_id)
+
+    def first_token(self, request_id: str, observed_ttft_ms: float) -> None:
+        """The gateway saw the first token ``observed_ttft_ms`` after routing."""
+        route = self.routes.get(request_id)
+        if route is not None and route.chosen is not None:
+            self.policy.on_first_token(route.request, route.chosen, observed_ttft_ms)
+
+    def finished(self, request_id: str) -> None:
+        """The request ended (any outcome): release what the policy holds for it."""
+        route = self.routes.pop(request_id, None)
+        if route is not None and route.chosen is not None:
+            self.policy.on_done(route.request, route.chosen)
+
+    def estimate(self, request: RequestView) -> Decision | None:
+        """The cost model's view of the best local replica, or ``None`` when there is
+        no replica. Used by the gateway's region decision; does not reserve anything."""
+        if not self.replicas:
+            return None
+        return self.estimator.choose(
+            RoutingInput(request, tuple(self.replicas.values()), self.cache)
+        )
+
+
+_STATES: dict[tuple[str, str], RouterState] = {}
+
+
+def router_state(app_name: str, deployment_name: str) -> RouterState | None:
+    """The state registered by the router of ``deployment_name`` in ``app_name`` in
+    this process, or ``None`` before the router exists."""
+    return _STATES.get((app_name, deployment_name))
+
+
+def routers() -> dict[tuple[str, str], RouterState]:
+    """Every router state of this process (called by the router when it starts)."""
+    return _STATES
