@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +13,9 @@ from firstlight.config import ENV_PREFIX
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
+MODEL = "SmolLM2-135M-Instruct"
+
+Prepared = tuple[Path, subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(autouse=True)
@@ -29,3 +33,19 @@ def _isolated_environment(
 @pytest.fixture
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+def prepare_with_cli(cache_dir: Path) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``firstlight prepare-model`` into ``cache_dir``."""
+    command = [VENV_BIN / "firstlight", "prepare-model", "--cache-dir", cache_dir]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
+    """The default model, really converted by the CLI once per session into a fresh
+    cache; returns (folder, process)."""
+    cache_dir = tmp_path_factory.mktemp("cache")
+    done = prepare_with_cli(cache_dir)
+    assert done.returncode == 0, done.stderr
+    return cache_dir / "models" / MODEL, done

@@ -9,6 +9,7 @@ other failure. Machine-readable output goes to stdout, progress and diagnostics 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from enum import StrEnum
@@ -22,7 +23,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 from firstlight import __version__
 from firstlight.config import PlatformConfig, load_config
-from firstlight.errors import ConfigError, FirstlightError
+from firstlight.errors import ConfigError, ConfigProblem, FirstlightError
 
 if TYPE_CHECKING:
     from firstlight.engine.default_model import PreparedModel
@@ -149,6 +150,122 @@ def _report_prepared(result: PreparedModel, variant: str = "") -> None:
         f"  {summary.architecture}, vocabulary {summary.vocab_size}, "
         f"context {summary.max_position_embeddings} tokens"
     )
+
+
+class EngineChoice(StrEnum):
+    """Engines ``up`` can force for every model."""
+
+    vllm = "vllm"
+    sim = "sim"
+
+
+@app.command()
+def up(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="Configuration file (default: two local regions)."),
+    ] = None,
+    engine: Annotated[
+        EngineChoice | None,
+        typer.Option(help="Run every model on this engine (sim: no model memory needed)."),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for readiness.")] = 900.0,
+) -> None:
+    """Run every region of the config in a local Ray cluster until Ctrl-C.
+
+    Uses the Redis of ``hints.redis_url`` (or starts redis-server when it is local and
+    installed; without either, hints are off), prepares the default model when a vLLM
+    model needs it, waits until every region answers ``/readyz``, and prints each
+    region's endpoint with ready-to-paste ``curl`` and ``openai`` examples.
+    """
+    from firstlight.serve.local import LOCAL_DEFAULT, with_engine
+
+    cfg = _load(config) if config is not None else LOCAL_DEFAULT
+    if engine is not None:
+        cfg = with_engine(cfg, engine.value)
+    if any(m.engine == "vllm" and m.source == "default" for m in cfg.models):
+        from firstlight.engine.default_model import STEPS, prepare_default_model
+
+        _run_steps(
+            "Preparing the default model",
+            STEPS,
+            lambda on_step: prepare_default_model(cfg.default_model_dir, progress=on_step),
+        )
+    _serve_until_interrupted(cfg, timeout)
+
+
+def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
+    import signal
+    import threading
+    import time
+
+    from firstlight.serve.local import start_local, stop_local
+
+    started = time.monotonic()
+    with _stderr.status("Starting the platform") as status:
+
+        def report(message: str) -> None:
+            _stderr.print(f"  {message}", markup=False)
+            status.update(message)
+
+        try:
+            platform = start_local(cfg, report=report, timeout_s=timeout)
+        except FirstlightError as exc:
+            _fail(exc)
+    elapsed = time.monotonic() - started
+    model = cfg.models[0].name
+    _stderr.print(f"\nReady in {elapsed:.0f} s. {platform.hints_note}", markup=False)
+    if not cfg.auth.enabled:
+        _stderr.print("Authentication is OFF (local mode): any API key works.", markup=False)
+    for region, url in platform.endpoints.items():
+        typer.echo(f"  {region:<12} {url}/v1")
+    first = next(iter(platform.endpoints.values()))
+    typer.echo(
+        "\nTry it:\n"
+        f"  curl -s {first}/v1/chat/completions -H 'content-type: application/json' "
+        f'-d \'{{"model": "{model}", "messages": [{{"role": "user", '
+        f'"content": "What is the capital of France?"}}]}}\'\n'
+        f"  python -c \"from openai import OpenAI; c = OpenAI(base_url='{first}/v1', "
+        f"api_key='local'); print(c.chat.completions.create(model='{model}', "
+        f"messages=[{{'role': 'user', 'content': 'Hello!'}}]).choices[0].message.content)\"\n"
+        "\nPress Ctrl-C to stop."
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    _stderr.print("Stopping...", markup=False)
+    import ray
+
+    stop_local(platform)
+    ray.shutdown()
+
+
+@app.command()
+def serve(
+    config: Annotated[Path, typer.Option("--config", "-c", help="Configuration file.")],
+    region: Annotated[str | None, typer.Option(help="Region to serve (default: config's).")] = None,
+    address: Annotated[str, typer.Option(help="Ray cluster address.")] = "auto",
+) -> None:
+    """Deploy one region's application on a running Ray cluster (what the Helm chart's
+    RayService does through ``firstlight.serve.app:build_app``) and return."""
+    import ray
+    from ray import serve as ray_serve
+
+    from firstlight.serve.app import region_app
+
+    cfg = _load(config)
+    name = region or cfg.region
+    if name is None:
+        _fail(ConfigError([ConfigProblem("region", "pass --region or set region", None)]))
+    try:
+        application = region_app(cfg, name)
+    except FirstlightError as exc:
+        _fail(exc)
+    ray.init(address=address)
+    ray_serve.start(http_options={"host": cfg.gateway.host, "port": cfg.gateway.port})
+    ray_serve.run(application, name=name, route_prefix="/")
+    typer.echo(f"region {name} deployed at http://{cfg.gateway.host}:{cfg.gateway.port}/v1")
 
 
 @config_app.command("validate")

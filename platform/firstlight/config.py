@@ -331,6 +331,11 @@ class GatewayConfig(_Section):
     """Bind address of the HTTP proxy."""
     port: Annotated[int, Field(ge=1, le=65_535)] = 8000
     """HTTP port."""
+    max_concurrent_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 256
+    """Requests one API key (or, with auth off, the whole endpoint) may have in flight
+    at one gateway; more are refused with 429 and ``Retry-After``."""
+    first_token_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+    """A request that has no first token after this long is abandoned with 503."""
 
 
 def _default_regions() -> tuple[RegionConfig, ...]:

@@ -24,11 +24,12 @@ class ApiKeys:
         self.enabled = config.enabled
         self._digests = tuple(_digest(ref.resolve()) for ref in config.api_keys)
 
-    def check(self, authorization: str | None) -> None:
-        """Raise :class:`AuthenticationError` unless ``authorization`` is
-        ``Bearer <accepted key>`` (or auth is off)."""
+    def check(self, authorization: str | None) -> str:
+        """Return the caller's identity for limits (a digest prefix of its key, or
+        ``anonymous`` with auth off); raise :class:`AuthenticationError` unless
+        ``authorization`` is ``Bearer <accepted key>``."""
         if not self.enabled:
-            return
+            return "anonymous"
         if not authorization:
             raise AuthenticationError(
                 "missing API key: send it as 'Authorization: Bearer <key>'",
@@ -47,6 +48,7 @@ class ApiKeys:
             matched |= hmac.compare_digest(candidate, digest)
         if not matched:
             raise AuthenticationError("incorrect API key provided", code="invalid_api_key")
+        return candidate.hex()[:16]
 
 
 def _digest(key: str) -> bytes:

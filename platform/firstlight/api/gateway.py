@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -57,13 +57,14 @@ from firstlight.errors import (
     InvalidRequestError,
     ModelNotServedError,
     NoCapacityError,
+    RateLimitedError,
     RequestTooLargeError,
 )
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.regions.peers import Peer, PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, predict_peer_ttft
-from firstlight.routing import RequestView
-from firstlight.serve.router_state import RouterState
+from firstlight.routing import Decision, RequestView
+from firstlight.serve.router_state import RouterState, ServedBy
 
 __all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend", "build_fastapi"]
 
@@ -76,6 +77,9 @@ _RETRY_AFTER_S = 1.0
 _FORWARDED_HEADERS = ("content-type", "retry-after")
 
 
+_Stream = AsyncIterator[ServedBy | GenerationChunk]
+
+
 class LocalBackend(Protocol):
     """The region's own model deployments, as the gateway uses them."""
 
@@ -85,8 +89,9 @@ class LocalBackend(Protocol):
 
     def stream(
         self, model: str, request: GenerationRequest, routing: RequestView
-    ) -> AsyncIterator[GenerationChunk]:
-        """Send the request through the model's request router and stream its chunks."""
+    ) -> AsyncIterator[ServedBy | GenerationChunk]:
+        """Send the request through the model's request router and stream what the
+        replica yields: a :class:`ServedBy`, then the chunks."""
         ...
 
 
@@ -106,6 +111,7 @@ class _RouteInfo:
     region: str
     replica: str
     predicted_ms: float | None
+    explanation: str | None = None
 
     def headers(self) -> dict[str, str]:
         out = {
@@ -115,6 +121,8 @@ class _RouteInfo:
         }
         if self.predicted_ms is not None:
             out["x-firstlight-predicted-ttft-ms"] = f"{self.predicted_ms:.1f}"
+        if self.explanation is not None:
+            out["x-firstlight-decision"] = self.explanation
         return out
 
 
@@ -141,19 +149,54 @@ class GatewayCore:
         self._schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
         self._hot = {m.name: HotPrefixes() for m in config.models}
         self._created = int(time.time())
+        self._inflight: dict[str, int] = {}
 
     # --- entry points (called by the FastAPI routes) ------------------------------------
 
     async def completions(self, kind: Kind, request: Request) -> Response:
         """``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``."""
         try:
-            self.keys.check(request.headers.get("authorization"))
+            caller = self.keys.check(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
+        limit = self.config.gateway.max_concurrent_per_key
+        if self._inflight.get(caller, 0) >= limit:
+            return error_response(
+                RateLimitedError(
+                    f"too many concurrent requests for this API key (limit {limit})",
+                    code="rate_limit_exceeded",
+                    retry_after_s=_RETRY_AFTER_S,
+                )
+            )
+        self._inflight[caller] = self._inflight.get(caller, 0) + 1
+        response: Response | None = None
+        try:
             body = await _read_body(request)
             prepared = self._prepare(kind, body)
             hop = request.headers.get(HOP_HEADER) is not None
-            return await self._dispatch(prepared, body, request, hop)
+            response = await self._dispatch(prepared, body, request, hop)
         except ApiError as exc:
-            return error_response(exc)
+            response = error_response(exc)
+        finally:
+            if response is None or not isinstance(response, StreamingResponse):
+                self._release(caller)
+        if isinstance(response, StreamingResponse):
+            response.body_iterator = self._released_after(response.body_iterator, caller)
+        return response
+
+    def _release(self, caller: str) -> None:
+        left = self._inflight.get(caller, 1) - 1
+        if left > 0:
+            self._inflight[caller] = left
+        else:
+            self._inflight.pop(caller, None)
+
+    async def _released_after(self, body: AsyncIterable[Any], caller: str) -> AsyncIterator[Any]:
+        try:
+            async for piece in body:
+                yield piece
+        finally:
+            self._release(caller)
 
     def models(self, request: Request) -> Response:
         try:
@@ -175,11 +218,18 @@ class GatewayCore:
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when every model has a healthy local replica."""
-        models = {}
+        replicas, hints, fallbacks = {}, {}, {}
         for name in self._models:
             state = self.backend.state(name)
-            models[name] = 0 if state is None else state.healthy_replicas
-        return all(n > 0 for n in models.values()), {"region": self.region, "replicas": models}
+            replicas[name] = 0 if state is None else state.healthy_replicas
+            fallbacks[name] = 0 if state is None else state.fallbacks
+            hints[name] = {
+                "status": "off" if state is None else state.hints_status(),
+                "blocks": 0 if state is None else state.hint_blocks(),
+            }
+        ready = all(n > 0 for n in replicas.values())
+        detail = {"region": self.region, "replicas": replicas, "hints": hints}
+        return ready, {**detail, "routing_fallbacks": fallbacks}
 
     def summary(self) -> RegionSummary:
         """This region's summary for its peers (``GET /v1/firstlight/summary``)."""
@@ -192,11 +242,13 @@ class GatewayCore:
                 models[name] = ModelSummary(0, 0.0, 0.0)
                 continue
             terms = decision.winner.terms
+            best = state.replicas.get(decision.winner.replica_id)
             models[name] = ModelSummary(
                 healthy_replicas=state.healthy_replicas,
                 predicted_wait_ms=terms.wait_ms + terms.overhead_ms,
                 prefill_ms_per_token=terms.prefill_ms / max(terms.uncached_tokens, 1),
                 hot_blocks=self._hot[name].snapshot(),
+                measured=best is not None and best.prefill_tokens_per_s is not None,
             )
         return RegionSummary(self.region, time.time(), models)
 
@@ -271,7 +323,8 @@ class GatewayCore:
         state = self.backend.state(prepared.model.name)
         local = state.estimate(prepared.routing) if state is not None else None
         local_ms = local.winner.score if local is not None else None
-        healthy = state is None or state.healthy_replicas > 0
+        # No router state yet means Ray has not told us of any replica.
+        healthy = state is not None and state.healthy_replicas > 0
         if hop:
             if not healthy:
                 raise NoCapacityError(
@@ -279,7 +332,7 @@ class GatewayCore:
                     retry_after_s=_RETRY_AFTER_S,
                 )
             return await self._serve_local(prepared, "local", local_ms)
-        ranked = self._rank_peers(prepared)
+        ranked = self._rank_peers(prepared, _ms_per_token(local))
         if not healthy:
             return await self._fail_over(ranked, prepared, body, request)
         margin = self.config.router.spill_over_margin_ms
@@ -293,12 +346,17 @@ class GatewayCore:
             _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
             return await self._fail_over(ranked, prepared, body, request)
 
-    def _rank_peers(self, prepared: _Prepared) -> list[tuple[Peer, float]]:
+    def _rank_peers(
+        self, prepared: _Prepared, local_ms_per_token: float | None
+    ) -> list[tuple[Peer, float]]:
         ranked = []
         for peer in self.peers.usable(prepared.model.name):
             assert peer.summary is not None
             summary = peer.summary.models[prepared.model.name]
-            ranked.append((peer, predict_peer_ttft(summary, prepared.routing, peer.rtt_ms)))
+            predicted = predict_peer_ttft(
+                summary, prepared.routing, peer.rtt_ms, local_ms_per_token
+            )
+            ranked.append((peer, predicted))
         ranked.sort(key=lambda item: item[1])
         return ranked
 
@@ -383,14 +441,23 @@ class GatewayCore:
         request_id = prepared.generation.request_id
         started = time.monotonic()
         chunks = self.backend.stream(name, prepared.generation, prepared.routing)
+        timeout_s = self.config.gateway.first_token_timeout_s
         try:
-            first = await _first_chunk(chunks)
+            async with asyncio.timeout(timeout_s):
+                served_by, first = await _first_chunk(chunks)
+        except TimeoutError:
+            self._finish(name, request_id)
+            await _aclose(chunks)
+            raise NoCapacityError(
+                f"no first token within {timeout_s:.0f} s", retry_after_s=_RETRY_AFTER_S
+            ) from None
         except BaseException:
             self._finish(name, request_id)
+            await _aclose(chunks)
             raise
         ttft_ms = (time.monotonic() - started) * 1000.0
         state = self.backend.state(name)
-        info = self._route_info(state, request_id, route, predicted_ms)
+        info = self._route_info(state, request_id, route, predicted_ms, served_by)
         if state is not None:
             state.first_token(request_id, ttft_ms)
         self._hot[name].add(prepared.routing.block_hashes)
@@ -406,14 +473,29 @@ class GatewayCore:
             return error_response(exc, headers)
 
     def _route_info(
-        self, state: RouterState | None, request_id: str, route: str, predicted: float | None
+        self,
+        state: RouterState | None,
+        request_id: str,
+        route: str,
+        predicted: float | None,
+        served_by: str,
     ) -> _RouteInfo:
         routed = state.route_of(request_id) if state is not None else None
         if routed is None or routed.chosen is None:
-            return _RouteInfo(route, self.region, "unknown", predicted)
+            return _RouteInfo(route, self.region, served_by, predicted)
         chosen = routed.chosen
+        if chosen.replica_id != served_by:
+            _log.warning(
+                "%s: %s was routed to %s but served by %s",
+                self.region,
+                request_id,
+                chosen.replica_id,
+                served_by,
+            )
+            return _RouteInfo(route, self.region, served_by, None)
         terms_ms = chosen.terms.total_ms if chosen.terms is not None else predicted
-        return _RouteInfo(route, self.region, chosen.replica_id, terms_ms)
+        explanation = routed.decision.explain().encode("ascii", "replace").decode()
+        return _RouteInfo(route, self.region, chosen.replica_id, terms_ms, explanation)
 
     def _finish(self, model: str, request_id: str) -> None:
         state = self.backend.state(model)
@@ -421,14 +503,15 @@ class GatewayCore:
             state.finished(request_id)
 
     async def _collect(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: AsyncIterator[GenerationChunk]
+        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream
     ) -> dict[str, Any]:
         parts, last = [first.text], first
         try:
             if first.finish_reason is None:
                 async for chunk in chunks:
-                    parts.append(chunk.text)
-                    last = chunk
+                    if isinstance(chunk, GenerationChunk):
+                        parts.append(chunk.text)
+                        last = chunk
         except Exception as exc:
             raise _as_api_error(exc) from exc
         finally:
@@ -444,7 +527,7 @@ class GatewayCore:
         )
 
     async def _sse(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: AsyncIterator[GenerationChunk]
+        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream
     ) -> AsyncIterator[bytes]:
         kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.model.name
         created = int(time.time())
@@ -462,7 +545,7 @@ class GatewayCore:
                 usage = chunk.usage or usage
                 if chunk.finish_reason is not None:
                     break
-                chunk = await anext(chunks, None)
+                chunk = await _next_chunk(chunks)
             if prepared.include_usage and usage is not None:
                 yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
         except Exception as exc:  # after the headers went out: an error event, then DONE
@@ -477,9 +560,14 @@ class _ReplicaFailedError(Exception):
     """The local attempt failed before any output (replica died, engine dead)."""
 
 
-async def _first_chunk(chunks: AsyncIterator[GenerationChunk]) -> GenerationChunk:
+async def _first_chunk(chunks: _Stream) -> tuple[str, GenerationChunk]:
+    """The serving replica's id and the first output chunk."""
+    served_by = "unknown"
     try:
         first = await anext(chunks, None)
+        if isinstance(first, ServedBy):
+            served_by = first.replica_id
+            first = await anext(chunks, None)
     except InvalidRequestError as exc:
         raise BadRequestError(str(exc)) from exc
     except Exception as exc:
@@ -487,9 +575,24 @@ async def _first_chunk(chunks: AsyncIterator[GenerationChunk]) -> GenerationChun
         if isinstance(cause, InvalidRequestError):
             raise BadRequestError(str(cause)) from exc
         raise _ReplicaFailedError(f"{type(exc).__name__}: {exc}") from exc
-    if first is None:
+    if not isinstance(first, GenerationChunk):
         raise _ReplicaFailedError("the replica ended the stream without output")
-    return first
+    return served_by, first
+
+
+def _ms_per_token(decision: Decision | None) -> float | None:
+    """The calibrated prefill cost of the local winner, ``None`` if unknown."""
+    if decision is None or decision.winner.terms is None:
+        return None
+    terms = decision.winner.terms
+    return terms.prefill_ms / max(terms.uncached_tokens, 1)
+
+
+async def _next_chunk(chunks: _Stream) -> GenerationChunk | None:
+    async for item in chunks:
+        if isinstance(item, GenerationChunk):
+            return item
+    return None
 
 
 def _cause(exc: BaseException) -> BaseException:
@@ -507,7 +610,7 @@ def _as_api_error(exc: BaseException) -> ApiError:
     return NoCapacityError(f"the request failed mid-stream: {type(cause).__name__}")
 
 
-async def _aclose(chunks: AsyncIterator[GenerationChunk]) -> None:
+async def _aclose(chunks: _Stream) -> None:
     close = getattr(chunks, "aclose", None)
     if close is not None:
         try:

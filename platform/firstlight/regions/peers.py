@@ -140,7 +140,7 @@ class PeerTable:
             )
             response.raise_for_status()
             summary = RegionSummary.from_json(response.json())
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        except Exception as exc:  # a peer's fault never stops the probe loop
             peer.last_error = f"{type(exc).__name__}: {exc}"
             peer.breaker.failure()
             return

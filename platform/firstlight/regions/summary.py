@@ -32,6 +32,9 @@ class ModelSummary:
     """Calibrated prefill cost on that replica."""
     hot_blocks: frozenset[int] = frozenset()
     """Hint-form hashes of prompt blocks the region served recently (its hot prefixes)."""
+    measured: bool = False
+    """Whether ``prefill_ms_per_token`` comes from a replica's measurement (``False``:
+    the configured prior, which peers replace by their own measured rate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class RegionSummary:
                     "predicted_wait_ms": m.predicted_wait_ms,
                     "prefill_ms_per_token": m.prefill_ms_per_token,
                     "hot_blocks": sorted(m.hot_blocks),
+                    "measured": m.measured,
                 }
                 for name, m in self.models.items()
             },
@@ -62,27 +66,45 @@ class RegionSummary:
         """Parse a peer's summary; raises ``ValueError`` on anything malformed."""
         if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
             raise ValueError("summary must be an object with a 'models' object")
-        models = {}
-        for name, m in data["models"].items():
-            models[str(name)] = ModelSummary(
-                healthy_replicas=int(m["healthy_replicas"]),
-                predicted_wait_ms=float(m["predicted_wait_ms"]),
-                prefill_ms_per_token=float(m["prefill_ms_per_token"]),
-                hot_blocks=frozenset(int(h) for h in m.get("hot_blocks", ())),
-            )
-        return cls(str(data["region"]), float(data["at"]), models)
+        try:
+            models = {}
+            for name, m in data["models"].items():
+                models[str(name)] = ModelSummary(
+                    healthy_replicas=int(m["healthy_replicas"]),
+                    predicted_wait_ms=float(m["predicted_wait_ms"]),
+                    prefill_ms_per_token=float(m["prefill_ms_per_token"]),
+                    hot_blocks=frozenset(int(h) for h in m.get("hot_blocks", ())),
+                    measured=bool(m.get("measured", False)),
+                )
+            return cls(str(data["region"]), float(data["at"]), models)
+        except (KeyError, TypeError, AttributeError, OverflowError) as exc:
+            raise ValueError(f"malformed summary: {type(exc).__name__}: {exc}") from exc
 
 
-def predict_peer_ttft(summary: ModelSummary, request: RequestView, rtt_ms: float) -> float:
+def predict_peer_ttft(
+    summary: ModelSummary,
+    request: RequestView,
+    rtt_ms: float,
+    local_ms_per_token: float | None = None,
+) -> float:
     """Predicted TTFT of ``request`` if forwarded to a region with ``summary``: the
-    round trip, the region's floor, and the prefill of what its hot prefixes miss."""
+    round trip, the region's floor, and the prefill of what its hot prefixes miss.
+
+    A peer that has not measured its prefill rate yet is assumed to run at
+    ``local_ms_per_token`` (the same model on the same kind of hardware) rather than at
+    its optimistic prior, which would otherwise attract every request to an idle peer.
+    """
     cached_blocks = 0
     for block in request.block_hashes:
         if block not in summary.hot_blocks:
             break
         cached_blocks += 1
     uncached = max(request.prompt_tokens - cached_blocks * request.block_size, 1)
-    return rtt_ms + summary.predicted_wait_ms + uncached * summary.prefill_ms_per_token
+    wait_ms, ms_per_token = summary.predicted_wait_ms, summary.prefill_ms_per_token
+    if not summary.measured and local_ms_per_token is not None and ms_per_token > 0:
+        wait_ms *= local_ms_per_token / ms_per_token
+        ms_per_token = local_ms_per_token
+    return rtt_ms + wait_ms + uncached * ms_per_token
 
 
 class HotPrefixes:

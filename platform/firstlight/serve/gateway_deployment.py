@@ -25,7 +25,7 @@ from firstlight.config import PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
-from firstlight.serve.router_state import RouterState, router_state
+from firstlight.serve.router_state import RouterState, ServedBy, router_state
 
 __all__ = ["Gateway", "peer_table"]
 
@@ -91,7 +91,7 @@ class Gateway:
 
     async def stream(
         self, model: str, request: GenerationRequest, routing: RequestView
-    ) -> AsyncIterator[GenerationChunk]:
+    ) -> AsyncIterator[ServedBy | GenerationChunk]:
         handle = self._handles[model].options(stream=True)
         response: Any = handle.generate.remote(request, routing=routing)
         finished = False

@@ -33,6 +33,7 @@ from firstlight.engine.protocol import Engine, GenerationChunk, GenerationReques
 from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.routing import RequestView
+from firstlight.serve.router_state import ServedBy
 
 __all__ = ["ModelServer", "build_engine", "hint_key_prefix"]
 
@@ -87,13 +88,15 @@ class ModelServer:
 
     async def generate(
         self, request: GenerationRequest, routing: RequestView | None = None
-    ) -> AsyncIterator[GenerationChunk]:
-        """Stream ``request``'s output. Raises ``InvalidRequestError`` (incl.
+    ) -> AsyncIterator[ServedBy | GenerationChunk]:
+        """Stream ``request``'s output, after a :class:`ServedBy` naming this replica.
+        Raises ``InvalidRequestError`` (incl.
         ``PromptTooLongError``) before the first chunk and ``EngineDeadError`` when the
         engine dies; the gateway maps both to HTTP statuses."""
         self._ensure_tasks()
         self._inflight += 1
         first = True
+        yield ServedBy(self._replica_id)
         try:
             async for chunk in self._engine.generate(request):
                 if first and routing is not None and self._hints_enabled:

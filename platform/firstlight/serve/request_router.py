@@ -24,6 +24,7 @@ import contextlib
 import logging
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 from ray.serve.request_router import (
@@ -38,7 +39,7 @@ from firstlight.hints import HintMirror, HintSubscriber, redis_client
 from firstlight.routing import NO_CACHE, ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight.serve.router_state import RouterState, routers
 
-__all__ = ["FirstlightRequestRouter", "replica_view", "router_kwargs"]
+__all__ = ["FirstlightRequestRouter", "replica_view", "router_kwargs", "with_shared_rates"]
 
 _log = logging.getLogger(__name__)
 
@@ -85,6 +86,21 @@ def replica_view(
     )
 
 
+def with_shared_rates(views: dict[str, ReplicaView]) -> dict[str, ReplicaView]:
+    """Give replicas that have not measured their prefill rate yet the mean rate of those
+    that have: replicas of one model in one region run the same engine on the same
+    hardware, and a configured prior (optimistic by design) would make every fresh
+    replica look faster than a measured one that holds the prompt's prefix."""
+    measured = [v.prefill_tokens_per_s for v in views.values() if v.prefill_tokens_per_s]
+    if not measured or len(measured) == len(views):
+        return views
+    mean = sum(measured) / len(measured)
+    return {
+        rid: v if v.prefill_tokens_per_s else replace(v, prefill_tokens_per_s=mean)
+        for rid, v in views.items()
+    }
+
+
 class FirstlightRequestRouter(RequestRouter):
     """Ranks a model's replicas with the configured policy (see module docstring)."""
 
@@ -100,6 +116,7 @@ class FirstlightRequestRouter(RequestRouter):
             str(kwargs["policy"]), kwargs.get("params") or {}, rng=random.Random(), clock=time.time
         )
         self._state = RouterState(region=region, model=model, policy=policy, clock=time.time)
+        self._measured: set[str] = set()
         hints = kwargs.get("hints")
         if hints is not None:
             self._start_hints(HintsConfig.model_validate(hints), str(kwargs["hint_key_prefix"]))
@@ -143,7 +160,14 @@ class FirstlightRequestRouter(RequestRouter):
                 rid = replica.replica_id.unique_id
                 queue_len = self._replica_queue_len_cache.get(replica.replica_id)
                 views[rid] = replica_view(rid, self._state.region, stats, queue_len)
-        self._state.set_replicas(views)
+                if views[rid].prefill_tokens_per_s and rid not in self._measured:
+                    # Corrections learned against the prior rate do not apply to the
+                    # replica's own measurement: start its calibration afresh.
+                    self._measured.add(rid)
+                    calibrator = getattr(self._state.policy, "calibrator", None)
+                    if calibrator is not None:
+                        calibrator.forget(rid)
+        self._state.set_replicas(with_shared_rates(views))
 
     async def choose_replicas(
         self,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass, field
 
 from firstlight.routing import (
@@ -29,10 +29,18 @@ from firstlight.routing import (
 )
 from firstlight.routing.firstlight import FirstlightParams, FirstlightPolicy
 
-__all__ = ["Route", "RouterState", "router_state", "routers"]
+__all__ = ["Route", "RouterState", "ServedBy", "router_state", "routers"]
 
 _MAX_ROUTES = 10_000
 """Routes kept for requests whose gateway never collected them (bounded memory)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServedBy:
+    """The first item of every ModelServer stream: which replica actually serves it
+    (the ground truth for ``x-firstlight-replica``)."""
+
+    replica_id: str
 
 
 @dataclass(slots=True)
@@ -64,17 +72,22 @@ class RouterState:
     replicas: dict[str, ReplicaView] = field(default_factory=dict)
     routes: OrderedDict[str, Route] = field(default_factory=OrderedDict)
     hints_status: Callable[[], str] = lambda: "off"
+    """``off``, ``connected`` or ``stale since <time>`` (the hint subscriber's state)."""
     estimator: FirstlightPolicy = field(init=False)
+    fallbacks: int = 0
+    """Requests Ray sent to another replica than the policy's first choice (the first
+    choice did not answer Ray's queue-length probe in time, or was full)."""
 
     def __post_init__(self) -> None:
         import random
 
-        params = getattr(self.policy, "params", None)
-        if not isinstance(params, FirstlightParams):
-            params = FirstlightParams()
-        self.estimator = FirstlightPolicy(
-            params, rng=random.Random(0), clock=self.clock, name="estimate"
-        )
+        if isinstance(self.policy, FirstlightPolicy):
+            # The routing policy itself, so estimates include its reservations.
+            self.estimator = self.policy
+        else:
+            self.estimator = FirstlightPolicy(
+                FirstlightParams(), rng=random.Random(0), clock=self.clock, name="estimate"
+            )
 
     # --- written by the request router ------------------------------------------------
 
@@ -94,6 +107,8 @@ class RouterState:
         route = self.routes.get(request_id)
         if route is None:
             return
+        if route.decision.winner.replica_id != replica_id:
+            self.fallbacks += 1
         chosen = next((c for c in route.decision.ranked if c.replica_id == replica_id), None)
         if chosen is None:  # Ray fell back to a replica the decision did not rank
             chosen = Candidate(replica_id, self.region, float("inf"))
@@ -102,6 +117,10 @@ class RouterState:
         self.policy.on_routed(route.request, chosen)
 
     # --- read and reported by the gateway ---------------------------------------------
+
+    def hint_blocks(self) -> int:
+        """Blocks in the hint mirror (0 without hints)."""
+        return len(self.cache) if isinstance(self.cache, Sized) else 0
 
     @property
     def healthy_replicas(self) -> int:
@@ -124,7 +143,7 @@ class RouterState:
 
     def estimate(self, request: RequestView) -> Decision | None:
         """The cost model's view of the best local replica, or ``None`` when there is
-        no replica. Used by the gateway's region decision; does not reserve anything."""
+        no replica. Used by the gateway's region decision; reserves nothing."""
         if not self.replicas:
             return None
         return self.estimator.choose(

@@ -1,0 +1,92 @@
+"""API keys: Bearer tokens from secret files, identities for limits, refusals."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from firstlight.api.auth import ApiKeys
+from firstlight.config import AuthConfig, SecretRef
+from firstlight.errors import AuthenticationError
+
+KEY_A = "sk-firstlight-aaaaaaaaaaaaaaaa"
+KEY_B = "sk-firstlight-bbbbbbbbbbbbbbbb"
+
+
+def _keys(tmp_path: Path, *keys: str) -> ApiKeys:
+    refs = []
+    for i, key in enumerate(keys):
+        path = tmp_path / f"key-{i}"
+        path.write_text(f"  {key}\n", encoding="utf-8")  # files from Secrets often end in a newline
+        refs.append(SecretRef(file=path))
+    return ApiKeys(AuthConfig(enabled=True, api_keys=tuple(refs)))
+
+
+@pytest.mark.parametrize("authorization", [None, "", "Bearer nothing-configured", "garbage"])
+def test_auth_off_accepts_everything_as_anonymous(authorization: str | None) -> None:
+    keys = ApiKeys(AuthConfig(enabled=False))
+    assert not keys.enabled
+    assert keys.check(authorization) == "anonymous"
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        pytest.param(None, id="missing-header"),
+        pytest.param("", id="empty-header"),
+        pytest.param(f"Basic {KEY_A}", id="wrong-scheme"),
+        pytest.param(f"Token {KEY_A}", id="other-scheme"),
+        pytest.param(KEY_A, id="no-scheme"),
+        pytest.param("Bearer", id="no-token"),
+        pytest.param("Bearer    ", id="blank-token"),
+        pytest.param("Bearer sk-firstlight-wrong", id="wrong-key"),
+        pytest.param(f"Bearer {KEY_A}x", id="key-with-suffix"),
+        pytest.param(f"Bearer {KEY_A[:-1]}", id="key-prefix"),
+        pytest.param(f"Bearer {KEY_A.upper()}", id="key-case-changed"),
+    ],
+)
+def test_refusals_are_authentication_errors(tmp_path: Path, authorization: str | None) -> None:
+    keys = _keys(tmp_path, KEY_A)
+    with pytest.raises(AuthenticationError) as caught:
+        keys.check(authorization)
+    assert caught.value.code == "invalid_api_key"
+    assert caught.value.status == 401
+    assert KEY_A not in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [f"Bearer {KEY_A}", f"bearer {KEY_A}", f"BEARER {KEY_A}", f"Bearer   {KEY_A}  "],
+)
+def test_an_accepted_key_returns_a_stable_identity(tmp_path: Path, authorization: str) -> None:
+    keys = _keys(tmp_path, KEY_A)
+    identity = keys.check(authorization)
+    assert re.fullmatch(r"[0-9a-f]{16}", identity)
+    assert keys.check(f"Bearer {KEY_A}") == identity
+    assert KEY_A not in identity
+
+
+def test_identity_is_the_same_across_gateways(tmp_path: Path) -> None:
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first = _keys(tmp_path / "one", KEY_A)
+    second = _keys(tmp_path / "two", KEY_B, KEY_A)
+    assert first.check(f"Bearer {KEY_A}") == second.check(f"Bearer {KEY_A}")
+
+
+def test_every_configured_key_is_accepted_with_its_own_identity(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, KEY_A, KEY_B)
+    identity_a = keys.check(f"Bearer {KEY_A}")
+    identity_b = keys.check(f"Bearer {KEY_B}")
+    assert identity_a != identity_b
+    assert re.fullmatch(r"[0-9a-f]{16}", identity_b)
+
+
+def test_keys_are_read_at_start_up_only(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, KEY_A)
+    (tmp_path / "key-0").write_text(KEY_B)
+    assert re.fullmatch(r"[0-9a-f]{16}", keys.check(f"Bearer {KEY_A}"))
+    with pytest.raises(AuthenticationError):
+        keys.check(f"Bearer {KEY_B}")

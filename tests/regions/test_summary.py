@@ -1,0 +1,221 @@
+"""Region summaries: the JSON a region publishes, what a peer predicts from it, hot prefixes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, predict_peer_ttft
+from firstlight.routing import RequestView
+
+SUMMARY = RegionSummary(
+    "eu-west",
+    1_700_000_000.25,
+    {
+        "SmolLM2": ModelSummary(2, 41.5, 0.25, frozenset({7, 3, 2**64 - 1}), measured=True),
+        "down-model": ModelSummary(0, 0.0, 1.0),
+    },
+)
+
+
+def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
+    data = SUMMARY.to_json()
+    assert data == {
+        "region": "eu-west",
+        "at": 1_700_000_000.25,
+        "models": {
+            "SmolLM2": {
+                "healthy_replicas": 2,
+                "predicted_wait_ms": 41.5,
+                "prefill_ms_per_token": 0.25,
+                "hot_blocks": [3, 7, 2**64 - 1],
+                "measured": True,
+            },
+            "down-model": {
+                "healthy_replicas": 0,
+                "predicted_wait_ms": 0.0,
+                "prefill_ms_per_token": 1.0,
+                "hot_blocks": [],
+                "measured": False,
+            },
+        },
+    }
+    assert json.loads(json.dumps(data)) == data
+
+
+def test_summary_round_trips_through_json_text() -> None:
+    parsed = RegionSummary.from_json(json.loads(json.dumps(SUMMARY.to_json())))
+    assert parsed == SUMMARY
+    assert parsed.models["SmolLM2"].hot_blocks == frozenset({3, 7, 2**64 - 1})
+
+
+def test_from_json_defaults_hot_blocks_and_ignores_unknown_fields() -> None:
+    data = {
+        "region": "ap-south",
+        "at": 5,
+        "version": 2,
+        "models": {
+            "m": {
+                "healthy_replicas": 1,
+                "predicted_wait_ms": 3,
+                "prefill_ms_per_token": 2,
+                "gpu": "x",
+            }
+        },
+    }
+    parsed = RegionSummary.from_json(data)
+    assert parsed == RegionSummary("ap-south", 5.0, {"m": ModelSummary(1, 3.0, 2.0, frozenset())})
+    assert isinstance(parsed.at, float)
+
+
+def _good_model() -> dict[str, Any]:
+    return {"healthy_replicas": 1, "predicted_wait_ms": 1.0, "prefill_ms_per_token": 0.1}
+
+
+MALFORMED: list[tuple[str, Any]] = [
+    ("null", None),
+    ("list", [1, 2]),
+    ("no-models", {"region": "eu", "at": 1.0}),
+    ("models-not-object", {"region": "eu", "at": 1.0, "models": []}),
+    ("no-region", {"at": 1.0, "models": {}}),
+    ("no-at", {"region": "eu", "models": {}}),
+    ("at-not-number", {"region": "eu", "at": "yesterday", "models": {}}),
+    ("at-null", {"region": "eu", "at": None, "models": {}}),
+    ("model-missing-field", {"region": "eu", "at": 1.0, "models": {"m": {"healthy_replicas": 1}}}),
+    ("model-not-object", {"region": "eu", "at": 1.0, "models": {"m": [1, 2, 3]}}),
+    (
+        "replicas-not-int",
+        {"region": "eu", "at": 1.0, "models": {"m": {**_good_model(), "healthy_replicas": "two"}}},
+    ),
+    (
+        "hot-blocks-not-list",
+        {"region": "eu", "at": 1.0, "models": {"m": {**_good_model(), "hot_blocks": 5}}},
+    ),
+    (
+        "hot-block-not-int",
+        {"region": "eu", "at": 1.0, "models": {"m": {**_good_model(), "hot_blocks": ["x"]}}},
+    ),
+    (
+        "hot-block-nan",
+        {
+            "region": "eu",
+            "at": 1.0,
+            "models": {"m": {**_good_model(), "hot_blocks": [float("nan")]}},
+        },
+    ),
+    # json.loads reads a peer's `Infinity` as a float; int() of it raises OverflowError
+    (
+        "replicas-infinite",
+        {
+            "region": "eu",
+            "at": 1.0,
+            "models": {"m": {**_good_model(), "healthy_replicas": float("inf")}},
+        },
+    ),
+    (
+        "hot-block-infinite",
+        {
+            "region": "eu",
+            "at": 1.0,
+            "models": {"m": {**_good_model(), "hot_blocks": [float("inf")]}},
+        },
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "data", [case for _, case in MALFORMED], ids=[name for name, _ in MALFORMED]
+)
+def test_from_json_refuses_malformed_summaries(data: Any) -> None:
+    # The peer table catches exactly these three when it parses a probe's answer.
+    with pytest.raises((ValueError, KeyError, TypeError)):
+        RegionSummary.from_json(data)
+
+
+HOT = ModelSummary(
+    healthy_replicas=1,
+    predicted_wait_ms=30.0,
+    prefill_ms_per_token=0.5,
+    hot_blocks=frozenset({10, 11, 12}),
+)
+
+# (id, block hashes, prompt tokens, rtt, expected ms); block size 32
+PREDICTIONS = [
+    ("nothing-hot", (1, 2, 3), 100, 50.0, 50 + 30 + 100 * 0.5),
+    ("two-leading-blocks-hot", (10, 11, 99), 100, 50.0, 50 + 30 + (100 - 64) * 0.5),
+    ("hot-but-not-leading", (99, 10, 11), 100, 50.0, 50 + 30 + 100 * 0.5),
+    ("chain-stops-at-first-miss", (10, 99, 11), 100, 50.0, 50 + 30 + (100 - 32) * 0.5),
+    ("partial-last-block", (10, 11, 12), 100, 50.0, 50 + 30 + 4 * 0.5),
+    ("fully-cached-still-one-token", (10, 11, 12), 96, 50.0, 50 + 30 + 1 * 0.5),
+    ("no-blocks", (), 10, 0.0, 30 + 10 * 0.5),
+    ("rtt-adds-linearly", (1,), 10, 217.0, 217 + 30 + 10 * 0.5),
+]
+
+
+@pytest.mark.parametrize(
+    ("blocks", "prompt_tokens", "rtt_ms", "expected"),
+    [case[1:] for case in PREDICTIONS],
+    ids=[case[0] for case in PREDICTIONS],
+)
+def test_predict_peer_ttft(
+    blocks: tuple[int, ...], prompt_tokens: int, rtt_ms: float, expected: float
+) -> None:
+    request = RequestView("q", prompt_tokens, block_hashes=blocks, block_size=32)
+    assert predict_peer_ttft(HOT, request, rtt_ms) == pytest.approx(expected)
+
+
+def test_predict_peer_ttft_uses_the_request_block_size() -> None:
+    request = RequestView("q", 100, block_hashes=(10, 11), block_size=16)
+    assert predict_peer_ttft(HOT, request, 0.0) == pytest.approx(30 + (100 - 32) * 0.5)
+
+
+def test_hot_prefixes_start_empty() -> None:
+    assert HotPrefixes().snapshot() == frozenset()
+
+
+def test_hot_prefixes_evict_the_least_recently_added() -> None:
+    hot = HotPrefixes(capacity=3)
+    hot.add([1, 2, 3])
+    hot.add([1])  # refreshed: 2 is now the oldest
+    hot.add([4])
+    assert hot.snapshot() == frozenset({1, 3, 4})
+    hot.add([5, 6])
+    assert hot.snapshot() == frozenset({4, 5, 6})
+
+
+def test_hot_prefixes_keep_the_last_blocks_of_an_oversized_batch() -> None:
+    hot = HotPrefixes(capacity=2)
+    hot.add(range(10))
+    assert hot.snapshot() == frozenset({8, 9})
+
+
+def test_hot_prefixes_snapshot_is_a_copy() -> None:
+    hot = HotPrefixes(capacity=4)
+    hot.add([1, 2])
+    before = hot.snapshot()
+    hot.add([3])
+    assert before == frozenset({1, 2})
+    assert hot.snapshot() == frozenset({1, 2, 3})
+
+
+def test_hot_prefixes_default_capacity_is_bounded() -> None:
+    hot = HotPrefixes()
+    hot.add(range(100_000))
+    snapshot = hot.snapshot()
+    assert 0 < len(snapshot) < 100_000
+    assert 99_999 in snapshot
+    assert 0 not in snapshot
+
+
+def test_unmeasured_peer_is_predicted_at_the_local_rate() -> None:
+    """An idle peer that never measured its prefill rate must not look faster than
+    the local region just because its prior is optimistic."""
+    request = RequestView("r", 1000, (), 32)
+    unmeasured = ModelSummary(1, 10.0, 0.2, measured=False)
+    measured = ModelSummary(1, 10.0, 0.2, measured=True)
+    # Wait (10 ms of queued work at 0.2 ms/token = 50 tokens) and prefill at 2 ms/token.
+    assert predict_peer_ttft(unmeasured, request, 40.0, 2.0) == pytest.approx(40 + 100 + 2000)
+    assert predict_peer_ttft(measured, request, 40.0, 2.0) == pytest.approx(40 + 10 + 200)
+    assert predict_peer_ttft(unmeasured, request, 40.0) == pytest.approx(40 + 10 + 200)

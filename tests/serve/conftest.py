@@ -1,0 +1,69 @@
+"""Serving fixtures: one real local Ray cluster with Serve's HTTP proxy per test session,
+and helpers to deploy platforms on it through the same start-up path as ``firstlight up``.
+
+Each test module deploys its own regions (distinct names) and deletes them at the end.
+"""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firstlight.config import PlatformConfig, parse_config
+
+API_KEY = "test-key-0123456789abcdef"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def serve_port() -> Iterator[int]:
+    """A local Ray cluster (2 CPUs) with Serve's proxy on a free loopback port."""
+    import ray
+    from ray import serve
+
+    port = _free_port()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    yield port
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("secrets") / "api-key"
+    path.write_text(API_KEY + "\n")
+    return path
+
+
+def platform_config(
+    port: int,
+    regions: list[dict[str, Any]],
+    models: list[dict[str, Any]],
+    *,
+    key_file: Path | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> PlatformConfig:
+    """A local-mode config on the session's proxy, with its own Redis key prefix."""
+    data: dict[str, Any] = {
+        "mode": "local",
+        "regions": regions,
+        "models": models,
+        "hints": {"key_prefix": f"fltest:{uuid.uuid4().hex[:8]}:"},
+        "gateway": {"host": "127.0.0.1", "port": port},
+    }
+    if key_file is not None:
+        data["auth"] = {"enabled": True, "api_keys": [{"file": str(key_file)}]}
+    data.update(extra or {})
+    return parse_config(data, "test")

@@ -1,0 +1,368 @@
+"""The router state a model's request router shares with the gateway: routes, policy
+hooks (reservations, calibration), estimates, replica count and hint blocks.
+
+Real policies from the registry and a real hint mirror; no Ray is started.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from firstlight.hints import BlockEvent, HintMirror
+from firstlight.routing import (
+    NO_CACHE,
+    Candidate,
+    Decision,
+    FirstlightPolicy,
+    ReplicaView,
+    RequestView,
+    RoutingInput,
+    RoutingPolicy,
+    build_policy,
+)
+from firstlight.serve.router_state import _MAX_ROUTES, RouterState, router_state, routers
+
+REGION = "us-east"
+MODEL = "SmolLM2-135M-Instruct"
+PARAMS = {"prefill_tokens_per_s": 1000.0, "step_overhead_ms": 5.0, "decode_ms_per_running_seq": 0.0}
+
+
+class FakeClock:
+    """A clock that only moves when told to."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _replica(rid: str, pending: int = 0) -> ReplicaView:
+    return ReplicaView(
+        rid, REGION, queue_len=1 if pending else 0, pending_prefill_tokens=pending, stats_at=0.0
+    )
+
+
+def _request(
+    rid: str = "q1", prompt_tokens: int = 640, blocks: tuple[int, ...] = ()
+) -> RequestView:
+    return RequestView(rid, prompt_tokens, block_hashes=blocks, block_size=32)
+
+
+def _firstlight(clock: FakeClock) -> FirstlightPolicy:
+    policy = build_policy("firstlight", PARAMS, rng=random.Random(0), clock=clock)
+    assert isinstance(policy, FirstlightPolicy)
+    return policy
+
+
+def _state(policy: RoutingPolicy, clock: FakeClock, **replicas: int) -> RouterState:
+    state = RouterState(REGION, MODEL, policy, clock=clock)
+    state.set_replicas({rid: _replica(rid, pending) for rid, pending in replicas.items()})
+    return state
+
+
+def _decide(state: RouterState, request: RequestView) -> Decision:
+    """What the request router does: ask the policy, record the decision."""
+    decision = state.policy.choose(
+        RoutingInput(request, tuple(state.replicas.values()), state.cache)
+    )
+    state.record_decision(request, decision)
+    return decision
+
+
+def _score(decision: Decision, replica_id: str) -> float:
+    return next(c.score for c in decision.ranked if c.replica_id == replica_id)
+
+
+# --- replicas and estimates ------------------------------------------------------------
+
+
+def test_no_replica_means_no_estimate() -> None:
+    state = RouterState(REGION, MODEL, _firstlight(FakeClock()))
+    assert state.healthy_replicas == 0
+    assert state.estimate(_request()) is None
+    assert state.hints_status() == "off"
+
+
+def test_healthy_replicas_follow_the_replica_set() -> None:
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, a=0, b=0, c=0)
+    assert state.healthy_replicas == 3
+    state.set_replicas({"a": _replica("a")})
+    assert state.healthy_replicas == 1
+    state.set_replicas({})
+    assert state.healthy_replicas == 0
+    assert state.estimate(_request()) is None
+
+
+def test_the_firstlight_policy_is_its_own_estimator() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=2000, b=0)
+    assert state.estimator is policy
+    estimate = state.estimate(_request())
+    assert estimate is not None
+    assert estimate.policy == "firstlight"
+    assert estimate.winner.replica_id == "b"
+    # idle b: 640 uncached tokens at 1 ms/token + 5 ms step
+    assert estimate.winner.score == pytest.approx(645.0)
+    assert _score(estimate, "a") == pytest.approx(2000 + 645.0)
+
+
+def test_a_baseline_policy_gets_a_cost_model_estimator_and_is_not_consulted() -> None:
+    clock = FakeClock()
+    policy = build_policy("round_robin", {}, rng=random.Random(0), clock=clock)
+    state = _state(policy, clock, a=2000, b=0)
+    assert isinstance(state.estimator, FirstlightPolicy)
+    assert state.estimator is not policy
+    for _ in range(3):
+        estimate = state.estimate(_request())
+        assert estimate is not None
+        assert estimate.policy == "estimate"
+        assert estimate.winner.replica_id == "b", "by predicted TTFT, not in turn"
+        assert estimate.winner.terms is not None
+    # The round-robin counter did not move: its first decision still goes to "a".
+    first = policy.choose(RoutingInput(_request(), tuple(state.replicas.values())))
+    assert first.winner.replica_id == "a"
+
+
+def test_estimates_reserve_nothing() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=100)
+    first = state.estimate(_request("q1"))
+    second = state.estimate(_request("q2"))
+    assert first is not None
+    assert second is not None
+    assert len(policy.reservations) == 0
+    assert [(c.replica_id, c.score) for c in first.ranked] == [
+        (c.replica_id, c.score) for c in second.ranked
+    ]
+
+
+def test_estimates_use_the_hint_mirror() -> None:
+    clock = FakeClock()
+    mirror = HintMirror(ttl_s=60.0, clock=clock)
+    blocks = tuple(range(100, 120))  # 20 blocks of 32 = the whole 640-token prompt
+    mirror.apply(BlockEvent("b", 0, stored=blocks, removed=()))
+    state = RouterState(REGION, MODEL, _firstlight(clock), cache=mirror, clock=clock)
+    state.set_replicas({"a": _replica("a"), "b": _replica("b")})
+
+    estimate = state.estimate(_request(blocks=blocks))
+    assert estimate is not None
+    assert estimate.winner.replica_id == "b"
+    assert estimate.winner.cached_blocks == 20
+    assert estimate.winner.score == pytest.approx(1 + 5.0), "one token is always computed"
+    assert _score(estimate, "a") == pytest.approx(645.0)
+
+
+def test_hint_blocks_counts_the_mirror_entries() -> None:
+    clock = FakeClock()
+    assert RouterState(REGION, MODEL, _firstlight(clock), clock=clock).hint_blocks() == 0
+    mirror = HintMirror(ttl_s=60.0, clock=clock)
+    state = RouterState(REGION, MODEL, _firstlight(clock), cache=mirror, clock=clock)
+    assert state.hint_blocks() == 0
+    mirror.apply(BlockEvent("a", 0, stored=(1, 2, 3), removed=()))
+    mirror.apply(BlockEvent("b", 0, stored=(1,), removed=()))
+    assert state.hint_blocks() == 4
+    mirror.apply(BlockEvent("a", 0, stored=(), removed=(2,)))
+    assert state.hint_blocks() == 3
+
+
+def test_without_a_mirror_the_cache_is_no_cache() -> None:
+    state = RouterState(REGION, MODEL, _firstlight(FakeClock()))
+    assert state.cache is NO_CACHE
+
+
+# --- routes and the policy's hooks -----------------------------------------------------
+
+
+def test_a_routed_request_is_reserved_and_weighs_on_the_estimate() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=0)
+    before = state.estimate(_request("probe"))
+    assert before is not None
+
+    request = _request("q1")
+    decision = _decide(state, request)
+    route = state.route_of("q1")
+    assert route is not None
+    assert route.decision is decision
+    assert route.chosen is None, "decided, not yet sent"
+    assert len(policy.reservations) == 0
+
+    clock.advance(0.5)
+    winner = decision.winner.replica_id
+    state.record_routed("q1", winner)
+    assert route.chosen == decision.winner
+    assert route.routed_at == 1_000.5
+    assert len(policy.reservations) == 1
+
+    after = state.estimate(_request("probe"))
+    assert after is not None
+    # q1's 640 tokens now queue ahead on the chosen replica, at 1 ms/token
+    assert _score(after, winner) == pytest.approx(_score(before, winner) + 640.0)
+    assert after.winner.replica_id != winner
+
+
+def test_routing_to_a_replica_the_decision_did_not_rank() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=0)
+    _decide(state, _request("q1"))
+    state.record_routed("q1", "c")
+    route = state.route_of("q1")
+    assert route is not None
+    assert route.chosen == Candidate("c", REGION, float("inf"))
+    assert policy.reservations.tokens_after("c", 0.0) == 640
+
+
+def test_routing_an_unknown_request_is_ignored() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0)
+    state.record_routed("never-decided", "a")
+    assert state.route_of("never-decided") is None
+    assert len(policy.reservations) == 0
+
+
+def test_first_token_releases_the_reservation_and_calibrates() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=0)
+    decision = _decide(state, _request("q1"))
+    winner = decision.winner.replica_id
+    state.record_routed("q1", winner)
+    assert decision.winner.terms is not None
+    predicted = decision.winner.terms.total_ms
+
+    state.first_token("q1", observed_ttft_ms=3 * predicted)
+    assert len(policy.reservations) == 0
+    assert policy.calibrator.correction(winner) > 1.0, "slower than predicted"
+    assert policy.calibrator.error_ms(winner) == pytest.approx(2 * predicted)
+    assert state.route_of("q1") is not None, "kept until the request finishes"
+
+
+def test_first_token_before_routing_changes_nothing() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=0)
+    decision = _decide(state, _request("q1"))
+    state.first_token("q1", 10_000.0)
+    state.first_token("unknown", 10_000.0)
+    for candidate in decision.ranked:
+        assert policy.calibrator.error_ms(candidate.replica_id) is None
+        assert policy.calibrator.correction(candidate.replica_id) == 1.0
+
+
+def test_finished_releases_and_forgets_the_route() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=0)
+    decision = _decide(state, _request("q1"))
+    state.record_routed("q1", decision.winner.replica_id)
+    assert len(policy.reservations) == 1
+
+    state.finished("q1")
+    assert state.route_of("q1") is None
+    assert len(policy.reservations) == 0
+    state.finished("q1")  # twice is harmless
+    state.first_token("q1", 5.0)  # after the end: nothing to calibrate
+    assert policy.calibrator.error_ms(decision.winner.replica_id) is None
+
+
+def test_an_unrouted_request_finishes_without_touching_others() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=0)
+    routed = _decide(state, _request("q1"))
+    state.record_routed("q1", routed.winner.replica_id)
+    _decide(state, _request("q2"))
+    state.finished("q2")
+    assert state.route_of("q2") is None
+    assert len(policy.reservations) == 1, "q1 still holds its reservation"
+
+
+def test_round_robin_routes_are_tracked_too() -> None:
+    clock = FakeClock()
+    policy = build_policy("round_robin", {}, rng=random.Random(0), clock=clock)
+    state = _state(policy, clock, a=0, b=0)
+    winners = []
+    for i in range(4):
+        decision = _decide(state, _request(f"q{i}"))
+        state.record_routed(f"q{i}", decision.winner.replica_id)
+        winners.append(decision.winner.replica_id)
+    assert winners == ["a", "b", "a", "b"]
+    route = state.route_of("q1")
+    assert route is not None
+    assert route.chosen is not None
+    assert route.chosen.replica_id == "b"
+    state.first_token("q1", 12.0)
+    state.finished("q1")
+    assert state.route_of("q1") is None
+    assert len(state.routes) == 3
+
+
+# --- bounded routes --------------------------------------------------------------------
+
+
+def _simple_decision(replica_id: str = "a") -> Decision:
+    return Decision("firstlight", (Candidate(replica_id, REGION, 1.0),), "test")
+
+
+def test_routes_are_bounded_and_an_evicted_routed_request_is_released() -> None:
+    clock = FakeClock()
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0)
+    for rid in ("old-routed", "old-decided"):
+        state.record_decision(_request(rid), _simple_decision())
+    state.record_routed("old-routed", "a")
+    assert len(policy.reservations) == 1
+
+    for i in range(_MAX_ROUTES - 2):
+        state.record_decision(_request(f"q{i}"), _simple_decision())
+    assert len(state.routes) == _MAX_ROUTES
+    assert state.route_of("old-routed") is not None
+
+    state.record_decision(_request("one-more"), _simple_decision())
+    assert len(state.routes) == _MAX_ROUTES
+    assert state.route_of("old-routed") is None, "the oldest route was evicted"
+    assert len(policy.reservations) == 0, "and its reservation released"
+    assert state.route_of("old-decided") is not None
+
+    state.record_decision(_request("another"), _simple_decision())
+    assert state.route_of("old-decided") is None
+    assert len(state.routes) == _MAX_ROUTES
+    assert state.route_of("another") is not None
+
+
+def test_a_redecided_request_becomes_the_newest_route() -> None:
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, a=0)
+    state.record_decision(_request("first"), _simple_decision())
+    state.record_decision(_request("second"), _simple_decision())
+    for i in range(_MAX_ROUTES - 2):
+        state.record_decision(_request(f"q{i}"), _simple_decision())
+    retry = _simple_decision("b")
+    state.record_decision(_request("first"), retry)  # a retry decides again
+    state.record_decision(_request("one-more"), _simple_decision())
+    assert state.route_of("second") is None, "now the oldest"
+    route = state.route_of("first")
+    assert route is not None
+    assert route.decision is retry
+
+
+# --- the per-process registry ----------------------------------------------------------
+
+
+def test_router_states_are_found_by_app_and_deployment(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = RouterState(REGION, MODEL, _firstlight(FakeClock()))
+    monkeypatch.setitem(routers(), ("app-test", "model-test"), state)
+    assert router_state("app-test", "model-test") is state
+    assert router_state("app-test", "other") is None
