@@ -19,7 +19,7 @@ from firstlight.config import PlatformConfig, parse_config
 API_KEY = "test-key-0123456789abcdef"
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -32,7 +32,7 @@ def serve_port() -> Iterator[int]:
     import ray
     from ray import serve
 
-    port = _free_port()
+    port = free_port()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port

@@ -1,0 +1,72 @@
+"""``firstlight up`` as a user runs it: a subprocess that serves until interrupted."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+
+from tests.conftest import VENV_BIN
+from tests.serve.conftest import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def test_up_serves_every_region_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    port = free_port()
+    config = {
+        "mode": "local",
+        "regions": [
+            {"name": "cli-a", "peers": [{"region": "cli-b", "rtt_ms": 10}]},
+            {"name": "cli-b", "peers": [{"region": "cli-a", "rtt_ms": 10}]},
+        ],
+        "models": [{"name": "cli-model", "engine": "vllm", "resources": {"num_cpus": 0}}],
+        "hints": {"key_prefix": f"fltest:cli{port}:"},
+        "gateway": {"host": "127.0.0.1", "port": port},
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [
+        VENV_BIN / "firstlight",
+        "up",
+        "--config",
+        path,
+        "--engine",
+        "sim",
+        "--timeout",
+        "300",
+    ]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        printed = []
+        for line in process.stdout:  # the endpoints, the examples, then the Ctrl-C hint
+            printed.append(line)
+            if "Press Ctrl-C to stop." in line:
+                break
+        text = "".join(printed)
+        assert f"http://127.0.0.1:{port}/cli-a/v1" in text
+        assert f"http://127.0.0.1:{port}/cli-b/v1" in text
+        assert "curl -s" in text
+        assert "from openai import OpenAI" in text
+        for region in ("cli-a", "cli-b"):
+            with openai.OpenAI(
+                base_url=f"http://127.0.0.1:{port}/{region}/v1", api_key="local"
+            ) as client:
+                reply = client.chat.completions.create(
+                    model="cli-model", messages=[{"role": "user", "content": "hi"}], max_tokens=3
+                )
+            assert reply.usage is not None
+            assert reply.usage.completion_tokens == 3
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=120) == 0
+        errors = process.stderr.read()
+    assert "Authentication is OFF" in errors
+    assert "Stopping..." in errors
