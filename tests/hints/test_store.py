@@ -131,7 +131,7 @@ async def test_redis_layout(redis: Redis, key_prefix: str) -> None:
     members = await redis.zrange(keys.replica_set("r1"), 0, -1, withscores=True)
     assert sorted(members) == [(b"18446744073709551615", clock.now), (b"5", clock.now)]
     assert await redis.get(keys.replica_epoch("r1")) == b"3"
-    for key in (keys.replica_set("r1"), keys.replica_epoch("r1")):
+    for key in (keys.replica_set("r1"), keys.replica_epoch("r1"), keys.feed):
         assert 0 < await redis.pttl(key) <= TTL_S * 1000
 
     entries = await redis.xrange(keys.feed)
@@ -206,7 +206,7 @@ async def test_redis_keys_expire_after_the_ttl(redis: Redis, key_prefix: str) ->
     keys = HintKeys(key_prefix, MODEL)
 
     async def gone() -> bool:
-        return await redis.exists(keys.replica_set("r1"), keys.replica_epoch("r1")) == 0
+        return await redis.exists(keys.replica_set("r1"), keys.replica_epoch("r1"), keys.feed) == 0
 
     await eventually(gone, within_s=5)
 

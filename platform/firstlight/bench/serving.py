@@ -1,33 +1,35 @@
 """Serving benchmark: what the platform adds over the engine, and one gateway's throughput.
 
-Run ``python -m firstlight.bench.serving`` (options: ``--requests 200 --concurrency
-1,8,32 --prompt-tokens 128 --max-tokens 8 --duration 10 --out FILE``). Everything runs in
-one process and one local Ray cluster (2 CPUs): a one-region platform whose model is the
-simulator's ``instant`` profile (2 replicas, microsecond steps), so the numbers are the
-platform's own cost. **Simulated engine, real platform**: the report says
-``"simulated_engine": true``.
+Run ``python -m firstlight.bench.serving [--requests 200] [--concurrency 1,8,32]
+[--prompt-tokens 128] [--max-tokens 8] [--duration 10] [--out FILE]``. One local Ray
+cluster (``num_cpus=2``), one region whose model runs the simulator's ``instant`` profile
+(2 replicas, microsecond steps): **simulated engine, real platform** - the numbers are
+the platform's own cost, and the report says ``"simulated_engine": true``.
 
-1. Overhead, ``--requests`` sequential requests per path, the same ``--prompt-tokens``
-   random token prompts on each, ``--max-tokens`` output tokens; TTFT (first chunk or
-   first SSE ``data:`` event) and end-to-end, p50/p90/p99, measured by the caller:
+1. Overhead: ``--requests`` sequential requests per path (after 20 warm-up ones), the
+   same random token prompts on each (the HTTP paths take turns request by request, then
+   ``handle``, then ``direct``); TTFT (first chunk, or first SSE ``data:`` event) and
+   end-to-end, p50/p90/p99, timed by the caller:
 
    * ``direct``: a ``SimEngine`` (``instant``) in this process, no Ray;
-   * ``handle``: the model deployment's Ray handle from this process (Ray routing through
-     the Firstlight request router, which then lives here, plus the replica hop);
-   * ``http_tokens``: streaming ``POST /v1/completions`` with ``prompt`` as token ids
+   * ``handle``: the model deployment's Ray handle from this process (Firstlight's
+     request router then runs here): Ray routing and the replica hop, no gateway;
+   * ``http_tokens``: streaming ``POST /v1/completions``, ``prompt`` as token ids
      (httpx, keep-alive): Serve's HTTP proxy → gateway → router → replica;
-   * ``http_chat_text``: streaming ``POST /v1/chat/completions`` with a text prompt of
-     the same length once templated (the sim byte-level encoder, not a real tokenizer);
-   * ``http_floor``: ``GET /healthz`` (proxy → gateway ASGI, no model call).
+   * ``http_chat_text``: streaming chat completions, a text prompt as long once
+     templated (the sim byte-level encoder, not a real tokenizer);
+   * ``http_floor``: ``GET /healthz`` (proxy → gateway, no model call);
+   * ``ray_serve_floor``: the ``http_tokens`` bodies to a bare Ray Serve app of the same
+     shape (ingress → 2-replica deployment streaming ``max_tokens + 1`` items as SSE).
 
-   ``added_ms`` subtracts percentiles (a difference of percentiles, not a percentile of
-   differences); ``target`` checks the issue's goal: added p50 ≤ 3 ms for tokens over HTTP.
-2. Throughput of the region's single gateway replica: closed-loop clients (asyncio +
-   ``httpx.AsyncClient`` in this process) at each ``--concurrency`` for ``--duration`` s,
-   non-streaming chat completions of a short text prompt with ``max_tokens=1``:
-   requests/s and p50/p99 latency. The clients share the 2 cores with Ray.
+   ``added_ms`` subtracts percentiles (not a percentile of differences); ``target``
+   checks the issue's goal, ``http_tokens - direct`` p50 ≤ 3 ms.
+2. Throughput of the region's one gateway replica: closed-loop clients (asyncio + httpx
+   in this process, sharing the 2 cores with Ray) at each ``--concurrency`` for
+   ``--duration`` s, non-streaming chat completions, short prompt, ``max_tokens=1``.
 
-Prints a table; the JSON report goes to ``--out`` (or to stdout after the table).
+``RAY_SERVE_THROUGHPUT_OPTIMIZED=1`` in the environment measures Ray Serve's same-thread
+mode (recorded in ``meta``). Prints a table; the JSON goes to ``--out`` (else stdout).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,19 +56,30 @@ from firstlight.engine.protocol import GenerationChunk, GenerationRequest, Sampl
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
 
-__all__ = ["added_latency", "main", "percentile", "render", "summarize", "throughput"]
+__all__ = ["added_latency", "bench_config", "main", "percentile", "render", "summarize"]
 
 MODEL = "bench-instant"
 REGION = "bench"
+FLOOR_APP = "bench-ray-floor"
 TARGET_ADDED_P50_MS = 3.0
 WARM_UP = 20
 _VOCAB = (1000, 40_000)
-_CHAT_TEMPLATE = "<user>\n{}\n<assistant>\n"  # SimPromptEncoder's, one token per byte
+_CHAT_TEMPLATE = "<user>\n{}\n<assistant>\n"  # SimPromptEncoder's: one token per byte
 _JSON = {"content-type": "application/json"}
-_PATHS = ("direct", "handle", "http_tokens", "http_chat_text", "http_floor")
+_CHAT = "/v1/chat/completions"
+_METRICS = ("ttft_ms", "e2e_ms")
+_PATHS = ("direct", "handle", "http_floor", "ray_serve_floor", "http_tokens", "http_chat_text")
+_COMPARISONS = (  # (path, baseline)
+    ("http_tokens", "direct"),  # the platform's added latency: the issue's target
+    ("http_tokens", "ray_serve_floor"),  # Firstlight's own share over bare Ray Serve
+    ("handle", "direct"),  # Ray routing + the replica hop
+    ("http_tokens", "handle"),  # HTTP proxy + gateway
+    ("http_chat_text", "http_tokens"),  # chat template + tokenizing text
+)
 
 Timing = tuple[float, float]
 """(TTFT, end-to-end) of one request, milliseconds."""
+Summary = dict[str, dict[str, float]]
 
 
 class BenchError(RuntimeError):
@@ -77,8 +90,8 @@ class BenchError(RuntimeError):
 
 
 def percentile(samples: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100), interpolating linearly between the closest ranks
-    (numpy's default). Raises ``ValueError`` for no samples or ``q`` out of range."""
+    """The ``q``-th percentile (0-100), linear between the closest ranks (numpy's
+    default). Raises ``ValueError`` for no samples or ``q`` out of range."""
     if not samples or not 0 <= q <= 100:
         raise ValueError(f"percentile {q} of {len(samples)} samples")
     ordered = sorted(samples)
@@ -89,29 +102,23 @@ def percentile(samples: Sequence[float], q: float) -> float:
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float]:
-    """Count, mean, p50, p90 and p99 of ``samples`` (milliseconds, 3 decimals)."""
+    """Count, mean, p50, p90 and p99 of ``samples`` (3 decimals)."""
     stats = {f"p{q}": percentile(samples, q) for q in (50, 90, 99)}
     stats["mean"] = sum(samples) / len(samples)
     return {"n": len(samples), **{k: round(v, 3) for k, v in stats.items()}}
 
 
-def phase(timings: Sequence[Timing]) -> dict[str, dict[str, float]]:
-    """Summaries of the TTFTs and end-to-end times of one path."""
+def phase(timings: Sequence[Timing]) -> Summary:
+    """Summaries of one path's TTFTs and end-to-end times."""
     return {
         "ttft_ms": summarize([t for t, _ in timings]),
         "e2e_ms": summarize([e for _, e in timings]),
     }
 
 
-def added_latency(
-    base: dict[str, dict[str, float]], other: dict[str, dict[str, float]]
-) -> dict[str, dict[str, float]]:
-    """``other - base`` at p50 and p99, for each metric both have."""
-    return {
-        metric: {q: round(other[metric][q] - base[metric][q], 3) for q in ("p50", "p99")}
-        for metric in ("ttft_ms", "e2e_ms")
-        if metric in base and metric in other
-    }
+def added_latency(base: Summary, other: Summary) -> Summary:
+    """``other - base`` at p50 and p99, per metric."""
+    return {m: {q: round(other[m][q] - base[m][q], 3) for q in ("p50", "p99")} for m in _METRICS}
 
 
 def throughput(
@@ -130,41 +137,52 @@ def throughput(
     }
 
 
-def _row(label: str, cells: Sequence[Any], fmt: str = ".3f", width: int = 10) -> str:
+def target(added: Summary) -> dict[str, Any]:
+    """Whether ``http_tokens - direct`` meets the issue's goal (added p50 ≤ 3 ms)."""
+    ttft, e2e = added["ttft_ms"]["p50"], added["e2e_ms"]["p50"]
+    return {
+        "p50_ms": TARGET_ADDED_P50_MS,
+        "ttft_added_p50_ms": ttft,
+        "ttft_met": ttft <= TARGET_ADDED_P50_MS,
+        "e2e_added_p50_ms": e2e,
+        "e2e_met": e2e <= TARGET_ADDED_P50_MS,
+    }
+
+
+def _row(label: str, cells: Sequence[Any], fmt: str = ".3f") -> str:
     shown = (format(c, fmt) if isinstance(c, float) else str(c) for c in cells)
-    return f"{label:<30}" + "".join(f"{s:>{width}}" for s in shown)
+    return f"{label:<30}" + "".join(f"{s:>10}" for s in shown)
 
 
 def render(report: dict[str, Any]) -> str:
-    """The report as a readable table (what the module docstring describes)."""
+    """The report as a readable table."""
     meta, overhead = report["meta"], report["overhead"]
-    target = overhead["target"]
-    metrics = ("ttft_ms", "e2e_ms")
+    opts, target = meta["options"], overhead["target"]
     lines = [
         "Firstlight serving benchmark: SIMULATED ENGINE (sim profile 'instant'), REAL PLATFORM",
         f"machine: os.cpu_count()={meta['cpu_count']}, {meta['platform']}, Python "
         f"{meta['python']}, Ray {meta['ray']} (num_cpus=2; this process's clients share "
-        "the same cores)",
-        f"overhead: {meta['requests']} sequential requests per path (+{meta['warm_up_requests']}"
-        f" warm-up), {meta['prompt_tokens']} prompt tokens, max_tokens={meta['max_tokens']}, "
-        f"{meta['replicas']} replicas; {meta['hints']}",
+        f"the same cores); RAY_SERVE_THROUGHPUT_OPTIMIZED={meta['serve_throughput_optimized']}",
+        f"overhead: {opts['requests']} sequential requests per path (+{meta['warm_up']} warm-up)"
+        f", {opts['prompt_tokens']} prompt tokens, max_tokens={opts['max_tokens']}, "
+        f"2 replicas; {meta['hints']}",
         "",
         _row("path (ms)", ["TTFT p50", "p90", "p99", "e2e p50", "p90", "p99"]),
     ]
-    for name, stats in overhead["paths"].items():
-        lines.append(_row(name, [stats[m][q] for m in metrics for q in ("p50", "p90", "p99")]))
-    lines += ["", _row("added (ms, diff of percentiles)", ["TTFT p50", "p99", "e2e p50", "p99"])]
-    for name, added in overhead["added_ms"].items():
-        lines.append(_row(name, [added[m][q] for m in metrics for q in ("p50", "p99")], "+.3f"))
+    for name, s in overhead["paths"].items():
+        lines.append(_row(name, [s[m][q] for m in _METRICS for q in ("p50", "p90", "p99")]))
+    lines += ["", _row("added (ms, diff of pctiles)", ["TTFT p50", "p99", "e2e p50", "p99"])]
+    for name, a in overhead["added_ms"].items():
+        lines.append(_row(name, [a[m][q] for m in _METRICS for q in ("p50", "p99")], "+.3f"))
     verdict = {True: "MET", False: "NOT MET"}
     lines += [
         "",
-        f"target (added p50 <= {target['p50_ms']} ms, http_tokens - direct): "
+        f"target: added p50 <= {target['p50_ms']} ms (http_tokens - direct): "
         f"TTFT {target['ttft_added_p50_ms']:+.3f} ms {verdict[target['ttft_met']]}; "
         f"e2e {target['e2e_added_p50_ms']:+.3f} ms {verdict[target['e2e_met']]}",
         "",
-        "throughput of one gateway replica (non-streaming chat, max_tokens=1, closed loop, "
-        f"{meta['duration_s_per_level']:g} s per level; clients share the 2 cores with Ray)",
+        "throughput, one gateway replica (non-streaming chat, max_tokens=1, closed loop, "
+        f"{opts['duration']:g} s per level; clients share the 2 cores with Ray)",
         _row("concurrency", ["req/s", "p50 ms", "p99 ms", "requests", "errors"]),
     ]
     for r in report["throughput"]:
@@ -176,88 +194,75 @@ def render(report: dict[str, Any]) -> str:
 # --- the measured paths ---------------------------------------------------------------
 
 
-def _timed(run: Callable[[Callable[[], None]], None]) -> Timing:
-    """Time ``run(mark_first)``; ``mark_first`` records the first output (once)."""
-    first: list[float] = []
-    start = time.perf_counter()
-
-    def mark() -> None:
-        if not first:
-            first.append(time.perf_counter())
-
-    run(mark)
-    end = time.perf_counter()
+async def _time_stream(start: float, stream: AsyncIterator[Any]) -> Timing:
+    """TTFT (first ``GenerationChunk``) and end-to-end of ``stream``, from ``start``."""
+    first = 0.0
+    async for item in stream:
+        if isinstance(item, GenerationChunk):
+            first = first or time.perf_counter()
     if not first:
-        raise BenchError("the request produced no output")
-    return (first[0] - start) * 1000, (end - start) * 1000
+        raise BenchError("the stream had no chunk")
+    return (first - start) * 1000, (time.perf_counter() - start) * 1000
 
 
 async def _direct(
-    model: ModelConfig, config: PlatformConfig, prompts: Sequence[tuple[int, ...]], max_tokens: int
+    model: ModelConfig, config: PlatformConfig, prompts: Sequence[tuple[int, ...]], k: int
 ) -> list[Timing]:
     from firstlight.engine.sim import SimEngine
 
     engine = SimEngine.for_model(model, config.hints, profile="instant")
-    timings: list[Timing] = []
+    timings = []
     try:
         for i, prompt in enumerate(prompts):
-            request = GenerationRequest(f"direct-{i}", prompt, SamplingSettings(max_tokens))
+            request = GenerationRequest(f"direct-{i}", prompt, SamplingSettings(k))
             start = time.perf_counter()
-            first: float | None = None
-            async for _chunk in engine.generate(request):
-                if first is None:
-                    first = time.perf_counter()
-            end = time.perf_counter()
-            assert first is not None
-            timings.append(((first - start) * 1000, (end - start) * 1000))
+            timings.append(await _time_stream(start, engine.generate(request)))
     finally:
         await engine.shutdown()
     return timings[WARM_UP:]
 
 
-def _http_stream(client: httpx.Client, url: str, bodies: Sequence[bytes]) -> list[Timing]:
+async def _handle(
+    deployment: str, requests: Sequence[tuple[GenerationRequest, RequestView]]
+) -> list[Timing]:
+    from ray.serve.handle import DeploymentHandle
+
+    # Built on this loop and not cached by Serve: with RAY_SERVE_THROUGHPUT_OPTIMIZED=1
+    # a handle's router runs on the loop that first uses it.
+    handle: Any = DeploymentHandle(deployment, REGION)
     timings = []
-    for body in bodies:
-        received = bytearray()
-
-        def run(mark: Callable[[], None], body: bytes = body, got: bytearray = received) -> None:
-            with client.stream("POST", url, content=body, headers=_JSON) as response:
-                for piece in response.iter_raw():
-                    if b"data:" in piece:
-                        mark()
-                    got += piece
-                if response.status_code != 200:
-                    raise BenchError(f"HTTP {response.status_code}: {bytes(got)[:300]!r}")
-
-        timings.append(_timed(run))
-        if not received.rstrip().endswith(b"data: [DONE]") or b'"error"' in received:
-            raise BenchError(f"bad stream: {bytes(received)[-300:]!r}")
+    try:
+        for request, view in requests:
+            start = time.perf_counter()
+            stream = handle.options(stream=True).generate.remote(request, routing=view)
+            timings.append(await _time_stream(start, stream))
+    finally:
+        await handle.shutdown_async()
     return timings[WARM_UP:]
 
 
-def _http_floor(client: httpx.Client, url: str, n: int) -> list[Timing]:
-    timings = []
-    for _ in range(n + WARM_UP):
-        start = time.perf_counter()
-        response = client.get(url)
-        elapsed = (time.perf_counter() - start) * 1000
-        if response.status_code != 200:
-            raise BenchError(f"HTTP {response.status_code} from {url}")
-        timings.append((elapsed, elapsed))
-    return timings[WARM_UP:]
+def _stream_once(client: httpx.Client, url: str, body: bytes) -> Timing:
+    received = bytearray()
+    start, first = time.perf_counter(), 0.0
+    with client.stream("POST", url, content=body, headers=_JSON) as response:
+        for piece in response.iter_raw():
+            if b"data:" in piece:
+                first = first or time.perf_counter()
+            received += piece
+    end = time.perf_counter()
+    done = received.rstrip().endswith(b"data: [DONE]") and b'"error"' not in received
+    if response.status_code != 200 or not done:
+        raise BenchError(f"{url}: HTTP {response.status_code} {bytes(received)[-300:]!r}")
+    return (first - start) * 1000, (end - start) * 1000
 
 
-def _handle(handle: Any, requests: Sequence[tuple[GenerationRequest, RequestView]]) -> list[Timing]:
-    timings = []
-    for request, view in requests:
-
-        def run(mark: Callable[[], None], r: GenerationRequest = request, v: Any = view) -> None:
-            for item in handle.generate.remote(r, routing=v):
-                if isinstance(item, GenerationChunk):
-                    mark()
-
-        timings.append(_timed(run))
-    return timings[WARM_UP:]
+def _get_once(client: httpx.Client, url: str) -> Timing:
+    start = time.perf_counter()
+    status = client.get(url).status_code
+    elapsed = (time.perf_counter() - start) * 1000
+    if status != 200:
+        raise BenchError(f"{url}: HTTP {status}")
+    return elapsed, elapsed
 
 
 async def _closed_loop(
@@ -275,8 +280,7 @@ async def _closed_loop(
             body = _chat_body(f"Say hi {w}-{i}.", 1, stream=False)
             start = time.perf_counter()
             try:
-                response = await client.post(url, content=body, headers=_JSON)
-                ok = response.status_code == 200
+                ok = (await client.post(url, content=body, headers=_JSON)).status_code == 200
             except httpx.HTTPError:
                 ok = False
             if ok:
@@ -289,14 +293,74 @@ async def _closed_loop(
     return throughput(latencies, time.perf_counter() - start, errors, concurrency)
 
 
-async def _throughput(url: str, levels: Sequence[int], duration_s: float) -> list[dict[str, float]]:
+async def _throughput(url: str, levels: Sequence[int], duration_s: float) -> list[Any]:
     limits = httpx.Limits(max_connections=max(levels), max_keepalive_connections=max(levels))
     async with httpx.AsyncClient(limits=limits, timeout=60.0) as client:
         await _closed_loop(client, url, max(levels), min(2.0, duration_s))  # warm-up
         return [await _closed_loop(client, url, c, duration_s) for c in levels]
 
 
-# --- set-up ---------------------------------------------------------------------------
+# --- the bare Ray Serve app (floor) and the platform's config --------------------------
+
+
+class _FloorEcho:
+    """A bare deployment that streams ``n`` items back (``ModelServer``'s shape)."""
+
+    async def generate(self, prompt: list[int], n: int) -> AsyncIterator[int]:
+        for i in range(n):
+            yield i
+
+
+class _FloorIngress:
+    """A bare ingress relaying :class:`_FloorEcho`'s items as SSE (the gateway's shape,
+    without FastAPI or any of Firstlight's per-request work)."""
+
+    def __init__(self, echo: Any) -> None:
+        self._echo = echo
+
+    async def __call__(self, request: Any) -> Any:
+        from starlette.responses import StreamingResponse
+
+        body = json.loads(await request.body())
+        items = self._echo.options(stream=True).generate.remote(
+            body["prompt"], body["max_tokens"] + 1
+        )
+
+        async def events() -> AsyncIterator[bytes]:
+            async for i in items:
+                if i:  # the first item stands for ServedBy
+                    yield f"data: {i}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _deploy_floor() -> None:
+    from ray import serve
+
+    deployment: Any = serve.deployment
+    echo = deployment(_FloorEcho).options(
+        num_replicas=2, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0}
+    )
+    ingress = deployment(_FloorIngress).options(
+        max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0}
+    )
+    serve.run(ingress.bind(echo.bind()), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
+
+
+def _drop_hints(config: PlatformConfig) -> None:
+    """Delete this run's Redis keys (its prefix is unique; the hint feed never expires)."""
+    import redis
+
+    client = redis.Redis.from_url(config.hints.redis_url, socket_timeout=2.0)
+    try:
+        keys = list(client.scan_iter(match=f"{config.hints.key_prefix}*"))
+        if keys:
+            client.delete(*keys)
+    except redis.RedisError as exc:
+        print(f"could not delete the run's hint keys: {exc}", file=sys.stderr)
+    finally:
+        client.close()
 
 
 def _chat_body(text: str, max_tokens: int, *, stream: bool) -> bytes:
@@ -322,7 +386,7 @@ def bench_config(port: int, prompt_tokens: int, run_id: str) -> PlatformConfig:
         "resources": {"num_cpus": 0},
         "max_model_len": max(2048, prompt_tokens + 256),
     }
-    data = {
+    data: dict[str, Any] = {
         "mode": "local",
         "regions": [{"name": REGION}],
         "models": [model],
@@ -339,18 +403,19 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
 
     from firstlight.serve.app import deployment_name
 
-    rng = random.Random(args.seed)
-    model = config.models[0]
+    rng, model = random.Random(args.seed), config.models[0]
     n, p, k = args.requests + WARM_UP, args.prompt_tokens, args.max_tokens
     prompts = [tuple(rng.randint(*_VOCAB) for _ in range(p)) for _ in range(n)]
     token_bodies = [
         json.dumps({"model": MODEL, "prompt": list(t), "max_tokens": k, "stream": True}).encode()
         for t in prompts
     ]
-    filler = max(p - len(_CHAT_TEMPLATE.format("")), 8)
-    texts = [f"{i:06d} " + "".join(rng.choices("abcdefgh ", k=filler - 7)) for i in range(n)]
-    scheme = HashScheme.for_model(model, config.hints)
-    run = uuid.uuid4().hex[:8]
+    filler = max(p - len(_CHAT_TEMPLATE.format("")), 8) - 7
+    chat_bodies = [
+        _chat_body(f"{i:06d} " + "".join(rng.choices("abcdefgh ", k=filler)), k, stream=True)
+        for i in range(n)
+    ]
+    scheme, run = HashScheme.for_model(model, config.hints), uuid.uuid4().hex[:8]
     handle_requests = [
         (
             GenerationRequest(f"handle-{run}-{i}", t, SamplingSettings(k)),
@@ -358,39 +423,26 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
         )
         for i, t in enumerate(prompts)
     ]
-    timings: dict[str, list[Timing]] = {}
+    base = endpoint.rsplit("/", 1)[0]
+    http: dict[str, Callable[[httpx.Client, int], Timing]] = {
+        "ray_serve_floor": lambda c, i: _stream_once(c, f"{base}/{FLOOR_APP}", token_bodies[i]),
+        "http_tokens": lambda c, i: _stream_once(c, f"{endpoint}/v1/completions", token_bodies[i]),
+        "http_chat_text": lambda c, i: _stream_once(c, f"{endpoint}{_CHAT}", chat_bodies[i]),
+        "http_floor": lambda c, i: _get_once(c, f"{endpoint}/healthz"),
+    }
+    _deploy_floor()  # deployed while every path is measured: the same processes run
+    t: dict[str, list[Timing]] = {name: [] for name in http}
     with httpx.Client(timeout=60.0) as client:
-        timings["http_floor"] = _http_floor(client, f"{endpoint}/healthz", args.requests)
-        url = f"{endpoint}/v1/completions"
-        timings["http_tokens"] = _http_stream(client, url, token_bodies)
-        chat_bodies = [_chat_body(t, k, stream=True) for t in texts]
-        timings["http_chat_text"] = _http_stream(
-            client, f"{endpoint}/v1/chat/completions", chat_bodies
-        )
-    handle = serve.get_deployment_handle(deployment_name(model), app_name=REGION)
-    timings["handle"] = _handle(handle.options(stream=True), handle_requests)
-    timings["direct"] = asyncio.run(_direct(model, config, prompts, k))
-    paths = {name: phase(timings[name]) for name in _PATHS}
-    added = {
-        "http_tokens - direct": added_latency(paths["direct"], paths["http_tokens"]),
-        "handle - direct": added_latency(paths["direct"], paths["handle"]),
-        "http_tokens - handle": added_latency(paths["handle"], paths["http_tokens"]),
-        "http_chat_text - http_tokens": added_latency(
-            paths["http_tokens"], paths["http_chat_text"]
-        ),
-    }
-    platform_added = added["http_tokens - direct"]
-    return {
-        "paths": paths,
-        "added_ms": added,
-        "target": {
-            "p50_ms": TARGET_ADDED_P50_MS,
-            "ttft_added_p50_ms": platform_added["ttft_ms"]["p50"],
-            "ttft_met": platform_added["ttft_ms"]["p50"] <= TARGET_ADDED_P50_MS,
-            "e2e_added_p50_ms": platform_added["e2e_ms"]["p50"],
-            "e2e_met": platform_added["e2e_ms"]["p50"] <= TARGET_ADDED_P50_MS,
-        },
-    }
+        for i in range(n):  # the HTTP paths take turns, request by request
+            for name, once in http.items():
+                t[name].append(once(client, i))
+    t = {name: timings[WARM_UP:] for name, timings in t.items()}
+    t["handle"] = asyncio.run(_handle(deployment_name(model), handle_requests))
+    t["direct"] = asyncio.run(_direct(model, config, prompts, k))
+    serve.delete(FLOOR_APP)
+    paths = {name: phase(t[name]) for name in _PATHS}
+    added = {f"{o} - {b}": added_latency(paths[b], paths[o]) for o, b in _COMPARISONS}
+    return {"paths": paths, "added_ms": added, "target": target(added["http_tokens - direct"])}
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -405,8 +457,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, help="write the JSON report here")
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",") if c]
-    if args.requests < 1 or not levels or min(levels) < 1 or args.prompt_tokens < 32:
-        parser.error("--requests and --concurrency must be >= 1, --prompt-tokens >= 32")
+    if args.requests < 2 or not levels or min(levels) < 1 or args.prompt_tokens < 32:
+        parser.error("need --requests >= 2, --concurrency >= 1, --prompt-tokens >= 32")
 
     import ray
     from ray import serve
@@ -422,29 +474,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             print("measuring overhead", file=sys.stderr)
             overhead = _overhead(args, config, endpoint)
             print("measuring throughput", file=sys.stderr)
-            url = f"{endpoint}/v1/chat/completions"
-            rows = asyncio.run(_throughput(url, levels, args.duration))
+            rows = asyncio.run(_throughput(f"{endpoint}{_CHAT}", levels, args.duration))
         finally:
             stop_local(running)
     finally:
         serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
+        _drop_hints(config)
     report: dict[str, Any] = {
         "simulated_engine": True,
         "meta": {
             "what": "simulated engine (sim profile 'instant'), real platform",
             "cpu_count": os.cpu_count(),
-            "ray_num_cpus": 2,
             "platform": platform.platform(),
             "python": sys.version.split()[0],
             "ray": ray.__version__,
+            "serve_throughput_optimized": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0"),
             "hints": running.hints_note,
-            "requests": args.requests,
-            "warm_up_requests": WARM_UP,
-            "prompt_tokens": args.prompt_tokens,
-            "max_tokens": args.max_tokens,
-            "replicas": config.models[0].replicas,
-            "duration_s_per_level": args.duration,
+            "options": {k: v for k, v in vars(args).items() if k != "out"},
+            "warm_up": WARM_UP,
             "config": config.model_dump(mode="json"),
         },
         "overhead": overhead,

@@ -6,7 +6,7 @@ One key space per ``(key_prefix, model)``; ``P`` = ``{key_prefix}hints:{model}``
                           time it was last stored; PEXPIRE ttl; members older than
                           ttl trimmed on every publish
     P:epoch:{replica_id}  string: the replica's current epoch (decimal); PX ttl
-    P:feed                stream (MAXLEN ~ bound) of block events, fields:
+    P:feed                stream (MAXLEN ~ bound; PEXPIRE ttl) of block events, fields:
                             v        format version, b"1"
                             replica  replica id (UTF-8)
                             epoch    decimal

@@ -70,6 +70,7 @@ redis.call('PEXPIRE', KEYS[1], ARGV[4])
 local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*',
   'v', '1', 'replica', ARGV[7], 'epoch', ARGV[1], 'at', ARGV[2], 'cleared', ARGV[6],
   'stored', ARGV[8], 'removed', ARGV[9])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {1, id}
 """
 
@@ -138,8 +139,9 @@ class HintPublisher:
     async def publish(self, event: BlockEvent) -> None:
         """Write one batch in one round trip: ``cleared`` drops the replica's set,
         ``removed`` members are deleted, ``stored`` members are (re)scored with now;
-        members older than ``ttl_s`` are trimmed, the set's and epoch key's expiry is
-        refreshed, and the event is appended to the feed. An empty batch is a no-op.
+        members older than ``ttl_s`` are trimmed, the set's, epoch key's and feed's
+        expiry is refreshed (a model nobody publishes for leaves nothing behind), and the
+        event is appended to the feed. An empty batch is a no-op.
 
         Called by the engine's KV-event bridge for each batch, and periodically with the
         replica's resident blocks to keep hot prefixes alive (and to repair Redis after

@@ -1,0 +1,139 @@
+"""The serving benchmark's pure helpers (statistics, comparisons, report) on known
+inputs; nothing here starts Ray."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from firstlight.bench.serving import (
+    MODEL,
+    REGION,
+    added_latency,
+    bench_config,
+    percentile,
+    phase,
+    render,
+    summarize,
+    target,
+    throughput,
+)
+
+
+@pytest.mark.parametrize(
+    ("samples", "q", "expected"),
+    [
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+        ([1.0, 2.0, 3.0, 4.0], 90, 3.7),
+        ([4.0, 1.0, 3.0, 2.0], 0, 1.0),  # unsorted input
+        ([4.0, 1.0, 3.0, 2.0], 100, 4.0),
+        ([7.0], 99, 7.0),
+        ([float(i) for i in range(1, 101)], 99, 99.01),
+        ([float(i) for i in range(1, 101)], 50, 50.5),
+    ],
+)
+def test_percentile_interpolates_linearly_between_ranks(
+    samples: list[float], q: float, expected: float
+) -> None:
+    assert percentile(samples, q) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("samples", "q"), [([], 50), ([1.0], -1), ([1.0], 101)])
+def test_percentile_rejects_no_samples_and_out_of_range(samples: list[float], q: float) -> None:
+    with pytest.raises(ValueError, match="percentile"):
+        percentile(samples, q)
+
+
+def test_summarize_rounds_to_microseconds() -> None:
+    stats = summarize([1.0, 2.0, 3.0, 4.0, 10.0004])
+    assert stats == {"n": 5, "p50": 3.0, "p90": 7.6, "p99": 9.76, "mean": 4.0}
+
+
+def test_phase_splits_ttft_and_end_to_end() -> None:
+    summary = phase([(1.0, 10.0), (3.0, 30.0)])
+    assert summary["ttft_ms"]["p50"] == 2.0
+    assert summary["e2e_ms"]["p50"] == 20.0
+
+
+def test_added_latency_subtracts_percentiles_per_metric() -> None:
+    direct = phase([(0.2, 0.5)] * 10)
+    platform = phase([(2.0, 4.0)] * 9 + [(12.2, 20.5)])
+    added = added_latency(direct, platform)
+    # p99 of ten samples sits 0.91 of the way from the 9th to the 10th:
+    # 2.0 + 0.91 x 10.2 = 11.282 and 4.0 + 0.91 x 16.5 = 19.015.
+    assert added == {
+        "ttft_ms": {"p50": 1.8, "p99": pytest.approx(11.282 - 0.2)},
+        "e2e_ms": {"p50": 3.5, "p99": pytest.approx(19.015 - 0.5)},
+    }
+
+
+@pytest.mark.parametrize(
+    ("ttft", "e2e", "ttft_met", "e2e_met"), [(3.0, 3.001, True, False), (3.01, 1.0, False, True)]
+)
+def test_target_is_met_at_three_ms_inclusive(
+    ttft: float, e2e: float, ttft_met: bool, e2e_met: bool
+) -> None:
+    added = {"ttft_ms": {"p50": ttft, "p99": 9.0}, "e2e_ms": {"p50": e2e, "p99": 9.0}}
+    verdict = target(added)
+    assert (verdict["ttft_met"], verdict["e2e_met"]) == (ttft_met, e2e_met)
+    assert verdict["ttft_added_p50_ms"] == ttft
+
+
+def test_throughput_counts_completed_requests_per_second() -> None:
+    row = throughput([10.0, 20.0, 30.0, 40.0], elapsed_s=2.0, errors=1, concurrency=8)
+    assert row["requests"] == 4
+    assert row["requests_per_s"] == 2.0
+    assert row["p50_ms"] == 25.0
+    assert row["errors"] == 1
+    empty = throughput([], elapsed_s=1.0, errors=3, concurrency=1)
+    assert empty["requests_per_s"] == 0.0
+    assert math.isnan(empty["p50_ms"])
+
+
+def test_render_shows_every_path_comparison_and_an_honest_verdict() -> None:
+    paths = {name: phase([(1.0, 2.0)]) for name in ("direct", "http_tokens")}
+    added = {"http_tokens - direct": added_latency(paths["direct"], paths["http_tokens"])}
+    report: dict[str, Any] = {
+        "simulated_engine": True,
+        "meta": {
+            "cpu_count": 2,
+            "platform": "Linux",
+            "python": "3.11",
+            "ray": "2.60.0",
+            "serve_throughput_optimized": "0",
+            "hints": "hints: off",
+            "warm_up": 20,
+            "options": {"requests": 1, "prompt_tokens": 128, "max_tokens": 8, "duration": 1.0},
+        },
+        "overhead": {
+            "paths": paths,
+            "added_ms": added,
+            "target": target({"ttft_ms": {"p50": 23.2}, "e2e_ms": {"p50": 1.0}}),
+        },
+        "throughput": [throughput([5.0], 1.0, 0, 1)],
+    }
+    text = render(report)
+    assert "SIMULATED ENGINE" in text
+    assert "http_tokens - direct" in text
+    assert "TTFT +23.200 ms NOT MET" in text
+    assert "e2e +1.000 ms MET" in text
+
+
+def test_bench_config_is_one_local_instant_region() -> None:
+    config = bench_config(18000, 4000, "abc")
+    assert config.mode == "local"
+    assert [r.name for r in config.regions] == [REGION]
+    (model,) = config.models
+    assert (model.name, model.engine, model.sim_profile, model.replicas) == (
+        MODEL,
+        "sim",
+        "instant",
+        2,
+    )
+    assert model.resources.num_cpus == 0
+    assert model.max_model_len >= 4000 + 8
+    assert not config.auth.enabled
+    assert config.hints.key_prefix == "flbench:abc:"
+    assert config.gateway.port == 18000
