@@ -24,6 +24,7 @@ def platform(serve_port: int, prepared: Prepared) -> Iterator[LocalPlatform]:
         "name": MODEL,
         "source": "default",
         "engine": "vllm",
+        "dtype": "float32",
         "max_model_len": 2048,
         "kv_cache_gib": 1,
         "replicas": 1,
@@ -56,9 +57,7 @@ def test_each_region_answers_with_the_real_model(platform: LocalPlatform, region
             model=MODEL, prompt="The capital of France is", temperature=0, max_tokens=4
         )
     answer = raw.parse()
-    assert answer.choices[0].message.content
-    assert answer.choices[0].finish_reason in ("stop", "length")
-    # The 135M model's greedy continuation (what vLLM answers directly, too).
+    assert "Paris" in (answer.choices[0].message.content or "")
     assert "Paris" in completion.choices[0].text
     assert raw.headers["x-firstlight-region"] == region
     assert raw.headers["x-firstlight-route"] == "local"

@@ -48,6 +48,7 @@ LOCAL_DEFAULT = parse_config(
                 "name": "SmolLM2-135M-Instruct",
                 "source": "default",
                 "engine": "vllm",
+                "dtype": "float32",
                 "block_size": 32,
                 "enforce_eager": True,
                 "kv_cache_gib": 1,
