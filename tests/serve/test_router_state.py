@@ -366,3 +366,23 @@ def test_router_states_are_found_by_app_and_deployment(monkeypatch: pytest.Monke
     monkeypatch.setitem(routers(), ("app-test", "model-test"), state)
     assert router_state("app-test", "model-test") is state
     assert router_state("app-test", "other") is None
+
+
+def test_dispatched_but_unrouted_work_weighs_on_the_estimate_until_routed() -> None:
+    """A burst: the gateway sends several requests before Ray routes the first, so each
+    must already count in the next one's estimate (spread over the replicas)."""
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, a=0, b=0)
+    idle = state.estimate(_request("probe", 100))
+    assert idle is not None
+    state.dispatched("q1", 2000)
+    busy = state.estimate(_request("probe", 100))
+    assert busy is not None
+    # 1000 tokens more on each replica at 1000 tokens/s: one second more to first token.
+    assert busy.winner.score == pytest.approx(idle.winner.score + 1000.0)
+    state.record_decision(_request("q1", 2000), _decide(state, _request("q1", 2000)))
+    state.record_routed("q1", "a")
+    assert "q1" not in state.unrouted
+    state.dispatched("q2", 500)
+    state.finished("q2")
+    assert state.unrouted == {}

@@ -331,7 +331,7 @@ class GatewayCore:
                     f"no healthy replica of {prepared.model.name!r} in region {self.region}",
                     retry_after_s=_RETRY_AFTER_S,
                 )
-            return await self._serve_local(prepared, "local", local_ms)
+            return await self._serve_local(prepared, "local", local)
         ranked = self._rank_peers(prepared, _ms_per_token(local))
         if not healthy:
             return await self._fail_over(ranked, prepared, body, request)
@@ -341,7 +341,7 @@ class GatewayCore:
             if spilled is not None:
                 return spilled
         try:
-            return await self._serve_local(prepared, "local", local_ms)
+            return await self._serve_local(prepared, "local", local)
         except _ReplicaFailedError as exc:
             _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
             return await self._fail_over(ranked, prepared, body, request)
@@ -435,11 +435,16 @@ class GatewayCore:
     # --- serving locally ----------------------------------------------------------------
 
     async def _serve_local(
-        self, prepared: _Prepared, route: str, predicted_ms: float | None
+        self, prepared: _Prepared, route: str, local: Decision | None
     ) -> Response:
+        predicted_ms = local.winner.score if local is not None else None
         name = prepared.model.name
         request_id = prepared.generation.request_id
         started = time.monotonic()
+        state = self.backend.state(name)
+        if state is not None:
+            cached = local.winner.cached_blocks * prepared.routing.block_size if local else 0
+            state.dispatched(request_id, max(prepared.routing.prompt_tokens - cached, 1))
         chunks = self.backend.stream(name, prepared.generation, prepared.routing)
         timeout_s = self.config.gateway.first_token_timeout_s
         try:
@@ -456,7 +461,6 @@ class GatewayCore:
             await _aclose(chunks)
             raise
         ttft_ms = (time.monotonic() - started) * 1000.0
-        state = self.backend.state(name)
         info = self._route_info(state, request_id, route, predicted_ms, served_by)
         if state is not None:
             state.first_token(request_id, ttft_ms)

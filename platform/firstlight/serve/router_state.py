@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sized
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from firstlight.routing import (
     NO_CACHE,
@@ -74,6 +74,9 @@ class RouterState:
     hints_status: Callable[[], str] = lambda: "off"
     """``off``, ``connected`` or ``stale since <time>`` (the hint subscriber's state)."""
     estimator: FirstlightPolicy = field(init=False)
+    unrouted: dict[str, int] = field(default_factory=dict)
+    """Prefill tokens of requests the gateway has sent here that Ray has not routed yet
+    (request id → tokens): a burst must see its own earlier members as queued work."""
     fallbacks: int = 0
     """Requests Ray sent to another replica than the policy's first choice (the first
     choice did not answer Ray's queue-length probe in time, or was full)."""
@@ -104,6 +107,7 @@ class RouterState:
                 self.policy.on_done(old.request, old.chosen)
 
     def record_routed(self, request_id: str, replica_id: str) -> None:
+        self.unrouted.pop(request_id, None)
         route = self.routes.get(request_id)
         if route is None:
             return
@@ -135,8 +139,14 @@ class RouterState:
         if route is not None and route.chosen is not None:
             self.policy.on_first_token(route.request, route.chosen, observed_ttft_ms)
 
+    def dispatched(self, request_id: str, prefill_tokens: int) -> None:
+        """The gateway is sending a request here; until Ray routes it, its prefill work
+        counts in :meth:`estimate` (spread over the replicas)."""
+        self.unrouted[request_id] = prefill_tokens
+
     def finished(self, request_id: str) -> None:
         """The request ended (any outcome): release what the policy holds for it."""
+        self.unrouted.pop(request_id, None)
         route = self.routes.pop(request_id, None)
         if route is not None and route.chosen is not None:
             self.policy.on_done(route.request, route.chosen)
@@ -146,9 +156,14 @@ class RouterState:
         no replica. Used by the gateway's region decision; reserves nothing."""
         if not self.replicas:
             return None
-        return self.estimator.choose(
-            RoutingInput(request, tuple(self.replicas.values()), self.cache)
-        )
+        views = tuple(self.replicas.values())
+        if self.unrouted:
+            share = sum(self.unrouted.values()) // len(views)
+            views = tuple(
+                replace(v, pending_prefill_tokens=(v.pending_prefill_tokens or 0) + share)
+                for v in views
+            )
+        return self.estimator.choose(RoutingInput(request, views, self.cache))
 
 
 _STATES: dict[tuple[str, str], RouterState] = {}
