@@ -7,6 +7,7 @@ Real policies from the registry and a real hint mirror; no Ray is started.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -386,3 +387,23 @@ def test_dispatched_but_unrouted_work_weighs_on_the_estimate_until_routed() -> N
     state.dispatched("q2", 500)
     state.finished("q2")
     assert state.unrouted == {}
+
+
+def test_prefill_finished_after_the_stats_snapshot_is_not_counted_as_pending() -> None:
+    """Stats arrive late: the replica that just prefilled a prompt must not look busy
+    with it until a newer snapshot comes."""
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, a=0, b=0)
+    request = _request("q1", 640)
+    decision = _decide(state, request)
+    chosen = decision.winner.replica_id
+    state.record_routed("q1", chosen)
+    clock.advance(1.0)
+    state.first_token("q1", 700.0)
+    stale = {rid: _replica(rid, 640 if rid == chosen else 0) for rid in ("a", "b")}
+    state.set_replicas(stale)  # snapshot from before the first token (stats_at = 0)
+    assert state.replicas[chosen].pending_prefill_tokens == 0
+    fresher = {rid: replace(_replica(rid, 100), stats_at=clock.now + 1) for rid in ("a", "b")}
+    state.set_replicas(fresher)  # newer than the prefill: taken as reported
+    assert state.replicas[chosen].pending_prefill_tokens == 100
+    assert state.prefilled[chosen] == []

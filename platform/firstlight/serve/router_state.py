@@ -74,6 +74,9 @@ class RouterState:
     hints_status: Callable[[], str] = lambda: "off"
     """``off``, ``connected`` or ``stale since <time>`` (the hint subscriber's state)."""
     estimator: FirstlightPolicy = field(init=False)
+    prefilled: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    """Per replica: (clock time, tokens) of prefills that finished, kept until a stats
+    snapshot newer than them arrives (see :meth:`set_replicas`)."""
     unrouted: dict[str, int] = field(default_factory=dict)
     """Prefill tokens of requests the gateway has sent here that Ray has not routed yet
     (request id → tokens): a burst must see its own earlier members as queued work."""
@@ -95,8 +98,24 @@ class RouterState:
     # --- written by the request router ------------------------------------------------
 
     def set_replicas(self, views: dict[str, ReplicaView]) -> None:
-        """The replica set changed, or fresher stats arrived."""
-        self.replicas = views
+        """The replica set changed, or fresher stats arrived. Prefill work that finished
+        after a replica's stats snapshot (its first token reached the gateway) is taken
+        off the snapshot's pending tokens: stats travel through Ray's controller and can
+        be a second old, long enough to make the replica that just served a prompt look
+        busy with it."""
+        adjusted = {}
+        for rid, view in views.items():
+            done = self.prefilled.get(rid)
+            if done:
+                done[:] = [(at, tokens) for at, tokens in done if at >= view.stats_at]
+                finished = sum(tokens for _, tokens in done)
+                if finished and view.pending_prefill_tokens:
+                    pending = max(view.pending_prefill_tokens - finished, 0)
+                    view = replace(view, pending_prefill_tokens=pending)
+            adjusted[rid] = view
+        for rid in set(self.prefilled) - set(views):
+            del self.prefilled[rid]
+        self.replicas = adjusted
 
     def record_decision(self, request: RequestView, decision: Decision) -> None:
         self.routes[request.request_id] = Route(request, decision)
@@ -138,6 +157,10 @@ class RouterState:
         route = self.routes.get(request_id)
         if route is not None and route.chosen is not None:
             self.policy.on_first_token(route.request, route.chosen, observed_ttft_ms)
+            chosen = route.chosen
+            cached = chosen.cached_blocks * route.request.block_size
+            tokens = max(route.request.prompt_tokens - cached, 1)
+            self.prefilled.setdefault(chosen.replica_id, []).append((self.clock(), tokens))
 
     def dispatched(self, request_id: str, prefill_tokens: int) -> None:
         """The gateway is sending a request here; until Ray routes it, its prefill work
