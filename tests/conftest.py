@@ -18,6 +18,19 @@ MODEL = "SmolLM2-135M-Instruct"
 Prepared = tuple[Path, subprocess.CompletedProcess[str]]
 
 
+class FakeClock:
+    """A clock that only moves when told to."""
+
+    def __init__(self, now: float = 1_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.fixture(autouse=True)
 def _isolated_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory

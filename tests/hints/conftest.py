@@ -20,24 +20,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from firstlight.config import HintsConfig
 from firstlight.hints import redis_client
+from tests.conftest import FakeClock as FakeClock  # re-exported for the hints tests
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 MODEL = "SmolLM2-135M-Instruct"
 
 Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 async def eventually(

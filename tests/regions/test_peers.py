@@ -12,21 +12,9 @@ import pytest
 
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable, stop
 from firstlight.regions.summary import ModelSummary, RegionSummary
+from tests.conftest import FakeClock
 
 SUMMARY_PATH = "/v1/firstlight/summary"
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 # --- circuit breaker -------------------------------------------------------------------

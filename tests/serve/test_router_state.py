@@ -24,23 +24,11 @@ from firstlight.routing import (
     build_policy,
 )
 from firstlight.serve.router_state import _MAX_ROUTES, RouterState, router_state, routers
+from tests.conftest import FakeClock
 
 REGION = "us-east"
 MODEL = "SmolLM2-135M-Instruct"
 PARAMS = {"prefill_tokens_per_s": 1000.0, "step_overhead_ms": 5.0, "decode_ms_per_running_seq": 0.0}
-
-
-class FakeClock:
-    """A clock that only moves when told to."""
-
-    def __init__(self, now: float = 1_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _replica(rid: str, pending: int = 0) -> ReplicaView:
