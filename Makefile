@@ -13,11 +13,11 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 LOCAL_CONFIG := examples/local-two-regions.yaml
 REDIS_PORT := 6379
 
-.PHONY: help bootstrap up test lint format redis clean
+.PHONY: help bootstrap up test lint format redis system-deps clean
 
 help:
 	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
-	@echo "make test   - set up .venv, start Redis if needed, run ruff, mypy and pytest"
+	@echo "make test   - set up .venv, start Redis and install Prometheus/Chromium if needed, run ruff, mypy and pytest"
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
 
@@ -51,6 +51,22 @@ redis:
 	  echo "redis: nothing answers on 127.0.0.1:$(REDIS_PORT) and redis-server is not installed" >&2; \
 	fi
 
+# The tests run a real Prometheus (and its promtool) and a headless Chromium: Debian's
+# `prometheus` and `chromium` packages, installed once when missing.
+system-deps:
+	@missing=""; \
+	command -v promtool >/dev/null || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  echo "system-deps: installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then sudo=""; \
+	  elif command -v sudo >/dev/null; then sudo=sudo; \
+	  else echo "system-deps: run as root: apt-get install$$missing" >&2; exit 1; fi; \
+	  command -v apt-get >/dev/null || { echo "system-deps: install$$missing with your package manager" >&2; exit 1; }; \
+	  $$sudo apt-get update -qq; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends$$missing >/dev/null; \
+	fi
+
 lint: bootstrap
 	$(BIN)/ruff check platform tests
 	$(BIN)/ruff format --check platform tests
@@ -60,7 +76,7 @@ format: bootstrap
 	$(BIN)/ruff format platform tests
 	$(BIN)/ruff check --fix platform tests
 
-test: lint redis
+test: lint redis system-deps
 	$(BIN)/pytest
 
 clean:

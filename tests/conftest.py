@@ -11,6 +11,9 @@ import pytest
 
 from firstlight.config import ENV_PREFIX
 
+# The session's Ray cluster and Serve proxy (``serve_port``), for every test folder.
+pytest_plugins = ["tests.serve.cluster"]
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 MODEL = "SmolLM2-135M-Instruct"

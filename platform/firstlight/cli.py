@@ -220,6 +220,9 @@ def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
     for region, url in platform.endpoints.items():
         typer.echo(f"  {region:<12} {url}/v1")
     first = next(iter(platform.endpoints.values()))
+    typer.echo("\nDashboards (and Prometheus metrics at .../metrics):")
+    for region, url in platform.endpoints.items():
+        typer.echo(f"  {region:<12} {url}/dashboard")
     typer.echo(
         "\nTry it:\n"
         f"  curl -s {first}/v1/chat/completions -H 'content-type: application/json' "

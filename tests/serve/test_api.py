@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
-from tests.serve.conftest import API_KEY, platform_config
+from tests.serve.cluster import API_KEY, platform_config
 
 MODEL = "sim-chat"
 CONCURRENCY_LIMIT = 6

@@ -6,12 +6,13 @@ import signal
 import subprocess
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 import yaml
 
 from tests.conftest import VENV_BIN
-from tests.serve.conftest import free_port
+from tests.serve.cluster import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -55,6 +56,11 @@ def test_up_serves_every_region_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> N
         assert f"http://127.0.0.1:{port}/cli-a/v1" in text
         assert f"http://127.0.0.1:{port}/cli-b/v1" in text
         assert "curl -s" in text
+        dashboard = f"http://127.0.0.1:{port}/cli-a/dashboard"
+        assert dashboard in text
+        page = httpx.get(dashboard, timeout=30)
+        assert page.status_code == 200
+        assert "text/html" in page.headers["content-type"]
         assert "from openai import OpenAI" in text
         for region in ("cli-a", "cli-b"):
             with openai.OpenAI(

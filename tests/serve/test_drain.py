@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from firstlight.serve.local import start_local, stop_local
-from tests.serve.conftest import platform_config
+from tests.serve.cluster import platform_config
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import pytest
 
 from firstlight.config import PlatformConfig
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
-from tests.serve.conftest import platform_config
+from tests.serve.cluster import platform_config
 
 MODEL = "sim-route"
 _REGIONS = [

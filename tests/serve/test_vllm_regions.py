@@ -12,7 +12,7 @@ import pytest
 from firstlight.config import load_config
 from firstlight.serve.local import LOCAL_DEFAULT, LocalPlatform, start_local, stop_local
 from tests.conftest import MODEL, REPO_ROOT, Prepared
-from tests.serve.conftest import platform_config
+from tests.serve.cluster import platform_config
 
 pytestmark = pytest.mark.slow
 

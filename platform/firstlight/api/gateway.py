@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
@@ -44,6 +44,7 @@ from firstlight.api.responses import (
 )
 from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest
 from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.dashboard import dashboard_state, page
 from firstlight.engine.protocol import (
     GenerationChunk,
     GenerationRequest,
@@ -64,7 +65,9 @@ from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.regions.peers import Peer, PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, predict_peer_ttft
 from firstlight.routing import Decision, RequestView
-from firstlight.serve.router_state import RouterState, ServedBy
+from firstlight.serve.router_state import Route, RouterState, ServedBy
+from firstlight.telemetry import GatewayTelemetry, RequestObservation
+from firstlight.telemetry.tracing import inject
 
 __all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend", "build_fastapi"]
 
@@ -88,10 +91,15 @@ class LocalBackend(Protocol):
         ...
 
     def stream(
-        self, model: str, request: GenerationRequest, routing: RequestView
+        self,
+        model: str,
+        request: GenerationRequest,
+        routing: RequestView,
+        trace_context: dict[str, str],
     ) -> AsyncIterator[ServedBy | GenerationChunk]:
         """Send the request through the model's request router and stream what the
-        replica yields: a :class:`ServedBy`, then the chunks."""
+        replica yields: a :class:`ServedBy`, then the chunks. ``trace_context`` carries
+        the route span to the replica (empty when traces are off)."""
         ...
 
 
@@ -137,8 +145,10 @@ class GatewayCore:
         encoders: Mapping[str, PromptEncoder],
         peers: PeerTable,
         client: httpx.AsyncClient,
+        telemetry: GatewayTelemetry,
     ) -> None:
         self.config = config
+        self.telemetry = telemetry
         self.region = region
         self.backend = backend
         self.encoders = encoders
@@ -155,34 +165,46 @@ class GatewayCore:
 
     async def completions(self, kind: Kind, request: Request) -> Response:
         """``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``."""
+        obs = self.telemetry.start(kind, request.headers)
         try:
             caller = self.keys.check(request.headers.get("authorization"))
         except ApiError as exc:
-            return error_response(exc)
+            return self._refused(obs, exc)
         limit = self.config.gateway.max_concurrent_per_key
         if self._inflight.get(caller, 0) >= limit:
-            return error_response(
+            return self._refused(
+                obs,
                 RateLimitedError(
                     f"too many concurrent requests for this API key (limit {limit})",
                     code="rate_limit_exceeded",
                     retry_after_s=_RETRY_AFTER_S,
-                )
+                ),
             )
         self._inflight[caller] = self._inflight.get(caller, 0) + 1
         response: Response | None = None
         try:
             body = await _read_body(request)
             prepared = self._prepare(kind, body)
+            obs.model = prepared.model.name
+            obs.request_id = prepared.generation.request_id
+            obs.input_tokens = prepared.routing.prompt_tokens
             hop = request.headers.get(HOP_HEADER) is not None
-            response = await self._dispatch(prepared, body, request, hop)
+            response = await self._dispatch(prepared, body, request, hop, obs)
         except ApiError as exc:
             response = error_response(exc)
         finally:
             if response is None or not isinstance(response, StreamingResponse):
                 self._release(caller)
+                obs.status = 500 if response is None else response.status_code
+                self.telemetry.finish(obs)
         if isinstance(response, StreamingResponse):
-            response.body_iterator = self._released_after(response.body_iterator, caller)
+            response.body_iterator = self._released_after(response.body_iterator, caller, obs)
         return response
+
+    def _refused(self, obs: RequestObservation, exc: ApiError) -> Response:
+        obs.status = exc.status
+        self.telemetry.finish(obs)
+        return error_response(exc)
 
     def _release(self, caller: str) -> None:
         left = self._inflight.get(caller, 1) - 1
@@ -191,12 +213,15 @@ class GatewayCore:
         else:
             self._inflight.pop(caller, None)
 
-    async def _released_after(self, body: AsyncIterable[Any], caller: str) -> AsyncIterator[Any]:
+    async def _released_after(
+        self, body: AsyncIterable[Any], caller: str, obs: RequestObservation
+    ) -> AsyncIterator[Any]:
         try:
             async for piece in body:
                 yield piece
         finally:
             self._release(caller)
+            self.telemetry.finish(obs)
 
     def models(self, request: Request) -> Response:
         try:
@@ -251,6 +276,13 @@ class GatewayCore:
                 measured=best is not None and best.prefill_tokens_per_s is not None,
             )
         return RegionSummary(self.region, time.time(), models)
+
+    def dashboard_state(self) -> dict[str, Any]:
+        """The built-in dashboard's data (``GET /dashboard/api/state``)."""
+        states = {name: self.backend.state(name) for name in self._models}
+        return dashboard_state(
+            self.config, self.region, states, self.peers, self.summary(), self.telemetry
+        )
 
     # --- request preparation ------------------------------------------------------------
 
@@ -318,7 +350,7 @@ class GatewayCore:
     # --- the region decision ------------------------------------------------------------
 
     async def _dispatch(
-        self, prepared: _Prepared, body: bytes, request: Request, hop: bool
+        self, prepared: _Prepared, body: bytes, request: Request, hop: bool, obs: RequestObservation
     ) -> Response:
         state = self.backend.state(prepared.model.name)
         local = state.estimate(prepared.routing) if state is not None else None
@@ -331,20 +363,20 @@ class GatewayCore:
                     f"no healthy replica of {prepared.model.name!r} in region {self.region}",
                     retry_after_s=_RETRY_AFTER_S,
                 )
-            return await self._serve_local(prepared, "local", local)
+            return await self._serve_local(prepared, "local", local, obs, "from_peer")
         ranked = self._rank_peers(prepared, _ms_per_token(local))
         if not healthy:
-            return await self._fail_over(ranked, prepared, body, request)
+            return await self._fail_over(ranked, prepared, body, request, obs)
         margin = self.config.router.spill_over_margin_ms
         if ranked and local_ms is not None and ranked[0][1] + margin < local_ms:
-            spilled = await self._forward_any(ranked, body, request, "spill-over")
+            spilled = await self._forward_any(ranked, body, request, "spill-over", obs, local_ms)
             if spilled is not None:
                 return spilled
         try:
-            return await self._serve_local(prepared, "local", local)
+            return await self._serve_local(prepared, "local", local, obs, "local")
         except _ReplicaFailedError as exc:
             _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
-            return await self._fail_over(ranked, prepared, body, request)
+            return await self._fail_over(ranked, prepared, body, request, obs)
 
     def _rank_peers(
         self, prepared: _Prepared, local_ms_per_token: float | None
@@ -361,21 +393,42 @@ class GatewayCore:
         return ranked
 
     async def _forward_any(
-        self, ranked: list[tuple[Peer, float]], body: bytes, request: Request, route: str
+        self,
+        ranked: list[tuple[Peer, float]],
+        body: bytes,
+        request: Request,
+        route: str,
+        obs: RequestObservation,
+        local_ms: float | None = None,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did."""
         for peer, predicted_ms in ranked:
             if not peer.breaker.allow():
                 continue
-            response = await self._forward(peer, predicted_ms, body, request, route)
+            span = self.telemetry.begin_route(obs, route.replace("-", "_"))
+            obs.served_region, obs.predicted_ttft_ms = peer.region, predicted_ms
+            local = "no healthy local replica" if local_ms is None else f"local {local_ms:.1f} ms"
+            obs.explanation = (
+                f"{route} to {peer.region}: predicted {predicted_ms:.1f} ms "
+                f"(rtt {peer.rtt_ms:.1f} ms) vs {local}"
+            )
+            span.set_attribute("firstlight.peer", peer.region)
+            span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
+            span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
+            response = await self._forward(peer, predicted_ms, body, request, route, obs)
             if response is not None:
                 return response
         return None
 
     async def _fail_over(
-        self, ranked: list[tuple[Peer, float]], prepared: _Prepared, body: bytes, request: Request
+        self,
+        ranked: list[tuple[Peer, float]],
+        prepared: _Prepared,
+        body: bytes,
+        request: Request,
+        obs: RequestObservation,
     ) -> Response:
-        response = await self._forward_any(ranked, body, request, "fail-over")
+        response = await self._forward_any(ranked, body, request, "fail-over", obs)
         if response is not None:
             return response
         raise NoCapacityError(
@@ -385,7 +438,13 @@ class GatewayCore:
         )
 
     async def _forward(
-        self, peer: Peer, predicted_ms: float, body: bytes, request: Request, route: str
+        self,
+        peer: Peer,
+        predicted_ms: float,
+        body: bytes,
+        request: Request,
+        route: str,
+        obs: RequestObservation,
     ) -> Response | None:
         """Stream the request through ``peer``; ``None`` when the peer failed before
         answering (the caller tries the next one)."""
@@ -393,6 +452,8 @@ class GatewayCore:
             "content-type": "application/json",
             HOP_HEADER: self.region,
         }
+        if obs.route_span is not None:
+            headers.update(inject(obs.route_span))
         auth = request.headers.get("authorization")
         if auth is not None:
             headers["authorization"] = auth
@@ -412,6 +473,10 @@ class GatewayCore:
             self.peers.record_failure(peer, f"HTTP {upstream.status_code}")
             return None
         self.peers.record_success(peer)
+        # The peer answers once its first token exists (or with an error).
+        obs.first_token()
+        obs.status = upstream.status_code
+        obs.replica = upstream.headers.get("x-firstlight-replica")
         out_headers = {k: v for k, v in upstream.headers.items() if k in _FORWARDED_HEADERS}
         out_headers.update(
             {k: v for k, v in upstream.headers.items() if k.startswith("x-firstlight-")}
@@ -425,6 +490,7 @@ class GatewayCore:
                     yield piece
             except httpx.HTTPError as exc:
                 self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
+                obs.status = NoCapacityError.status
                 yield sse_event(error_body(NoCapacityError(f"peer {peer.region} failed")))
                 yield DONE_EVENT
             finally:
@@ -435,17 +501,23 @@ class GatewayCore:
     # --- serving locally ----------------------------------------------------------------
 
     async def _serve_local(
-        self, prepared: _Prepared, route: str, local: Decision | None
+        self,
+        prepared: _Prepared,
+        route: str,
+        local: Decision | None,
+        obs: RequestObservation,
+        reason: str,
     ) -> Response:
         predicted_ms = local.winner.score if local is not None else None
         name = prepared.model.name
         request_id = prepared.generation.request_id
+        span = self.telemetry.begin_route(obs, reason)
         started = time.monotonic()
         state = self.backend.state(name)
         if state is not None:
             cached = local.winner.cached_blocks * prepared.routing.block_size if local else 0
             state.dispatched(request_id, max(prepared.routing.prompt_tokens - cached, 1))
-        chunks = self.backend.stream(name, prepared.generation, prepared.routing)
+        chunks = self.backend.stream(name, prepared.generation, prepared.routing, inject(span))
         timeout_s = self.config.gateway.first_token_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
@@ -462,6 +534,8 @@ class GatewayCore:
             raise
         ttft_ms = (time.monotonic() - started) * 1000.0
         info = self._route_info(state, request_id, route, predicted_ms, served_by)
+        routed = state.route_of(request_id) if state is not None else None
+        self._observe_first_token(obs, info, routed, ttft_ms)
         if state is not None:
             state.first_token(request_id, ttft_ms)
         self._hot[name].add(prepared.routing.block_hashes)
@@ -469,12 +543,43 @@ class GatewayCore:
         if prepared.model.engine == "sim":
             headers["x-firstlight-simulated"] = "true"
         if prepared.stream:
-            events = self._sse(prepared, first, chunks)
+            events = self._sse(prepared, first, chunks, obs)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         try:
-            return JSONResponse(await self._collect(prepared, first, chunks), headers=headers)
+            body = await self._collect(prepared, first, chunks, obs)
+            return JSONResponse(body, headers=headers)
         except ApiError as exc:
             return error_response(exc, headers)
+
+    def _observe_first_token(
+        self, obs: RequestObservation, info: _RouteInfo, routed: Route | None, ttft_ms: float
+    ) -> None:
+        """Metrics, the route span's decision terms and the dashboard's decision log."""
+        obs.served_region, obs.replica = self.region, info.replica
+        obs.predicted_ttft_ms, obs.explanation = info.predicted_ms, info.explanation
+        span = obs.route_span
+        chosen = routed.chosen if routed is not None else None
+        if span is not None and span.is_recording():
+            span.set_attribute("firstlight.replica", info.replica)
+            if info.predicted_ms is not None:
+                span.set_attribute("firstlight.predicted_ttft_ms", info.predicted_ms)
+            span.set_attribute("firstlight.observed_ttft_ms", ttft_ms)
+            if chosen is not None and chosen.terms is not None:
+                for term in ("rtt_ms", "wait_ms", "prefill_ms", "overhead_ms"):
+                    span.set_attribute(f"firstlight.terms.{term}", getattr(chosen.terms, term))
+                span.set_attribute("firstlight.cached_tokens", chosen.terms.cached_tokens)
+                span.set_attribute("firstlight.uncached_tokens", chosen.terms.uncached_tokens)
+            if routed is not None and len(routed.decision.ranked) > 1:
+                runner_up = routed.decision.ranked[1]
+                span.set_attribute("firstlight.runner_up", runner_up.replica_id)
+                span.set_attribute("firstlight.runner_up_ttft_ms", runner_up.score)
+        obs.first_token()
+        self.telemetry.routed(
+            obs.model,
+            routed.decision_s if routed is not None else None,
+            info.predicted_ms,
+            ttft_ms,
+        )
 
     def _route_info(
         self,
@@ -507,19 +612,23 @@ class GatewayCore:
             state.finished(request_id)
 
     async def _collect(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream
+        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream, obs: RequestObservation
     ) -> dict[str, Any]:
         parts, last = [first.text], first
+        tokens = len(first.token_ids)
         try:
             if first.finish_reason is None:
                 async for chunk in chunks:
                     if isinstance(chunk, GenerationChunk):
                         parts.append(chunk.text)
+                        tokens += len(chunk.token_ids)
                         last = chunk
         except Exception as exc:
             raise _as_api_error(exc) from exc
         finally:
             self._finish(prepared.model.name, prepared.generation.request_id)
+        obs.last_token_at = time.monotonic()
+        obs.output_tokens = last.usage.completion_tokens if last.usage else tokens
         return completion_body(
             prepared.kind,
             prepared.generation.request_id,
@@ -531,15 +640,18 @@ class GatewayCore:
         )
 
     async def _sse(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream
+        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream, obs: RequestObservation
     ) -> AsyncIterator[bytes]:
         kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.model.name
         created = int(time.time())
         usage: Usage | None = None
+        obs.output_tokens = 0
         try:
             chunk: GenerationChunk | None = first
             is_first = True
             while chunk is not None:
+                obs.output_tokens += len(chunk.token_ids)
+                obs.last_token_at = time.monotonic()
                 yield sse_event(
                     stream_chunk(
                         kind, rid, name, created, chunk.text, chunk.finish_reason, first=is_first
@@ -553,7 +665,9 @@ class GatewayCore:
             if prepared.include_usage and usage is not None:
                 yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
         except Exception as exc:  # after the headers went out: an error event, then DONE
-            yield sse_event(error_body(_as_api_error(exc)))
+            error = _as_api_error(exc)
+            obs.status = error.status
+            yield sse_event(error_body(error))
         finally:
             self._finish(name, rid)
             await _aclose(chunks)
@@ -659,6 +773,21 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
     async def readyz() -> Response:
         ready, detail = core.readiness()
         return JSONResponse({"ready": ready, **detail}, status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if not core.telemetry.enabled:
+            return JSONResponse({"detail": "metrics are off (telemetry.metrics_enabled)"}, 404)
+        body, content_type = core.telemetry.render()
+        return Response(body, media_type=content_type)
+
+    @app.get("/dashboard")
+    async def dashboard() -> Response:
+        return HTMLResponse(page(), headers={"cache-control": "no-store"})
+
+    @app.get("/dashboard/api/state")
+    async def dashboard_api() -> Response:
+        return JSONResponse(core.dashboard_state(), headers={"cache-control": "no-store"})
 
     @app.get("/v1/firstlight/summary")
     async def summary(request: Request) -> Response:

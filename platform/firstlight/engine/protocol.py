@@ -101,6 +101,10 @@ class EngineStats:
     """Recent mean time between output tokens of a request."""
     simulated: bool
     """True for the simulator: every number is simulated."""
+    spec_draft_tokens: int = 0
+    """Speculative draft tokens proposed since start (0 when speculative decoding is off)."""
+    spec_accepted_tokens: int = 0
+    """Of those, tokens the target model accepted."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,8 @@ class _StatsRecorder:
         self.kv_cache_usage = 0.0
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted_tokens = 0
         self.prefill_tokens_per_s: float | None = None
         self.inter_token_latency_ms: float | None = None
         self._last_iteration_at: float | None = None
@@ -106,6 +108,10 @@ class _StatsRecorder:
             self.kv_cache_usage = scheduler.kv_cache_usage
             self.prefix_queries += scheduler.prefix_cache_stats.queries
             self.prefix_hits += scheduler.prefix_cache_stats.hits
+            spec = getattr(scheduler, "spec_decoding_stats", None)
+            if spec is not None:
+                self.spec_draft_tokens += spec.num_draft_tokens
+                self.spec_accepted_tokens += spec.num_accepted_tokens
             if not (self.running or self.waiting):
                 # vLLM reports only iterations with outputs: an idle gap must not count
                 # as prefill time, or an idle replica would look slow to the router.
@@ -283,6 +289,8 @@ class VllmEngine:
             prefill_tokens_per_s=r.prefill_tokens_per_s,
             inter_token_latency_ms=r.inter_token_latency_ms,
             simulated=False,
+            spec_draft_tokens=r.spec_draft_tokens,
+            spec_accepted_tokens=r.spec_accepted_tokens,
         )
 
     def unfinished_requests(self) -> int:

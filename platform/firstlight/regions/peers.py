@@ -170,6 +170,18 @@ class PeerTable:
             found.append(peer)
         return found
 
+    def is_up(self, peer: Peer) -> bool:
+        """Whether ``peer`` answers: a fresh summary and a breaker that is not open
+        (metrics and the dashboard; no I/O)."""
+        received = peer.summary_received_at
+        fresh = received is not None and self._clock() - received <= self._max_age_s
+        return fresh and peer.breaker.state != "open"
+
+    def summary_age_s(self, peer: Peer) -> float | None:
+        """Seconds since ``peer``'s last summary arrived; ``None`` if none ever did."""
+        received = peer.summary_received_at
+        return None if received is None else self._clock() - received
+
     def record_success(self, peer: Peer) -> None:
         peer.breaker.success()
 

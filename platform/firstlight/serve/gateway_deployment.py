@@ -26,6 +26,7 @@ from firstlight.engine.protocol import GenerationChunk, GenerationRequest
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
 from firstlight.serve.router_state import RouterState, ServedBy, router_state
+from firstlight.telemetry import GatewayTelemetry
 
 __all__ = ["Gateway", "peer_table"]
 
@@ -67,7 +68,15 @@ class Gateway:
         )
         self._peers = peer_table(self._config, region, self._client)
         encoders = {m.name: build_encoder(self._config, m) for m in self._config.models}
-        self._core = GatewayCore(self._config, region, self, encoders, self._peers, self._client)
+        self._telemetry = GatewayTelemetry(
+            self._config,
+            region,
+            lambda: {name: self.state(name) for name in self._handles},
+            self._peers,
+        )
+        self._core = GatewayCore(
+            self._config, region, self, encoders, self._peers, self._client, self._telemetry
+        )
         self._probe_task: asyncio.Task[None] | None = None
         if not self._config.auth.enabled:
             _log.warning(
@@ -90,10 +99,16 @@ class Gateway:
         return router_state(handle.deployment_id.app_name, handle.deployment_id.name)
 
     async def stream(
-        self, model: str, request: GenerationRequest, routing: RequestView
+        self,
+        model: str,
+        request: GenerationRequest,
+        routing: RequestView,
+        trace_context: dict[str, str],
     ) -> AsyncIterator[ServedBy | GenerationChunk]:
         handle = self._handles[model].options(stream=True)
-        response: Any = handle.generate.remote(request, routing=routing)
+        response: Any = handle.generate.remote(
+            request, routing=routing, trace_context=trace_context
+        )
         finished = False
         try:
             async for chunk in response:
@@ -109,3 +124,4 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._probe_task
         await self._client.aclose()
+        self._telemetry.shutdown()

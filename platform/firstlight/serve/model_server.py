@@ -6,7 +6,9 @@ through a deployment handle by the gateway, via the
 
 * :meth:`generate` — once per request, streaming: yields ``GenerationChunk``s. The
   gateway passes the tokenized request and, as ``routing``, the request's
-  :class:`~firstlight.routing.RequestView` (which the router read to choose us).
+  :class:`~firstlight.routing.RequestView` (which the router read to choose us), and as
+  ``trace_context`` the W3C trace context of its route span (the replica's and the
+  engine's spans continue that trace when traces are exported).
 * :meth:`record_routing_stats` — by Ray every ``request_routing_stats_period_s``: the
   engine's load and rates, which the router turns into a ``ReplicaView``.
 * :meth:`check_health` — by Ray; fails once the engine is dead, so Ray replaces us.
@@ -28,12 +30,15 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from opentelemetry import trace
+
 from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.protocol import Engine, GenerationChunk, GenerationRequest
 from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.routing import RequestView
 from firstlight.serve.router_state import ServedBy
+from firstlight.telemetry.tracing import build_tracer, extract
 
 __all__ = ["ModelServer", "build_engine", "hint_key_prefix"]
 
@@ -83,11 +88,15 @@ class ModelServer:
         self._inflight = 0
         self._accepting = True
         self._started_at = time.time()
+        self._tracer = build_tracer(self._config.telemetry, region, "replica")
 
     # --- called by Ray -------------------------------------------------------------------
 
     async def generate(
-        self, request: GenerationRequest, routing: RequestView | None = None
+        self,
+        request: GenerationRequest,
+        routing: RequestView | None = None,
+        trace_context: dict[str, str] | None = None,
     ) -> AsyncIterator[ServedBy | GenerationChunk]:
         """Stream ``request``'s output, after a :class:`ServedBy` naming this replica.
         Raises ``InvalidRequestError`` (incl.
@@ -96,15 +105,47 @@ class ModelServer:
         self._ensure_tasks()
         self._inflight += 1
         first = True
+        replica_span = self._tracer.start_span(
+            "firstlight.replica",
+            context=extract(trace_context),
+            kind=trace.SpanKind.SERVER,
+            attributes={
+                "firstlight.region": self._region,
+                "firstlight.replica": self._replica_id,
+                "gen_ai.request.model": self._model.name,
+                "gen_ai.usage.input_tokens": len(request.prompt_token_ids),
+            },
+        )
+        engine_span = self._tracer.start_span(
+            "firstlight.engine.generate",
+            context=trace.set_span_in_context(replica_span),
+            attributes={
+                "firstlight.engine": self._model.engine,
+                "firstlight.simulated": self._engine.simulated,
+            },
+        )
         yield ServedBy(self._replica_id)
+        started, output_tokens = time.monotonic(), 0
         try:
             async for chunk in self._engine.generate(request):
-                if first and routing is not None and self._hints_enabled:
-                    self._announce.update(routing.block_hashes)
+                if first:
+                    engine_span.add_event("first_token")
+                    engine_span.set_attribute(
+                        "firstlight.engine.ttft_s", time.monotonic() - started
+                    )
+                    if routing is not None and self._hints_enabled:
+                        self._announce.update(routing.block_hashes)
                 first = False
+                output_tokens += len(chunk.token_ids)
                 yield chunk
+        except BaseException as exc:
+            engine_span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
+            raise
         finally:
             self._inflight -= 1
+            engine_span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
+            engine_span.end()
+            replica_span.end()
 
     async def record_routing_stats(self) -> dict[str, Any]:
         """Load and rates for the router (plain data, so it crosses processes)."""
@@ -120,6 +161,8 @@ class ModelServer:
             "inter_token_latency_ms": stats.inter_token_latency_ms,
             "prefix_cache_queries": stats.prefix_cache_queries,
             "prefix_cache_hits": stats.prefix_cache_hits,
+            "spec_draft_tokens": stats.spec_draft_tokens,
+            "spec_accepted_tokens": stats.spec_accepted_tokens,
             "inflight": self._inflight,
             "accepting": self._accepting,
             "simulated": stats.simulated,

@@ -134,6 +134,7 @@ class FirstlightRequestRouter(RequestRouter):
             return "connected" if s.connected else f"stale since {s.stale_since}"
 
         self._state.hints_status = status
+        self._state.hints_feed = lambda: subscriber.status
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -154,6 +155,9 @@ class FirstlightRequestRouter(RequestRouter):
 
     def _refresh_views(self, replicas: list[RunningReplica]) -> None:
         views = {}
+        self._state.stats = {
+            r.replica_id.unique_id: r.routing_stats for r in replicas if r.routing_stats
+        }
         for replica in replicas:
             stats = replica.routing_stats or {}
             if stats.get("accepting", True):
@@ -183,10 +187,11 @@ class FirstlightRequestRouter(RequestRouter):
             return [candidate_replicas]
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
         views = tuple(self._state.replicas.values())
+        started = time.perf_counter()
         decision = self._state.policy.choose(
             RoutingInput(request, views, self._state.cache or NO_CACHE)
         )
-        self._state.record_decision(request, decision)
+        self._state.record_decision(request, decision, time.perf_counter() - started)
         return [[by_id[c.replica_id]] for c in decision.ranked if c.replica_id in by_id]
 
     def on_request_routed(

@@ -16,7 +16,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sized
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from firstlight.hints import SubscriberStatus
 from firstlight.routing import (
     NO_CACHE,
     CacheView,
@@ -52,6 +54,8 @@ class Route:
     chosen: Candidate | None = None
     """Set when Ray actually sent the request (``on_request_routed``)."""
     routed_at: float = 0.0
+    decision_s: float | None = None
+    """How long the policy took to rank the replicas (metrics)."""
 
 
 @dataclass
@@ -73,6 +77,11 @@ class RouterState:
     routes: OrderedDict[str, Route] = field(default_factory=OrderedDict)
     hints_status: Callable[[], str] = lambda: "off"
     """``off``, ``connected`` or ``stale since <time>`` (the hint subscriber's state)."""
+    hints_feed: Callable[[], SubscriberStatus | None] = lambda: None
+    """The hint subscriber's status; ``None`` when hints are off (metrics)."""
+    stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The last routing stats of every live replica, accepting or draining, as the
+    replica reported them (metrics and the dashboard read the counters in them)."""
     estimator: FirstlightPolicy = field(init=False)
     prefilled: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     """Per replica: (clock time, tokens) of prefills that finished, kept until a stats
@@ -117,8 +126,10 @@ class RouterState:
             del self.prefilled[rid]
         self.replicas = adjusted
 
-    def record_decision(self, request: RequestView, decision: Decision) -> None:
-        self.routes[request.request_id] = Route(request, decision)
+    def record_decision(
+        self, request: RequestView, decision: Decision, decision_s: float | None = None
+    ) -> None:
+        self.routes[request.request_id] = Route(request, decision, decision_s=decision_s)
         self.routes.move_to_end(request.request_id)
         while len(self.routes) > _MAX_ROUTES:
             _, old = self.routes.popitem(last=False)

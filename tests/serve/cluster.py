@@ -1,7 +1,9 @@
 """Serving fixtures: one real local Ray cluster with Serve's HTTP proxy per test session,
 and helpers to deploy platforms on it through the same start-up path as ``firstlight up``.
 
-Each test module deploys its own regions (distinct names) and deletes them at the end.
+Registered for the whole test tree by the root ``conftest.py`` (``pytest_plugins``), so
+the serving and the telemetry tests share one cluster. Each test module deploys its own
+regions (distinct names) and deletes them at the end.
 """
 
 from __future__ import annotations

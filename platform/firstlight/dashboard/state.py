@@ -1,0 +1,162 @@
+"""The built-in dashboard's data (``GET /dashboard/api/state``) and its page.
+
+The gateway's routes call :func:`dashboard_state` on every poll (every 2 s per open
+page): it reads what the gateway already holds — the model routers' state (replicas and
+their last routing stats), the peer table, this region's summary and the telemetry's
+rolling windows — and does no I/O. :func:`page` returns the static page shipped in the
+package (``static/index.html``: no CDN, works offline), which polls the JSON.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the gateway imports this module: no import cycle at run time
+    from firstlight.config import PlatformConfig
+    from firstlight.regions.peers import PeerTable
+    from firstlight.regions.summary import RegionSummary
+    from firstlight.serve.router_state import RouterState
+    from firstlight.telemetry import GatewayTelemetry
+
+__all__ = ["dashboard_state", "page"]
+
+_ROUTES = ("local", "spill_over", "fail_over", "from_peer", "rejected")
+
+
+@cache
+def page() -> str:
+    """The dashboard's HTML (read once from the package)."""
+    return resources.files("firstlight.dashboard").joinpath("static/index.html").read_text()
+
+
+def dashboard_state(
+    config: PlatformConfig,
+    region: str,
+    states: Mapping[str, RouterState | None],
+    peers: PeerTable,
+    summary: RegionSummary,
+    telemetry: GatewayTelemetry,
+) -> dict[str, Any]:
+    """The JSON the dashboard page renders (schema in ``docs/observability.md``)."""
+    now = time.time()
+    return {
+        "region": region,
+        "generated_at": now,
+        "window_s": telemetry.window_s,
+        "simulated": any(m.engine == "sim" for m in config.models),
+        "regions": [_local_region(region, summary), *_peer_regions(peers)],
+        "models": [
+            _model(config, name, states.get(name), telemetry, now)
+            for name in (m.name for m in config.models)
+        ],
+        "decisions": [
+            {
+                "at": d.at,
+                "model": d.model,
+                "route": d.route,
+                "region": d.region,
+                "replica": d.replica,
+                "predicted_ttft_ms": d.predicted_ttft_ms,
+                "observed_ttft_ms": d.observed_ttft_ms,
+                "explanation": d.explanation,
+            }
+            for d in telemetry.decisions
+        ],
+    }
+
+
+def _local_region(region: str, summary: RegionSummary) -> dict[str, Any]:
+    return {
+        "name": region,
+        "local": True,
+        "up": all(m.healthy_replicas > 0 for m in summary.models.values()),
+        "rtt_ms": 0.0,
+        "breaker": "closed",
+        "summary_age_s": 0.0,
+        "models": _summary_models(summary),
+    }
+
+
+def _peer_regions(peers: PeerTable) -> list[dict[str, Any]]:
+    out = []
+    for peer in peers.peers.values():
+        age = peers.summary_age_s(peer)
+        out.append(
+            {
+                "name": peer.region,
+                "local": False,
+                "up": peers.is_up(peer),
+                "rtt_ms": peer.rtt_ms if age is not None else None,
+                "breaker": peer.breaker.state,
+                "summary_age_s": age,
+                "last_error": peer.last_error,
+                "models": _summary_models(peer.summary) if peer.summary is not None else {},
+            }
+        )
+    return out
+
+
+def _summary_models(summary: RegionSummary) -> dict[str, Any]:
+    return {
+        name: {
+            "healthy_replicas": m.healthy_replicas,
+            "predicted_wait_ms": m.predicted_wait_ms,
+        }
+        for name, m in summary.models.items()
+    }
+
+
+def _model(
+    config: PlatformConfig,
+    name: str,
+    state: RouterState | None,
+    telemetry: GatewayTelemetry,
+    now: float,
+) -> dict[str, Any]:
+    model = next(m for m in config.models if m.name == name)
+    routes = telemetry.routes[name].counts()
+    routed = sum(routes.values())
+    replicas = []
+    if state is not None:
+        for replica, stats in sorted(state.stats.items()):
+            running, waiting = int(stats.get("running", 0)), int(stats.get("waiting", 0))
+            rate = stats.get("prefill_tokens_per_s")
+            replicas.append(
+                {
+                    "id": replica,
+                    "queue_depth": running + waiting,
+                    "running": running,
+                    "waiting": waiting,
+                    "kv_cache_usage": float(stats.get("kv_cache_usage", 0.0)),
+                    "hit_ratio": telemetry.replica_hit_ratio(name, replica, stats),
+                    "prefill_tokens_per_s": float(rate) if rate else None,
+                    "accepting": bool(stats.get("accepting", True)),
+                    "stats_age_s": max(now - float(stats.get("at", now)), 0.0),
+                }
+            )
+    return {
+        "name": name,
+        "engine": model.engine,
+        "simulated": model.engine == "sim",
+        "policy": config.router.policy,
+        "hints": {
+            "status": "off" if state is None else state.hints_status(),
+            "blocks": 0 if state is None else state.hint_blocks(),
+        },
+        "ttft_ms": _nullable(telemetry.ttft[name].summary()),
+        "itl_ms": _nullable(telemetry.itl[name].summary()),
+        "routes": {route: routes.get(route, 0) for route in _ROUTES},
+        "requests_per_min": routed * 60.0 / telemetry.observed_window_s(),
+        "slo_ttft_p95_ms": config.router.slo.ttft_p95_ms,
+        "replicas": replicas,
+    }
+
+
+def _nullable(summary: Mapping[str, float | None]) -> dict[str, float | int | None]:
+    out: dict[str, float | int | None] = dict(summary)
+    out["count"] = int(summary.get("count") or 0)
+    return out

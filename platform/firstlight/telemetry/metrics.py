@@ -1,0 +1,416 @@
+"""The gateway's metrics: OpenTelemetry instruments, exported in Prometheus' format.
+
+One :class:`GatewayTelemetry` per gateway process, built by the gateway deployment and
+handed to :class:`~firstlight.api.gateway.GatewayCore`. Per request the core calls
+:meth:`GatewayTelemetry.start`, fills the returned :class:`RequestObservation` as the
+request goes (route, first token, output tokens, status) and calls
+:meth:`GatewayTelemetry.finish` once at the end. Everything else is read when
+``/metrics`` is scraped, through observable instruments: the model routers' state
+(replicas with the counters they report in their routing stats, the hint mirror and
+feed) and the peer table.
+
+Replicas have no HTTP endpoint of their own inside Ray Serve; what they measure travels
+with their routing stats (every 0.5 s) to the routers in the gateway's process and is
+exported here, labelled ``replica``. One scrape target per gateway therefore covers the
+region. The names and attributes are those of :mod:`firstlight.telemetry.catalog`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from firstlight.config import PlatformConfig
+from firstlight.telemetry.catalog import CATALOG, MetricSpec
+from firstlight.telemetry.rolling import (
+    CounterRatio,
+    DecisionRecord,
+    RollingCounts,
+    RollingSamples,
+)
+from firstlight.telemetry.tracing import build_tracer, extract
+
+if TYPE_CHECKING:
+    from firstlight.regions.peers import PeerTable
+    from firstlight.serve.router_state import RouterState
+
+__all__ = ["GatewayTelemetry", "RequestObservation"]
+
+UNKNOWN_MODEL = "unknown"
+"""The ``model`` attribute of requests that named no served model (bounded labels)."""
+_OPERATION = {"chat": "chat", "text": "text_completion"}
+_DECISION_LOG = 30
+_WINDOW_S = 300.0
+
+
+@dataclass
+class RequestObservation:
+    """What one request did, filled in by the gateway as it happens."""
+
+    operation: str
+    """``chat`` or ``text_completion`` (the GenAI conventions' operation name)."""
+    started: float
+    """Monotonic seconds when the request reached the gateway."""
+    span: trace.Span
+    model: str = UNKNOWN_MODEL
+    request_id: str | None = None
+    """The response id (traces only: never a metric attribute)."""
+    route: str | None = None
+    """``local``, ``spill_over``, ``fail_over`` or ``from_peer`` once decided."""
+    served_region: str | None = None
+    replica: str | None = None
+    predicted_ttft_ms: float | None = None
+    explanation: str | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    status: int = 200
+    route_span: trace.Span | None = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def first_token(self) -> None:
+        now = time.monotonic()
+        self.first_token_at = now
+        self.last_token_at = now
+        if self.route_span is not None:
+            self.route_span.end()
+            self.route_span = None
+
+
+class GatewayTelemetry:
+    """Metrics, traces and the dashboard's rolling data of one gateway process."""
+
+    def __init__(
+        self,
+        config: PlatformConfig,
+        region: str,
+        states: Callable[[], Mapping[str, RouterState | None]],
+        peers: PeerTable | None,
+        *,
+        tracer: trace.Tracer | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.region = region
+        self.enabled = config.telemetry.metrics_enabled
+        self._states = states
+        self._peers = peers
+        self._wall = wall_clock
+        self._policy = config.router.policy
+        self.tracer = tracer or build_tracer(config.telemetry, region, "gateway")
+        self.registry = CollectorRegistry(auto_describe=True)
+        reader = PrometheusMetricReader(registry=self.registry)
+        resource = Resource.create(
+            {"service.name": config.telemetry.service_name, "cloud.region": region}
+        )
+        self._provider = MeterProvider(metric_readers=[reader], resource=resource)
+        meter = self._provider.get_meter("firstlight")
+        self._instruments: dict[str, Any] = {}
+        observers = self._observers()
+        for spec in CATALOG:
+            self._instruments[spec.name] = _create(meter, spec, observers.get(spec.name))
+        # The dashboard's rolling windows, per model.
+        self.ttft = {m.name: RollingSamples(_WINDOW_S, clock=clock) for m in config.models}
+        self.itl = {m.name: RollingSamples(_WINDOW_S, clock=clock) for m in config.models}
+        self.routes = {m.name: RollingCounts(_WINDOW_S, clock=clock) for m in config.models}
+        self.hit_ratios: dict[tuple[str, str], CounterRatio] = {}
+        self._clock = clock
+        self._started = clock()
+        self.window_s = _WINDOW_S
+        """Span of the dashboard's rolling percentiles and counts, seconds."""
+        self.decisions: list[DecisionRecord] = []
+        """The last routing decisions, newest first (the dashboard lists them)."""
+
+    def observed_window_s(self) -> float:
+        """The rolling window, or less while this gateway is younger than it (rates)."""
+        return max(min(self.window_s, self._clock() - self._started), 1.0)
+
+    # --- per request (called by GatewayCore) -----------------------------------------
+
+    def start(self, kind: str, headers: Mapping[str, str] | None = None) -> RequestObservation:
+        """A request arrived (``kind`` is ``chat`` or ``text``); a ``traceparent`` in
+        ``headers`` (a peer's forward) makes its span a child of the peer's route span."""
+        operation = _OPERATION.get(kind, kind)
+        parent = None
+        if headers is not None and "traceparent" in headers:
+            parent = extract({"traceparent": headers["traceparent"]})
+        span = self.tracer.start_span(operation, context=parent, kind=trace.SpanKind.SERVER)
+        span.set_attribute("gen_ai.operation.name", operation)
+        span.set_attribute("firstlight.region", self.region)
+        return RequestObservation(operation, time.monotonic(), span)
+
+    def begin_route(self, obs: RequestObservation, route: str) -> trace.Span:
+        """The region decision chose ``route``; the route span covers the time until the
+        first token (or the end)."""
+        obs.route = route
+        if obs.route_span is not None:  # an earlier attempt (a peer that failed)
+            obs.route_span.end()
+        context = trace.set_span_in_context(obs.span)
+        span = self.tracer.start_span("firstlight.route", context=context)
+        span.set_attribute("firstlight.route", route)
+        span.set_attribute("firstlight.policy", self._policy)
+        obs.route_span = span
+        return span
+
+    def routed(
+        self, model: str, decision_s: float | None, predicted_ms: float | None, observed_ms: float
+    ) -> None:
+        """A locally routed request got its first token: the policy took ``decision_s``
+        and predicted ``predicted_ms``; the gateway observed ``observed_ms``."""
+        if not self.enabled:
+            return
+        base = {"region": self.region, "model": model}
+        if decision_s is not None:
+            self._instruments["firstlight.route.decision.duration"].record(
+                decision_s, {**base, "policy": self._policy}
+            )
+        if predicted_ms is not None:
+            error_ms = observed_ms - predicted_ms
+            direction = "under" if error_ms > 0 else "over"
+            self._instruments["firstlight.route.ttft_prediction_error"].record(
+                abs(error_ms) / 1000.0, {**base, "direction": direction}
+            )
+
+    def finish(self, obs: RequestObservation) -> None:
+        """The request ended (response complete, stream closed, or refused)."""
+        now = time.monotonic()
+        if obs.route_span is not None:
+            obs.route_span.end()
+            obs.route_span = None
+        self._end_span(obs)
+        route = obs.route or ("rejected" if obs.status == 503 else None)
+        ttft_s = None if obs.first_token_at is None else obs.first_token_at - obs.started
+        tpot_s = _tpot_s(obs)
+        if obs.model != UNKNOWN_MODEL:  # the dashboard's windows, metrics on or off
+            if route is not None:
+                self.routes[obs.model].add(route)
+                self._log_decision(obs, route)
+            if ttft_s is not None:
+                self.ttft[obs.model].add(ttft_s * 1000.0)
+            if tpot_s is not None:
+                self.itl[obs.model].add(tpot_s * 1000.0)
+        if not self.enabled:
+            return
+        attrs = {
+            "region": self.region,
+            "model": obs.model,
+            "route": obs.route or "none",
+            "gen_ai.operation.name": obs.operation,
+        }
+        if obs.model != UNKNOWN_MODEL and route is not None:
+            self._instruments["firstlight.route.decisions"].add(
+                1,
+                {
+                    "region": self.region,
+                    "model": obs.model,
+                    "reason": route,
+                    "policy": self._policy,
+                },
+            )
+        duration_attrs = dict(attrs)
+        if obs.status >= 400:
+            duration_attrs["error.type"] = str(obs.status)
+        self._instruments["gen_ai.server.request.duration"].record(
+            now - obs.started, duration_attrs
+        )
+        if ttft_s is not None:
+            self._instruments["gen_ai.server.time_to_first_token"].record(ttft_s, attrs)
+        if tpot_s is not None:
+            self._instruments["gen_ai.server.time_per_output_token"].record(tpot_s, attrs)
+        usage = self._instruments["gen_ai.client.token.usage"]
+        if obs.input_tokens is not None:
+            usage.record(obs.input_tokens, {**attrs, "gen_ai.token.type": "input"})
+        if obs.output_tokens is not None:
+            usage.record(obs.output_tokens, {**attrs, "gen_ai.token.type": "output"})
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus exposition of this process's metrics (``GET /metrics``)."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def shutdown(self) -> None:
+        self._provider.shutdown()
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _end_span(self, obs: RequestObservation) -> None:
+        span = obs.span
+        if not span.is_recording():
+            return
+        span.set_attribute("gen_ai.request.model", obs.model)
+        if obs.request_id is not None:
+            span.set_attribute("gen_ai.response.id", obs.request_id)
+        span.set_attribute("http.response.status_code", obs.status)
+        if obs.input_tokens is not None:
+            span.set_attribute("gen_ai.usage.input_tokens", obs.input_tokens)
+        if obs.output_tokens is not None:
+            span.set_attribute("gen_ai.usage.output_tokens", obs.output_tokens)
+        if obs.first_token_at is not None:
+            span.set_attribute(
+                "gen_ai.server.time_to_first_token", obs.first_token_at - obs.started
+            )
+        if obs.status >= 500:
+            span.set_status(trace.StatusCode.ERROR)
+        span.end()
+
+    def _log_decision(self, obs: RequestObservation, route: str) -> None:
+        observed = None
+        if obs.first_token_at is not None:
+            observed = (obs.first_token_at - obs.started) * 1000.0
+        record = DecisionRecord(
+            at=self._wall(),
+            model=obs.model,
+            route=route,
+            region=obs.served_region,
+            replica=obs.replica,
+            predicted_ttft_ms=obs.predicted_ttft_ms,
+            observed_ttft_ms=observed,
+            explanation=obs.explanation,
+        )
+        self.decisions.insert(0, record)
+        del self.decisions[_DECISION_LOG:]
+
+    def replica_hit_ratio(self, model: str, replica: str, stats: Mapping[str, Any]) -> float | None:
+        """The replica's recent token-weighted prefix-cache hit ratio (dashboard)."""
+        tracker = self.hit_ratios.get((model, replica))
+        if tracker is None:
+            tracker = self.hit_ratios[(model, replica)] = CounterRatio(clock=self._clock)
+        tracker.observe(
+            float(stats.get("prefix_cache_hits", 0)), float(stats.get("prefix_cache_queries", 0))
+        )
+        return tracker.ratio()
+
+    # --- observable instruments (read at scrape time) -----------------------------------
+
+    def _observers(self) -> dict[str, Callable[[CallbackOptions], Iterable[Observation]]]:
+        def per_replica(key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
+            def observe(_: CallbackOptions) -> Iterable[Observation]:
+                for model, state in self._live_states():
+                    for replica, stats in state.stats.items():
+                        value = stats.get(key)
+                        if value is not None:
+                            yield Observation(value, self._replica_attrs(model, replica))
+
+            return observe
+
+        return {
+            "firstlight.route.fallbacks": self._observe_fallbacks,
+            "firstlight.replicas.healthy": self._observe_healthy,
+            "firstlight.replica.queue_depth": self._observe_queues,
+            "firstlight.replica.kv_cache.usage": per_replica("kv_cache_usage"),
+            "firstlight.replica.prefix_cache.queried_tokens": per_replica("prefix_cache_queries"),
+            "firstlight.replica.prefix_cache.hit_tokens": per_replica("prefix_cache_hits"),
+            "firstlight.replica.spec_decode.draft_tokens": per_replica("spec_draft_tokens"),
+            "firstlight.replica.spec_decode.accepted_tokens": per_replica("spec_accepted_tokens"),
+            "firstlight.hints.mirror.blocks": self._observe_mirror,
+            "firstlight.hints.staleness": self._observe_staleness,
+            "firstlight.hints.redis.up": self._observe_redis,
+            "firstlight.peer.rtt": self._observe_peer_rtt,
+            "firstlight.peer.up": self._observe_peer_up,
+            "firstlight.slo.time_to_first_token": lambda _: [
+                Observation(self.config.router.slo.ttft_p95_ms / 1000.0, {"region": self.region})
+            ],
+            "firstlight.slo.time_per_output_token": lambda _: [
+                Observation(self.config.router.slo.tpot_p95_ms / 1000.0, {"region": self.region})
+            ],
+        }
+
+    def _live_states(self) -> Iterable[tuple[str, RouterState]]:
+        for model, state in self._states().items():
+            if state is not None:
+                yield model, state
+
+    def _replica_attrs(self, model: str, replica: str) -> dict[str, str]:
+        return {"region": self.region, "model": model, "replica": replica}
+
+    def _observe_fallbacks(self, _: CallbackOptions) -> Iterable[Observation]:
+        for model, state in self._live_states():
+            yield Observation(state.fallbacks, {"region": self.region, "model": model})
+
+    def _observe_healthy(self, _: CallbackOptions) -> Iterable[Observation]:
+        # A model whose router does not exist yet has no healthy replica either.
+        for model, state in self._states().items():
+            healthy = 0 if state is None else state.healthy_replicas
+            yield Observation(healthy, {"region": self.region, "model": model})
+
+    def _observe_queues(self, _: CallbackOptions) -> Iterable[Observation]:
+        for model, state in self._live_states():
+            for replica, stats in state.stats.items():
+                attrs = self._replica_attrs(model, replica)
+                yield Observation(int(stats.get("running", 0)), {**attrs, "state": "running"})
+                yield Observation(int(stats.get("waiting", 0)), {**attrs, "state": "waiting"})
+
+    def _observe_mirror(self, _: CallbackOptions) -> Iterable[Observation]:
+        for model, state in self._live_states():
+            if state.hints_feed() is not None:
+                yield Observation(state.hint_blocks(), {"region": self.region, "model": model})
+
+    def _observe_staleness(self, _: CallbackOptions) -> Iterable[Observation]:
+        now = self._wall()
+        for model, state in self._live_states():
+            feed = state.hints_feed()
+            if feed is None:
+                continue
+            stale_s = 0.0 if feed.stale_since is None else max(now - feed.stale_since, 0.0)
+            yield Observation(stale_s, {"region": self.region, "model": model})
+
+    def _observe_redis(self, _: CallbackOptions) -> Iterable[Observation]:
+        feeds = [s.hints_feed() for _, s in self._live_states()]
+        known = [f for f in feeds if f is not None]
+        if known:
+            yield Observation(int(all(f.connected for f in known)), {"region": self.region})
+
+    def _observe_peer_rtt(self, _: CallbackOptions) -> Iterable[Observation]:
+        if self._peers is None:
+            return
+        for peer in self._peers.peers.values():
+            attrs = {"region": self.region, "peer": peer.region}
+            yield Observation(peer.rtt_ms / 1000.0, attrs)
+
+    def _observe_peer_up(self, _: CallbackOptions) -> Iterable[Observation]:
+        if self._peers is None:
+            return
+        for peer in self._peers.peers.values():
+            attrs = {"region": self.region, "peer": peer.region}
+            yield Observation(int(self._peers.is_up(peer)), attrs)
+
+
+def _tpot_s(obs: RequestObservation) -> float | None:
+    if obs.first_token_at is None or obs.last_token_at is None or not obs.output_tokens:
+        return None
+    if obs.output_tokens < 2 or obs.last_token_at <= obs.first_token_at:
+        return None
+    return (obs.last_token_at - obs.first_token_at) / (obs.output_tokens - 1)
+
+
+def _create(
+    meter: Any,
+    spec: MetricSpec,
+    observer: Callable[[CallbackOptions], Iterable[Observation]] | None,
+) -> Any:
+    if spec.kind == "histogram":
+        return meter.create_histogram(
+            spec.name,
+            unit=spec.unit,
+            description=spec.description,
+            explicit_bucket_boundaries_advisory=list(spec.buckets),
+        )
+    if spec.kind == "counter":
+        return meter.create_counter(spec.name, unit=spec.unit, description=spec.description)
+    if observer is None:
+        raise ValueError(f"{spec.name}: an observable instrument needs a callback")
+    factory = (
+        meter.create_observable_gauge if spec.kind == "gauge" else meter.create_observable_counter
+    )
+    return factory(spec.name, [observer], unit=spec.unit, description=spec.description)

@@ -1,0 +1,242 @@
+"""The built-in operator dashboard page, rendered by a real headless Chromium, offline.
+
+A tiny threaded ``http.server`` on 127.0.0.1 serves the static page at
+``/us-east/dashboard`` and a state fixture at ``/us-east/dashboard/api/state``; Chromium
+loads the page with a virtual time budget and dumps the DOM after a few polls.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+PAGE = REPO_ROOT / "platform" / "firstlight" / "dashboard" / "static" / "index.html"
+CHROMIUM = "/usr/bin/chromium"
+PREFIX = "/us-east"
+XSS = "<img src=x onerror=alert(1)>"
+
+STATE: dict[str, Any] = {
+    "region": "us-east",
+    "generated_at": 1764480000.5,
+    "window_s": 300,
+    "simulated": False,
+    "regions": [
+        {
+            "name": "us-east",
+            "local": True,
+            "up": True,
+            "rtt_ms": 0.0,
+            "breaker": "closed",
+            "summary_age_s": 0.0,
+            "models": {"smollm2-135m": {"healthy_replicas": 2, "predicted_wait_ms": 12.5}},
+        },
+        {
+            "name": "eu-west",
+            "local": False,
+            "up": True,
+            "rtt_ms": 81.2,
+            "breaker": "closed",
+            "summary_age_s": 0.8,
+            "models": {"smollm2-135m": {"healthy_replicas": 2, "predicted_wait_ms": 3.0}},
+        },
+    ],
+    "models": [
+        {
+            "name": "smollm2-135m",
+            "engine": "vllm",
+            "simulated": False,
+            "policy": "firstlight",
+            "hints": {"status": "connected", "blocks": 1234},
+            "ttft_ms": {"p50": 180.2, "p95": 410.0, "p99": 650.3, "count": 812},
+            "itl_ms": {"p50": 21.0, "p95": 35.2, "p99": 48.9, "count": 790},
+            "routes": {
+                "local": 700,
+                "spill_over": 90,
+                "fail_over": 2,
+                "from_peer": 20,
+                "rejected": 0,
+            },
+            "requests_per_min": 162.4,
+            "slo_ttft_p95_ms": 500.0,
+            "replicas": [
+                {
+                    "id": "a1b2c3d4",
+                    "queue_depth": 3,
+                    "running": 2,
+                    "waiting": 1,
+                    "kv_cache_usage": 0.12,
+                    "hit_ratio": 0.81,
+                    "prefill_tokens_per_s": 5400.0,
+                    "accepting": True,
+                    "stats_age_s": 0.4,
+                }
+            ],
+        }
+    ],
+    "decisions": [
+        {
+            "at": 1764479999.1,
+            "model": "smollm2-135m",
+            "route": "local",
+            "region": "us-east",
+            "replica": "a1b2c3d4",
+            "predicted_ttft_ms": 150.3,
+            "observed_ttft_ms": 171.0,
+            "explanation": "a1b2c3d4: 150.3 ms = rtt 0.0 + wait 20.1 + prefill 120.2 "
+            "(64 of 256 tokens cached) + overhead 10.0; runner-up b5e6: 190.0 ms",
+        }
+    ],
+}
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    routes: dict[str, tuple[HTTPStatus, str, bytes]]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        status, content_type, body = self.server.routes.get(
+            self.path.split("?", 1)[0], (HTTPStatus.NOT_FOUND, "text/plain", b"not found")
+        )
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[_Server]:
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.routes = {}
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(timeout=10)
+
+
+def _serve(srv: _Server, state: dict[str, Any] | None) -> str:
+    """Route the page and its state (or a 502 when ``state`` is None); return the page URL."""
+    srv.routes[f"{PREFIX}/dashboard"] = (
+        HTTPStatus.OK,
+        "text/html; charset=utf-8",
+        PAGE.read_bytes(),
+    )
+    srv.routes[f"{PREFIX}/dashboard/api/state"] = (
+        (HTTPStatus.OK, "application/json", json.dumps(state).encode())
+        if state is not None
+        else (HTTPStatus.BAD_GATEWAY, "text/plain", b"upstream down")
+    )
+    host, port = srv.server_address[:2]
+    return f"http://{host!s}:{port}{PREFIX}/dashboard"
+
+
+def _dump_dom(url: str, profile: Path) -> str:
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(
+            f"the dashboard tests need headless Chromium at {CHROMIUM}; it is not installed"
+        )
+    done = subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            f"--user-data-dir={profile}",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "</html>" in done.stdout, done.stderr[-2000:]
+    return done.stdout
+
+
+def _element_text(dom: str, element_id: str) -> str:
+    found = re.search(rf'<[a-z]+\b[^>]*\bid="{re.escape(element_id)}"[^>]*>([^<]*)<', dom)
+    assert found, f"no element with id={element_id!r} in the DOM"
+    return found.group(1)
+
+
+def test_page_renders_regions_models_replicas_and_decisions(
+    server: _Server, tmp_path: Path
+) -> None:
+    dom = _dump_dom(_serve(server, STATE), tmp_path / "profile")
+
+    assert 'data-conn="ok"' in dom
+    assert _element_text(dom, "region-name") == "us-east"
+    local, peer = dom.find('data-region="us-east"'), dom.find('data-region="eu-west"')
+    assert 0 <= local < peer  # both cards, the local region first
+    assert _element_text(dom, "ttft-p95-smollm2-135m") == "410"
+    assert _element_text(dom, "ttft-p50-smollm2-135m") == "180"
+    assert re.search(r'id="ttft-p95-smollm2-135m"[^>]*data-over-slo="false"', dom)
+    assert _element_text(dom, "spill-rate-smollm2-135m") == "11.4%"  # 90 of 792
+    assert 'data-replica="a1b2c3d4"' in dom
+    assert STATE["decisions"][0]["explanation"] in dom
+    assert re.search(r'<span id="sim-badge"[^>]*\bhidden\b', dom)  # not simulated
+    assert re.search(r'<div id="conn-banner"[^>]*\bhidden\b', dom)
+    assert re.search(r'<div id="render-error"[^>]*\bhidden\b', dom)
+
+
+def test_data_is_escaped_not_interpreted(server: _Server, tmp_path: Path) -> None:
+    state = copy.deepcopy(STATE)
+    state["simulated"] = True
+    state["decisions"][0]["explanation"] = f"winner {XSS} done"
+    state["decisions"][0]["model"] = "<script>alert(2)</script>"
+
+    dom = _dump_dom(_serve(server, state), tmp_path / "profile")
+
+    assert "<img" not in dom.lower()
+    assert "winner &lt;img src=x onerror=alert(1)&gt; done" in dom
+    assert "<script>alert(2)" not in dom
+    assert "&lt;script&gt;alert(2)&lt;/script&gt;" in dom
+    assert not re.search(r'<span id="sim-badge"[^>]*\bhidden\b', dom)  # simulated: shown
+
+
+def test_failed_poll_shows_the_disconnected_banner(server: _Server, tmp_path: Path) -> None:
+    dom = _dump_dom(_serve(server, None), tmp_path / "profile")
+
+    assert 'data-conn="down"' in dom
+    banner = re.search(r'<div id="conn-banner"([^>]*)>([^<]*)<', dom)
+    assert banner
+    assert "hidden" not in banner.group(1)
+    assert banner.group(2).startswith("disconnected — retrying")
+
+
+def test_page_loads_nothing_from_the_network() -> None:
+    html = PAGE.read_text(encoding="utf-8")
+    without_comments = re.sub(r"<!--.*?-->", "", html, flags=re.DOTALL)
+    assert not re.search(r"https?://", without_comments)
+    for ref in re.findall(r"""\b(?:src|href)\s*=\s*["']?([^"'\s>]*)""", without_comments):
+        assert ref.startswith("data:"), ref
+    assert "@import" not in without_comments
+    assert "url(" not in without_comments

@@ -1,0 +1,231 @@
+"""The dashboard's JSON (``GET /dashboard/api/state``) from real router states, a real
+peer table and real telemetry windows: no Ray, no network, no mocks of Firstlight."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from firstlight.dashboard import dashboard_state
+from firstlight.regions.peers import PeerTable
+from firstlight.regions.summary import ModelSummary, RegionSummary
+from firstlight.serve.router_state import RouterState
+from firstlight.telemetry import GatewayTelemetry
+from tests.conftest import FakeClock
+from tests.telemetry.test_metrics import (
+    IDLE_MODEL,
+    MODEL,
+    WALL,
+    make_config,
+    make_peers,
+    make_state,
+    make_telemetry,
+    serve,
+)
+
+NO_SAMPLES = {"p50": None, "p95": None, "p99": None, "count": 0}
+
+
+class Gateway:
+    """What a gateway holds, wired as GatewayCore wires it."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.config = make_config()
+        self.state = make_state(clock)
+        self.states: dict[str, RouterState | None] = {MODEL: self.state, IDLE_MODEL: None}
+        self.peers: PeerTable = make_peers(clock)
+        self.summary = RegionSummary(
+            "r1", WALL, {MODEL: ModelSummary(2, 12.5, 0.2), IDLE_MODEL: ModelSummary(1, 0.0, 0.2)}
+        )
+        self.telemetry: GatewayTelemetry = make_telemetry(clock, self.states, self.peers)
+
+    def poll(self) -> dict[str, Any]:
+        return dashboard_state(
+            self.config, "r1", self.states, self.peers, self.summary, self.telemetry
+        )
+
+    def model(self, name: str = MODEL) -> dict[str, Any]:
+        return next(m for m in self.poll()["models"] if m["name"] == name)
+
+
+@pytest.fixture
+def gateway() -> Iterator[Gateway]:
+    made = Gateway(FakeClock())
+    yield made
+    made.telemetry.shutdown()
+
+
+def test_dashboard_imports_on_its_own() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "import firstlight.dashboard"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-600:]
+
+
+def test_top_level(gateway: Gateway) -> None:
+    state = gateway.poll()
+    assert state["region"] == "r1"
+    assert state["window_s"] == 300.0
+    assert state["simulated"] is True
+    assert state["generated_at"] == pytest.approx(time.time(), abs=60)
+    assert [m["name"] for m in state["models"]] == [MODEL, IDLE_MODEL]
+    assert state["decisions"] == []
+
+
+def test_state_is_plain_json(gateway: Gateway) -> None:
+    serve(gateway.telemetry, explanation="predicted 280 ms")
+    state = gateway.poll()
+    assert json.loads(json.dumps(state, allow_nan=False)) == state
+
+
+def test_regions_local_first_then_peers(gateway: Gateway) -> None:
+    local, fresh, silent = gateway.poll()["regions"]
+    assert local == {
+        "name": "r1",
+        "local": True,
+        "up": True,
+        "rtt_ms": 0.0,
+        "breaker": "closed",
+        "summary_age_s": 0.0,
+        "models": {
+            MODEL: {"healthy_replicas": 2, "predicted_wait_ms": 12.5},
+            IDLE_MODEL: {"healthy_replicas": 1, "predicted_wait_ms": 0.0},
+        },
+    }
+    assert fresh == {
+        "name": "r2",
+        "local": False,
+        "up": True,
+        "rtt_ms": 42.0,
+        "breaker": "closed",
+        "summary_age_s": 0.0,
+        "last_error": None,
+        "models": {MODEL: {"healthy_replicas": 2, "predicted_wait_ms": 15.0}},
+    }
+    assert silent == {
+        "name": "r3",
+        "local": False,
+        "up": False,
+        "rtt_ms": None,
+        "breaker": "closed",
+        "summary_age_s": None,
+        "last_error": None,
+        "models": {},
+    }
+
+
+def test_local_region_down_when_a_model_has_no_replica(gateway: Gateway) -> None:
+    gateway.summary = RegionSummary(
+        "r1", WALL, {MODEL: ModelSummary(2, 12.5, 0.2), IDLE_MODEL: ModelSummary(0, 0.0, 0.2)}
+    )
+    assert gateway.poll()["regions"][0]["up"] is False
+
+
+def test_peer_state_follows_the_table(gateway: Gateway) -> None:
+    fresh = gateway.peers.peers["r2"]
+    for _ in range(3):
+        gateway.peers.record_failure(fresh, "ConnectError: refused")
+    gateway.clock.advance(4.0)
+    peer = gateway.poll()["regions"][1]
+    assert (peer["breaker"], peer["up"], peer["last_error"]) == (
+        "open",
+        False,
+        "ConnectError: refused",
+    )
+    assert peer["summary_age_s"] == 4.0
+
+
+def test_replicas_sorted_with_queue_depth(gateway: Gateway) -> None:
+    replicas = gateway.model()["replicas"]
+    assert [r["id"] for r in replicas] == ["r-a", "r-b"]
+    busy = replicas[1]
+    assert (busy["queue_depth"], busy["running"], busy["waiting"]) == (3, 1, 2)
+    assert replicas[0]["queue_depth"] == 0
+    assert busy["kv_cache_usage"] == 0.25
+    assert busy["prefill_tokens_per_s"] == 5000.0
+    assert busy["accepting"] is True
+    assert 0.0 <= busy["stats_age_s"] < 60.0
+
+
+def test_replica_without_rate_or_draining(gateway: Gateway) -> None:
+    gateway.state.stats["r-a"].update(prefill_tokens_per_s=0, accepting=False)
+    idle = gateway.model()["replicas"][0]
+    assert idle["prefill_tokens_per_s"] is None
+    assert idle["accepting"] is False
+
+
+def test_hit_ratio_over_successive_polls(gateway: Gateway) -> None:
+    assert gateway.model()["replicas"][1]["hit_ratio"] is None  # one observation so far
+    gateway.state.stats["r-b"].update(prefix_cache_hits=100, prefix_cache_queries=200)
+    gateway.clock.advance(2.0)
+    rb = gateway.model()["replicas"][1]
+    assert rb["hit_ratio"] == pytest.approx(0.6)
+    gateway.state.stats["r-b"].update(prefix_cache_hits=3, prefix_cache_queries=5)  # restarted
+    gateway.clock.advance(2.0)
+    assert gateway.model()["replicas"][1]["hit_ratio"] is None
+
+
+def test_model_without_traffic_or_router(gateway: Gateway) -> None:
+    idle = gateway.model(IDLE_MODEL)
+    assert idle["replicas"] == []
+    assert idle["hints"] == {"status": "off", "blocks": 0}
+    assert idle["ttft_ms"] == NO_SAMPLES
+    assert idle["itl_ms"] == NO_SAMPLES
+    assert idle["routes"] == {
+        "local": 0, "spill_over": 0, "fail_over": 0, "from_peer": 0, "rejected": 0,
+    }  # fmt: skip
+    assert idle["requests_per_min"] == 0.0
+    assert (idle["engine"], idle["simulated"], idle["policy"]) == ("sim", True, "firstlight")
+    assert idle["slo_ttft_p95_ms"] == 250.0
+
+
+def test_percentiles_routes_and_rate(gateway: Gateway) -> None:
+    for ttft_s, route in ((0.1, "local"), (0.2, "local"), (0.3, "spill_over")):
+        serve(gateway.telemetry, ttft_s=ttft_s, route=route, decode_s=0.4, output_tokens=5)
+    serve(gateway.telemetry, route=None, ttft_s=None, status=503)
+    gateway.clock.advance(120.0)  # the gateway is 2 minutes old: the rate is over those
+    model = gateway.model()
+    assert model["ttft_ms"]["count"] == 3
+    assert isinstance(model["ttft_ms"]["count"], int)
+    assert model["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert model["ttft_ms"]["p95"] == pytest.approx(290.0)
+    assert model["itl_ms"] == {
+        "p50": pytest.approx(100.0), "p95": pytest.approx(100.0), "p99": pytest.approx(100.0),
+        "count": 3,
+    }  # fmt: skip
+    assert model["routes"] == {
+        "local": 2, "spill_over": 1, "fail_over": 0, "from_peer": 0, "rejected": 1,
+    }  # fmt: skip
+    assert model["requests_per_min"] == pytest.approx(4 * 60 / 120)
+    gateway.clock.advance(181.0)  # past the 300 s window: everything rolled out
+    model = gateway.model()
+    assert model["ttft_ms"] == NO_SAMPLES
+    assert model["requests_per_min"] == 0.0
+
+
+def test_decisions_newest_first(gateway: Gateway) -> None:
+    serve(gateway.telemetry, explanation="first", ttft_s=0.3)
+    serve(gateway.telemetry, route=None, ttft_s=None, status=503, explanation="none left")
+    decisions = gateway.poll()["decisions"]
+    assert [d["route"] for d in decisions] == ["rejected", "local"]
+    assert decisions[1] == {
+        "at": WALL,
+        "model": MODEL,
+        "route": "local",
+        "region": "r1",
+        "replica": "r-a",
+        "predicted_ttft_ms": 280.0,
+        "observed_ttft_ms": pytest.approx(300.0),
+        "explanation": "first",
+    }
+    assert decisions[0]["observed_ttft_ms"] is None
