@@ -165,12 +165,19 @@ def test_replica_without_rate_or_draining(gateway: Gateway) -> None:
 
 
 def test_hit_ratio_over_successive_polls(gateway: Gateway) -> None:
-    assert gateway.model()["replicas"][1]["hit_ratio"] is None  # one observation so far
+    # Until the polls span a minute: the ratio since the replica started (40 of 100).
+    assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.4)
     gateway.state.stats["r-b"].update(prefix_cache_hits=100, prefix_cache_queries=200)
     gateway.clock.advance(2.0)
-    rb = gateway.model()["replicas"][1]
-    assert rb["hit_ratio"] == pytest.approx(0.6)
+    assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.5)
+    # A minute later: the last minute only ((190 - 100) / (300 - 200)).
+    gateway.state.stats["r-b"].update(prefix_cache_hits=190, prefix_cache_queries=300)
+    gateway.clock.advance(60.0)
+    assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.9)
     gateway.state.stats["r-b"].update(prefix_cache_hits=3, prefix_cache_queries=5)  # restarted
+    gateway.clock.advance(2.0)
+    assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.6)
+    gateway.state.stats["r-b"].update(prefix_cache_hits=0, prefix_cache_queries=0)
     gateway.clock.advance(2.0)
     assert gateway.model()["replicas"][1]["hit_ratio"] is None
 

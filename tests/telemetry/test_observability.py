@@ -315,6 +315,13 @@ def _query(url: str, expr: str) -> list[dict[str, Any]]:
     return result
 
 
+def _positive(url: str, expr: str) -> float | None:
+    """The single value ``expr`` evaluates to, if it is a positive number."""
+    result = _query(url, expr)
+    value = float(result[0]["value"][1]) if result else math.nan
+    return value if math.isfinite(value) and value > 0 else None
+
+
 def _until(check: Any, timeout_s: float, what: str) -> Any:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -335,25 +342,13 @@ def test_prometheus_answers_ttft_quantile_and_hit_ratio(
         "histogram_quantile(0.95, sum by (le, region) "
         f'(rate(gen_ai_server_time_to_first_token_seconds_bucket{{region="{EAST}"}}[1m])))'
     )
-
-    def ttft() -> float | None:
-        result = _query(prometheus, ttft_expr)
-        value = float(result[0]["value"][1]) if result else math.nan
-        return value if math.isfinite(value) and value > 0 else None
-
-    p95 = _until(ttft, 60, "a TTFT p95 from Prometheus")
+    p95 = _until(lambda: _positive(prometheus, ttft_expr), 60, "a TTFT p95 from Prometheus")
     assert 0 < p95 < 10
     hit_expr = (
         f'sum(rate(firstlight_replica_prefix_cache_hit_tokens_total{{region="{EAST}"}}[1m])) / '
         f'sum(rate(firstlight_replica_prefix_cache_queried_tokens_total{{region="{EAST}"}}[1m]))'
     )
-
-    def hit_ratio() -> float | None:
-        result = _query(prometheus, hit_expr)
-        value = float(result[0]["value"][1]) if result else math.nan
-        return value if math.isfinite(value) and value > 0 else None
-
-    ratio = _until(hit_ratio, 60, "a non-zero prefix-cache hit ratio from Prometheus")
+    ratio = _until(lambda: _positive(prometheus, hit_expr), 60, "a non-zero hit ratio")
     assert 0 < ratio <= 1
 
 

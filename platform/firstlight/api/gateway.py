@@ -1,11 +1,17 @@
-"""The regional gateway: OpenAI-compatible routes, and the region decision.
+"""The regional gateway's request handling, and the region decision.
 
 :class:`GatewayCore` is built once per gateway replica by the Ray Serve ingress
 deployment (:class:`firstlight.serve.gateway_deployment.Gateway`), which hands it a
-:class:`LocalBackend` (the region's model deployments, through Ray handles) and a
-:class:`~firstlight.regions.PeerTable`. Per request, on the event loop:
+:class:`LocalBackend` (the region's model deployments, through Ray handles), a
+:class:`~firstlight.regions.PeerTable` and the process's
+:class:`~firstlight.telemetry.GatewayTelemetry`; :mod:`firstlight.api.routes` puts HTTP
+routes over it. Per request, on the event loop:
 
 ``auth → validate → tokenize (+ block hashes) → region decision → local or peer → respond``
+
+Peers are reached through :mod:`firstlight.api.forward`; replica streams are read with
+:mod:`firstlight.api.streams`. Every request fills a telemetry observation (route, first
+token, tokens, status) that ends in metrics, the request's trace and the dashboard.
 
 The region decision: a forwarded request (hop header) is always served here; with no
 healthy local replica the request **fails over** to the usable peer with the lowest
@@ -27,11 +33,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
-from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
+from firstlight.api.forward import HOP_HEADER, PeerForwarder
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.responses import (
     DONE_EVENT,
@@ -43,8 +50,16 @@ from firstlight.api.responses import (
     stream_chunk,
 )
 from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest
+from firstlight.api.streams import (
+    ReplicaFailedError,
+    Stream,
+    aclose,
+    as_api_error,
+    first_chunk,
+    next_chunk,
+)
 from firstlight.config import ModelConfig, PlatformConfig
-from firstlight.dashboard import dashboard_state, page
+from firstlight.dashboard import dashboard_state
 from firstlight.engine.protocol import (
     GenerationChunk,
     GenerationRequest,
@@ -54,8 +69,6 @@ from firstlight.engine.protocol import (
 from firstlight.errors import (
     ApiError,
     BadRequestError,
-    EngineDeadError,
-    InvalidRequestError,
     ModelNotServedError,
     NoCapacityError,
     RateLimitedError,
@@ -63,21 +76,18 @@ from firstlight.errors import (
 )
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.regions.peers import Peer, PeerTable
-from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, predict_peer_ttft
+from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
 from firstlight.routing import Decision, RequestView
 from firstlight.serve.router_state import Route, RouterState, ServedBy
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
 
-__all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend", "build_fastapi"]
+__all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend"]  # HOP_HEADER: from .forward
 
 _log = logging.getLogger(__name__)
 
-HOP_HEADER = "x-firstlight-hop"
-"""Set on forwarded requests; a request carrying it is never forwarded again."""
 MAX_BODY_BYTES = 4 * 1024 * 1024
 _RETRY_AFTER_S = 1.0
-_FORWARDED_HEADERS = ("content-type", "retry-after")
 
 
 _Stream = AsyncIterator[ServedBy | GenerationChunk]
@@ -158,6 +168,7 @@ class GatewayCore:
         self._models = {m.name: m for m in config.models}
         self._schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
         self._hot = {m.name: HotPrefixes() for m in config.models}
+        self._forwarder = PeerForwarder(region, peers, client, telemetry)
         self._created = int(time.time())
         self._inflight: dict[str, int] = {}
 
@@ -364,61 +375,21 @@ class GatewayCore:
                     retry_after_s=_RETRY_AFTER_S,
                 )
             return await self._serve_local(prepared, "local", local, obs, "from_peer")
-        ranked = self._rank_peers(prepared, _ms_per_token(local))
+        ranked = self._forwarder.rank(prepared.model.name, prepared.routing, _ms_per_token(local))
         if not healthy:
             return await self._fail_over(ranked, prepared, body, request, obs)
         margin = self.config.router.spill_over_margin_ms
         if ranked and local_ms is not None and ranked[0][1] + margin < local_ms:
-            spilled = await self._forward_any(ranked, body, request, "spill-over", obs, local_ms)
+            spilled = await self._forwarder.forward_any(
+                ranked, body, request, "spill-over", obs, local_ms
+            )
             if spilled is not None:
                 return spilled
         try:
             return await self._serve_local(prepared, "local", local, obs, "local")
-        except _ReplicaFailedError as exc:
+        except ReplicaFailedError as exc:
             _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
             return await self._fail_over(ranked, prepared, body, request, obs)
-
-    def _rank_peers(
-        self, prepared: _Prepared, local_ms_per_token: float | None
-    ) -> list[tuple[Peer, float]]:
-        ranked = []
-        for peer in self.peers.usable(prepared.model.name):
-            assert peer.summary is not None
-            summary = peer.summary.models[prepared.model.name]
-            predicted = predict_peer_ttft(
-                summary, prepared.routing, peer.rtt_ms, local_ms_per_token
-            )
-            ranked.append((peer, predicted))
-        ranked.sort(key=lambda item: item[1])
-        return ranked
-
-    async def _forward_any(
-        self,
-        ranked: list[tuple[Peer, float]],
-        body: bytes,
-        request: Request,
-        route: str,
-        obs: RequestObservation,
-        local_ms: float | None = None,
-    ) -> Response | None:
-        """Forward to the first peer of ``ranked`` that answers; ``None`` if none did."""
-        for peer, predicted_ms in ranked:
-            if not peer.breaker.allow():
-                continue
-            span = self.telemetry.begin_route(obs, route.replace("-", "_"))
-            obs.served_region, obs.predicted_ttft_ms = peer.region, predicted_ms
-            local = "no healthy local replica" if local_ms is None else f"local {local_ms:.1f} ms"
-            obs.explanation = (
-                f"{route} to {peer.region}: predicted {predicted_ms:.1f} ms "
-                f"(rtt {peer.rtt_ms:.1f} ms) vs {local}"
-            )
-            span.set_attribute("firstlight.peer", peer.region)
-            span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
-            span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
-            response = await self._forward(peer, predicted_ms, body, request, route, obs)
-            if response is not None:
-                return response
-        return None
 
     async def _fail_over(
         self,
@@ -428,7 +399,7 @@ class GatewayCore:
         request: Request,
         obs: RequestObservation,
     ) -> Response:
-        response = await self._forward_any(ranked, body, request, "fail-over", obs)
+        response = await self._forwarder.forward_any(ranked, body, request, "fail-over", obs)
         if response is not None:
             return response
         raise NoCapacityError(
@@ -436,67 +407,6 @@ class GatewayCore:
             "and no peer region could take the request",
             retry_after_s=_RETRY_AFTER_S,
         )
-
-    async def _forward(
-        self,
-        peer: Peer,
-        predicted_ms: float,
-        body: bytes,
-        request: Request,
-        route: str,
-        obs: RequestObservation,
-    ) -> Response | None:
-        """Stream the request through ``peer``; ``None`` when the peer failed before
-        answering (the caller tries the next one)."""
-        headers = {
-            "content-type": "application/json",
-            HOP_HEADER: self.region,
-        }
-        if obs.route_span is not None:
-            headers.update(inject(obs.route_span))
-        auth = request.headers.get("authorization")
-        if auth is not None:
-            headers["authorization"] = auth
-        path = request.url.path.removeprefix(request.scope.get("root_path", ""))
-        if peer.emulated_ms:
-            await asyncio.sleep(peer.emulated_ms / 1000.0)
-        try:
-            outgoing = self._client.build_request(
-                "POST", f"{peer.url}{path}", content=body, headers=headers
-            )
-            upstream = await self._client.send(outgoing, stream=True)
-        except httpx.HTTPError as exc:
-            self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
-            return None
-        if upstream.status_code >= 500:
-            await upstream.aclose()
-            self.peers.record_failure(peer, f"HTTP {upstream.status_code}")
-            return None
-        self.peers.record_success(peer)
-        # The peer answers once its first token exists (or with an error).
-        obs.first_token()
-        obs.status = upstream.status_code
-        obs.replica = upstream.headers.get("x-firstlight-replica")
-        out_headers = {k: v for k, v in upstream.headers.items() if k in _FORWARDED_HEADERS}
-        out_headers.update(
-            {k: v for k, v in upstream.headers.items() if k.startswith("x-firstlight-")}
-        )
-        out_headers["x-firstlight-route"] = route
-        out_headers["x-firstlight-predicted-ttft-ms"] = f"{predicted_ms:.1f}"
-
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async for piece in upstream.aiter_raw():
-                    yield piece
-            except httpx.HTTPError as exc:
-                self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
-                obs.status = NoCapacityError.status
-                yield sse_event(error_body(NoCapacityError(f"peer {peer.region} failed")))
-                yield DONE_EVENT
-            finally:
-                await upstream.aclose()
-
-        return StreamingResponse(relay(), status_code=upstream.status_code, headers=out_headers)
 
     # --- serving locally ----------------------------------------------------------------
 
@@ -521,16 +431,16 @@ class GatewayCore:
         timeout_s = self.config.gateway.first_token_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
-                served_by, first = await _first_chunk(chunks)
+                served_by, first = await first_chunk(chunks)
         except TimeoutError:
             self._finish(name, request_id)
-            await _aclose(chunks)
+            await aclose(chunks)
             raise NoCapacityError(
                 f"no first token within {timeout_s:.0f} s", retry_after_s=_RETRY_AFTER_S
             ) from None
         except BaseException:
             self._finish(name, request_id)
-            await _aclose(chunks)
+            await aclose(chunks)
             raise
         ttft_ms = (time.monotonic() - started) * 1000.0
         info = self._route_info(state, request_id, route, predicted_ms, served_by)
@@ -612,7 +522,7 @@ class GatewayCore:
             state.finished(request_id)
 
     async def _collect(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream, obs: RequestObservation
+        self, prepared: _Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
     ) -> dict[str, Any]:
         parts, last = [first.text], first
         tokens = len(first.token_ids)
@@ -624,7 +534,7 @@ class GatewayCore:
                         tokens += len(chunk.token_ids)
                         last = chunk
         except Exception as exc:
-            raise _as_api_error(exc) from exc
+            raise as_api_error(exc) from exc
         finally:
             self._finish(prepared.model.name, prepared.generation.request_id)
         obs.last_token_at = time.monotonic()
@@ -640,7 +550,7 @@ class GatewayCore:
         )
 
     async def _sse(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: _Stream, obs: RequestObservation
+        self, prepared: _Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
     ) -> AsyncIterator[bytes]:
         kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.model.name
         created = int(time.time())
@@ -661,41 +571,17 @@ class GatewayCore:
                 usage = chunk.usage or usage
                 if chunk.finish_reason is not None:
                     break
-                chunk = await _next_chunk(chunks)
+                chunk = await next_chunk(chunks)
             if prepared.include_usage and usage is not None:
                 yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
         except Exception as exc:  # after the headers went out: an error event, then DONE
-            error = _as_api_error(exc)
+            error = as_api_error(exc)
             obs.status = error.status
             yield sse_event(error_body(error))
         finally:
             self._finish(name, rid)
-            await _aclose(chunks)
+            await aclose(chunks)
         yield DONE_EVENT
-
-
-class _ReplicaFailedError(Exception):
-    """The local attempt failed before any output (replica died, engine dead)."""
-
-
-async def _first_chunk(chunks: _Stream) -> tuple[str, GenerationChunk]:
-    """The serving replica's id and the first output chunk."""
-    served_by = "unknown"
-    try:
-        first = await anext(chunks, None)
-        if isinstance(first, ServedBy):
-            served_by = first.replica_id
-            first = await anext(chunks, None)
-    except InvalidRequestError as exc:
-        raise BadRequestError(str(exc)) from exc
-    except Exception as exc:
-        cause = _cause(exc)
-        if isinstance(cause, InvalidRequestError):
-            raise BadRequestError(str(cause)) from exc
-        raise _ReplicaFailedError(f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(first, GenerationChunk):
-        raise _ReplicaFailedError("the replica ended the stream without output")
-    return served_by, first
 
 
 def _ms_per_token(decision: Decision | None) -> float | None:
@@ -704,37 +590,6 @@ def _ms_per_token(decision: Decision | None) -> float | None:
         return None
     terms = decision.winner.terms
     return terms.prefill_ms / max(terms.uncached_tokens, 1)
-
-
-async def _next_chunk(chunks: _Stream) -> GenerationChunk | None:
-    async for item in chunks:
-        if isinstance(item, GenerationChunk):
-            return item
-    return None
-
-
-def _cause(exc: BaseException) -> BaseException:
-    """Ray wraps a replica's exception; the original is its ``cause``."""
-    inner = getattr(exc, "cause", None)
-    return inner if isinstance(inner, BaseException) else exc
-
-
-def _as_api_error(exc: BaseException) -> ApiError:
-    cause = _cause(exc)
-    if isinstance(cause, ApiError):
-        return cause
-    if isinstance(cause, EngineDeadError):
-        return NoCapacityError(f"the replica failed mid-request: {cause}")
-    return NoCapacityError(f"the request failed mid-stream: {type(cause).__name__}")
-
-
-async def _aclose(chunks: _Stream) -> None:
-    close = getattr(chunks, "aclose", None)
-    if close is not None:
-        try:
-            await close()
-        except Exception:  # the stream is over either way
-            _log.debug("closing a finished stream failed", exc_info=True)
 
 
 async def _read_body(request: Request) -> bytes:
@@ -747,54 +602,3 @@ async def _read_body(request: Request) -> bytes:
         if len(body) > MAX_BODY_BYTES:
             raise RequestTooLargeError(f"the request body exceeds {MAX_BODY_BYTES} bytes")
     return bytes(body)
-
-
-def build_fastapi(core: GatewayCore) -> FastAPI:
-    """The gateway's HTTP routes over ``core`` (called by the ingress deployment)."""
-    app = FastAPI(title=f"Firstlight gateway ({core.region})", docs_url=None, redoc_url=None)
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request) -> Response:
-        return await core.completions("chat", request)
-
-    @app.post("/v1/completions")
-    async def completions(request: Request) -> Response:
-        return await core.completions("text", request)
-
-    @app.get("/v1/models")
-    async def models(request: Request) -> Response:
-        return core.models(request)
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        return JSONResponse({"status": "ok", "region": core.region})
-
-    @app.get("/readyz")
-    async def readyz() -> Response:
-        ready, detail = core.readiness()
-        return JSONResponse({"ready": ready, **detail}, status_code=200 if ready else 503)
-
-    @app.get("/metrics")
-    async def metrics() -> Response:
-        if not core.telemetry.enabled:
-            return JSONResponse({"detail": "metrics are off (telemetry.metrics_enabled)"}, 404)
-        body, content_type = core.telemetry.render()
-        return Response(body, media_type=content_type)
-
-    @app.get("/dashboard")
-    async def dashboard() -> Response:
-        return HTMLResponse(page(), headers={"cache-control": "no-store"})
-
-    @app.get("/dashboard/api/state")
-    async def dashboard_api() -> Response:
-        return JSONResponse(core.dashboard_state(), headers={"cache-control": "no-store"})
-
-    @app.get("/v1/firstlight/summary")
-    async def summary(request: Request) -> Response:
-        try:
-            core.keys.check(request.headers.get("authorization"))
-        except ApiError as exc:
-            return error_response(exc)
-        return JSONResponse(core.summary().to_json())
-
-    return app

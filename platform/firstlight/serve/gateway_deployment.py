@@ -19,8 +19,9 @@ import httpx
 from fastapi import FastAPI
 from ray.serve.handle import DeploymentHandle
 
-from firstlight.api.gateway import GatewayCore, build_fastapi
+from firstlight.api.gateway import GatewayCore
 from firstlight.api.prompts import build_encoder
+from firstlight.api.routes import build_fastapi
 from firstlight.config import PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable

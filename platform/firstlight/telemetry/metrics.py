@@ -282,14 +282,18 @@ class GatewayTelemetry:
         del self.decisions[_DECISION_LOG:]
 
     def replica_hit_ratio(self, model: str, replica: str, stats: Mapping[str, Any]) -> float | None:
-        """The replica's recent token-weighted prefix-cache hit ratio (dashboard)."""
+        """The replica's token-weighted prefix-cache hit ratio (dashboard): over the last
+        minute of polls, or since the replica started until two polls are that far
+        apart; ``None`` while it looked nothing up."""
         tracker = self.hit_ratios.get((model, replica))
         if tracker is None:
             tracker = self.hit_ratios[(model, replica)] = CounterRatio(clock=self._clock)
-        tracker.observe(
-            float(stats.get("prefix_cache_hits", 0)), float(stats.get("prefix_cache_queries", 0))
-        )
-        return tracker.ratio()
+        hits = float(stats.get("prefix_cache_hits", 0))
+        queries = float(stats.get("prefix_cache_queries", 0))
+        tracker.observe(hits, queries)
+        if tracker.covers_window():
+            return tracker.ratio()
+        return hits / queries if queries > 0 else None
 
     # --- observable instruments (read at scrape time) -----------------------------------
 

@@ -112,6 +112,13 @@ class CounterRatio:
         while len(self._points) > 2 and self._points[1][0] <= horizon:
             self._points.popleft()
 
+    def covers_window(self) -> bool:
+        """Whether the observations span at least ``window_s`` (else the ratio is over
+        a shorter time)."""
+        return len(self._points) >= 2 and (
+            self._points[-1][0] - self._points[0][0] >= self._window_s
+        )
+
     def ratio(self) -> float | None:
         """Increase of the numerator over increase of the denominator; ``None`` when
         the denominator did not move (nothing was looked up)."""

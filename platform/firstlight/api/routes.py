@@ -1,0 +1,70 @@
+"""The gateway's HTTP routes: the OpenAI-compatible API, health, peers' summary, and
+for operators ``/metrics`` and the dashboard.
+
+Built once per gateway replica by the ingress deployment
+(:class:`firstlight.serve.gateway_deployment.Gateway`) over its
+:class:`~firstlight.api.gateway.GatewayCore`.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from firstlight.api.gateway import GatewayCore
+from firstlight.api.responses import error_response
+from firstlight.dashboard import page
+from firstlight.errors import ApiError
+
+__all__ = ["build_fastapi"]
+
+
+def build_fastapi(core: GatewayCore) -> FastAPI:
+    """The gateway's HTTP routes over ``core`` (called by the ingress deployment)."""
+    app = FastAPI(title=f"Firstlight gateway ({core.region})", docs_url=None, redoc_url=None)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> Response:
+        return await core.completions("chat", request)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        return await core.completions("text", request)
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> Response:
+        return core.models(request)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return JSONResponse({"status": "ok", "region": core.region})
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ready, detail = core.readiness()
+        return JSONResponse({"ready": ready, **detail}, status_code=200 if ready else 503)
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        if not core.telemetry.enabled:
+            return JSONResponse({"detail": "metrics are off (telemetry.metrics_enabled)"}, 404)
+        body, content_type = core.telemetry.render()
+        return Response(body, media_type=content_type)
+
+    @app.get("/dashboard")
+    async def dashboard() -> Response:
+        return HTMLResponse(page(), headers={"cache-control": "no-store"})
+
+    @app.get("/dashboard/api/state")
+    async def dashboard_api() -> Response:
+        return JSONResponse(core.dashboard_state(), headers={"cache-control": "no-store"})
+
+    @app.get("/v1/firstlight/summary")
+    async def summary(request: Request) -> Response:
+        try:
+            core.keys.check(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
+        return JSONResponse(core.summary().to_json())
+
+    return app
