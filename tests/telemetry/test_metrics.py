@@ -257,7 +257,8 @@ def test_peers_and_objectives(telemetry: GatewayTelemetry) -> None:
     samples = scrape(telemetry)
     assert by(samples, "firstlight_peer_up", "peer") == {"r2": 1, "r3": 0}
     rtt = by(samples, "firstlight_peer_rtt_seconds", "peer")
-    assert rtt == {"r2": pytest.approx(0.042), "r3": pytest.approx(0.09)}
+    # r3 never answered a probe: its RTT is only the configured prior, not exported.
+    assert rtt == {"r2": pytest.approx(0.042)}
     assert value(samples, "firstlight_slo_time_to_first_token_seconds", region="r1") == 0.25
     assert value(samples, "firstlight_slo_time_per_output_token_seconds", region="r1") == 0.04
 

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 import httpx
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
+from opentelemetry import trace
 
 from firstlight.api.responses import DONE_EVENT, error_body, sse_event
 from firstlight.errors import NoCapacityError
@@ -70,6 +71,7 @@ class PeerForwarder:
         request: Request,
         route: str,
         obs: RequestObservation,
+        stream: bool,
         local_ms: float | None = None,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did."""
@@ -86,7 +88,7 @@ class PeerForwarder:
             span.set_attribute("firstlight.peer", peer.region)
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
             span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
-            response = await self._forward(peer, predicted_ms, body, request, route, obs)
+            response = await self._forward(peer, predicted_ms, body, request, route, obs, stream)
             if response is not None:
                 return response
         return None
@@ -99,6 +101,7 @@ class PeerForwarder:
         request: Request,
         route: str,
         obs: RequestObservation,
+        stream: bool,
     ) -> Response | None:
         """Stream the request through ``peer``; ``None`` when the peer failed before
         answering (the caller tries the next one)."""
@@ -120,16 +123,18 @@ class PeerForwarder:
             )
             upstream = await self._client.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
-            self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
+            self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
             return None
         if upstream.status_code >= 500:
             await upstream.aclose()
-            self.peers.record_failure(peer, f"HTTP {upstream.status_code}")
+            self._failed(peer, obs, f"HTTP {upstream.status_code}")
             return None
         self.peers.record_success(peer)
-        # The peer answers once its first token exists (or with an error).
-        obs.first_token()
         obs.status = upstream.status_code
+        if stream and upstream.status_code < 400:
+            # A streaming peer answers once its first token exists; a non-streaming one
+            # only at the end, so its TTFT is the peer's to record, not ours.
+            obs.first_token()
         obs.replica = upstream.headers.get("x-firstlight-replica")
         out_headers = {k: v for k, v in upstream.headers.items() if k in _FORWARDED_HEADERS}
         out_headers.update(
@@ -151,3 +156,11 @@ class PeerForwarder:
                 await upstream.aclose()
 
         return StreamingResponse(relay(), status_code=upstream.status_code, headers=out_headers)
+
+    def _failed(self, peer: Peer, obs: RequestObservation, error: str) -> None:
+        """The attempt on ``peer`` failed before it answered: its breaker counts it and
+        the attempt's route span says why."""
+        self.peers.record_failure(peer, error)
+        span = obs.route_span
+        if span is not None:
+            span.set_status(trace.StatusCode.ERROR, error)

@@ -28,13 +28,14 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from opentelemetry import trace
 from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
@@ -76,7 +77,7 @@ from firstlight.errors import (
 )
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.regions.peers import Peer, PeerTable
-from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
+from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, spills_over
 from firstlight.routing import Decision, RequestView
 from firstlight.serve.router_state import Route, RouterState, ServedBy
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
@@ -203,13 +204,25 @@ class GatewayCore:
             response = await self._dispatch(prepared, body, request, hop, obs)
         except ApiError as exc:
             response = error_response(exc)
+        except asyncio.CancelledError:
+            obs.status = CLIENT_CLOSED  # the client went away: not a server error
+            raise
         finally:
             if response is None or not isinstance(response, StreamingResponse):
                 self._release(caller)
-                obs.status = 500 if response is None else response.status_code
+                if response is not None:
+                    obs.status = response.status_code
+                elif obs.status == 200:
+                    obs.status = 500
                 self.telemetry.finish(obs)
         if isinstance(response, StreamingResponse):
-            response.body_iterator = self._released_after(response.body_iterator, caller, obs)
+
+            def release() -> None:
+                self._release(caller)
+                self.telemetry.finish(obs)
+
+            done = _once(release)
+            response = _ClosingStream(response, _closed_after(response.body_iterator, done), done)
         return response
 
     def _refused(self, obs: RequestObservation, exc: ApiError) -> Response:
@@ -223,16 +236,6 @@ class GatewayCore:
             self._inflight[caller] = left
         else:
             self._inflight.pop(caller, None)
-
-    async def _released_after(
-        self, body: AsyncIterable[Any], caller: str, obs: RequestObservation
-    ) -> AsyncIterator[Any]:
-        try:
-            async for piece in body:
-                yield piece
-        finally:
-            self._release(caller)
-            self.telemetry.finish(obs)
 
     def models(self, request: Request) -> Response:
         try:
@@ -272,20 +275,8 @@ class GatewayCore:
         models = {}
         for name in self._models:
             state = self.backend.state(name)
-            probe = RequestView("summary", 1)
-            decision = state.estimate(probe) if state is not None else None
-            if state is None or decision is None or decision.winner.terms is None:
-                models[name] = ModelSummary(0, 0.0, 0.0)
-                continue
-            terms = decision.winner.terms
-            best = state.replicas.get(decision.winner.replica_id)
-            models[name] = ModelSummary(
-                healthy_replicas=state.healthy_replicas,
-                predicted_wait_ms=terms.wait_ms + terms.overhead_ms,
-                prefill_ms_per_token=terms.prefill_ms / max(terms.uncached_tokens, 1),
-                hot_blocks=self._hot[name].snapshot(),
-                measured=best is not None and best.prefill_tokens_per_s is not None,
-            )
+            hot = self._hot[name].snapshot()
+            models[name] = ModelSummary(0, 0.0, 0.0) if state is None else state.summary(hot)
         return RegionSummary(self.region, time.time(), models)
 
     def dashboard_state(self) -> dict[str, Any]:
@@ -378,10 +369,10 @@ class GatewayCore:
         ranked = self._forwarder.rank(prepared.model.name, prepared.routing, _ms_per_token(local))
         if not healthy:
             return await self._fail_over(ranked, prepared, body, request, obs)
-        margin = self.config.router.spill_over_margin_ms
-        if ranked and local_ms is not None and ranked[0][1] + margin < local_ms:
+        best_peer_ms = ranked[0][1] if ranked else None
+        if spills_over(local_ms, best_peer_ms, self.config.router.spill_over_margin_ms):
             spilled = await self._forwarder.forward_any(
-                ranked, body, request, "spill-over", obs, local_ms
+                ranked, body, request, "spill-over", obs, prepared.stream, local_ms
             )
             if spilled is not None:
                 return spilled
@@ -389,6 +380,8 @@ class GatewayCore:
             return await self._serve_local(prepared, "local", local, obs, "local")
         except ReplicaFailedError as exc:
             _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
+            if obs.route_span is not None:
+                obs.route_span.set_status(trace.StatusCode.ERROR, str(exc))
             return await self._fail_over(ranked, prepared, body, request, obs)
 
     async def _fail_over(
@@ -399,7 +392,9 @@ class GatewayCore:
         request: Request,
         obs: RequestObservation,
     ) -> Response:
-        response = await self._forwarder.forward_any(ranked, body, request, "fail-over", obs)
+        response = await self._forwarder.forward_any(
+            ranked, body, request, "fail-over", obs, prepared.stream
+        )
         if response is not None:
             return response
         raise NoCapacityError(
@@ -467,6 +462,7 @@ class GatewayCore:
         """Metrics, the route span's decision terms and the dashboard's decision log."""
         obs.served_region, obs.replica = self.region, info.replica
         obs.predicted_ttft_ms, obs.explanation = info.predicted_ms, info.explanation
+        obs.observed_ttft_ms = ttft_ms  # from dispatch, as the prediction
         span = obs.route_span
         chosen = routed.chosen if routed is not None else None
         if span is not None and span.is_recording():
@@ -590,6 +586,47 @@ def _ms_per_token(decision: Decision | None) -> float | None:
         return None
     terms = decision.winner.terms
     return terms.prefill_ms / max(terms.uncached_tokens, 1)
+
+
+CLIENT_CLOSED = 499
+"""Status recorded when the client disconnects before the response (nginx's convention)."""
+
+
+def _once(action: Callable[[], object]) -> Callable[[], None]:
+    """``action``, run at most once however often the result is called."""
+    pending = [action]
+
+    def run() -> None:
+        while pending:
+            pending.pop()()
+
+    return run
+
+
+async def _closed_after(body: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIterator[Any]:
+    try:
+        async for piece in body:
+            yield piece
+    finally:
+        done()
+
+
+class _ClosingStream(StreamingResponse):
+    """A streaming response that runs ``done`` when the ASGI exchange ends, also when the
+    body was never iterated (the client left before the headers went out): the per-key
+    slot and the request's telemetry are released either way."""
+
+    def __init__(
+        self, inner: StreamingResponse, body: AsyncIterable[Any], done: Callable[[], None]
+    ) -> None:
+        super().__init__(body, status_code=inner.status_code, headers=dict(inner.headers))
+        self._done = done
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._done()
 
 
 async def _read_body(request: Request) -> bytes:

@@ -43,16 +43,18 @@ def dashboard_state(
 ) -> dict[str, Any]:
     """The JSON the dashboard page renders (schema in ``docs/observability.md``)."""
     now = time.time()
+    models = [
+        _model(config, name, states.get(name), telemetry, now)
+        for name in (m.name for m in config.models)
+    ]
+    telemetry.forget_other_replicas()
     return {
         "region": region,
         "generated_at": now,
         "window_s": telemetry.window_s,
         "simulated": any(m.engine == "sim" for m in config.models),
         "regions": [_local_region(region, summary), *_peer_regions(peers)],
-        "models": [
-            _model(config, name, states.get(name), telemetry, now)
-            for name in (m.name for m in config.models)
-        ],
+        "models": models,
         "decisions": [
             {
                 "at": d.at,

@@ -15,7 +15,7 @@ from typing import Any
 
 from firstlight.routing import RequestView
 
-__all__ = ["HotPrefixes", "ModelSummary", "RegionSummary", "predict_peer_ttft"]
+__all__ = ["HotPrefixes", "ModelSummary", "RegionSummary", "predict_peer_ttft", "spills_over"]
 
 _DEFAULT_HOT_BLOCKS = 4096
 
@@ -105,6 +105,15 @@ def predict_peer_ttft(
         wait_ms *= local_ms_per_token / ms_per_token
         ms_per_token = local_ms_per_token
     return rtt_ms + wait_ms + uncached * ms_per_token
+
+
+def spills_over(local_ms: float | None, best_peer_ms: float | None, margin_ms: float) -> bool:
+    """Whether a request leaves a healthy region for its best peer: the peer's predicted
+    TTFT (round trip included) beats the local prediction by more than ``margin_ms``.
+    The gateway and the benchmark's simulator both decide with it."""
+    if local_ms is None or best_peer_ms is None:
+        return False
+    return best_peer_ms + margin_ms < local_ms
 
 
 class HotPrefixes:

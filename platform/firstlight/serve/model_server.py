@@ -38,7 +38,7 @@ from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.routing import RequestView
 from firstlight.serve.router_state import ServedBy
-from firstlight.telemetry.tracing import build_tracer, extract
+from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 __all__ = ["ModelServer", "build_engine", "hint_key_prefix"]
 
@@ -124,9 +124,9 @@ class ModelServer:
                 "firstlight.simulated": self._engine.simulated,
             },
         )
-        yield ServedBy(self._replica_id)
         started, output_tokens = time.monotonic(), 0
         try:
+            yield ServedBy(self._replica_id)
             async for chunk in self._engine.generate(request):
                 if first:
                     engine_span.add_event("first_token")
@@ -138,7 +138,11 @@ class ModelServer:
                 first = False
                 output_tokens += len(chunk.token_ids)
                 yield chunk
-        except BaseException as exc:
+        except (GeneratorExit, asyncio.CancelledError):
+            # The gateway closed the stream (client gone, or done reading): not a failure.
+            engine_span.set_attribute("firstlight.cancelled", True)
+            raise
+        except Exception as exc:
             engine_span.set_status(trace.StatusCode.ERROR, type(exc).__name__)
             raise
         finally:
@@ -198,6 +202,7 @@ class ModelServer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self._engine.shutdown()
+        shutdown_tracer(self._tracer)
 
     # --- hint publishing -----------------------------------------------------------------
 

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import random
 import time
-from dataclasses import replace
 from typing import Any
 
 from ray.serve.request_router import (
@@ -37,7 +36,7 @@ from ray.serve.request_router import (
 from firstlight.config import HintsConfig
 from firstlight.hints import HintMirror, HintSubscriber, redis_client
 from firstlight.routing import NO_CACHE, ReplicaView, RequestView, RoutingInput, build_policy
-from firstlight.serve.router_state import RouterState, routers
+from firstlight.serve.router_state import RouterState, routers, with_shared_rates
 
 __all__ = ["FirstlightRequestRouter", "replica_view", "router_kwargs", "with_shared_rates"]
 
@@ -84,21 +83,6 @@ def replica_view(
         prefill_tokens_per_s=float(rate) if rate else None,
         stats_at=float(stats.get("at", 0.0)),
     )
-
-
-def with_shared_rates(views: dict[str, ReplicaView]) -> dict[str, ReplicaView]:
-    """Give replicas that have not measured their prefill rate yet the mean rate of those
-    that have: replicas of one model in one region run the same engine on the same
-    hardware, and a configured prior (optimistic by design) would make every fresh
-    replica look faster than a measured one that holds the prompt's prefix."""
-    measured = [v.prefill_tokens_per_s for v in views.values() if v.prefill_tokens_per_s]
-    if not measured or len(measured) == len(views):
-        return views
-    mean = sum(measured) / len(measured)
-    return {
-        rid: v if v.prefill_tokens_per_s else replace(v, prefill_tokens_per_s=mean)
-        for rid, v in views.items()
-    }
 
 
 class FirstlightRequestRouter(RequestRouter):

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from firstlight.hints import SubscriberStatus
+from firstlight.regions.summary import ModelSummary
 from firstlight.routing import (
     NO_CACHE,
     CacheView,
@@ -31,7 +32,14 @@ from firstlight.routing import (
 )
 from firstlight.routing.firstlight import FirstlightParams, FirstlightPolicy
 
-__all__ = ["Route", "RouterState", "ServedBy", "router_state", "routers"]
+__all__ = [
+    "Route",
+    "RouterState",
+    "ServedBy",
+    "router_state",
+    "routers",
+    "with_shared_rates",
+]
 
 _MAX_ROUTES = 10_000
 """Routes kept for requests whose gateway never collected them (bounded memory)."""
@@ -198,6 +206,39 @@ class RouterState:
                 for v in views
             )
         return self.estimator.choose(RoutingInput(request, views, self.cache))
+
+    def summary(self, hot_blocks: frozenset[int] = frozenset()) -> ModelSummary:
+        """This model's entry in the region's summary for peers: the cost model's floor
+        (queueing + step overhead on the best replica, nothing cached) and the calibrated
+        prefill cost there. Called by the gateway per summary request and by the
+        benchmark's simulator per probe."""
+        decision = self.estimate(RequestView("summary", 1))
+        if decision is None or decision.winner.terms is None:
+            return ModelSummary(0, 0.0, 0.0)
+        terms = decision.winner.terms
+        best = self.replicas.get(decision.winner.replica_id)
+        return ModelSummary(
+            healthy_replicas=self.healthy_replicas,
+            predicted_wait_ms=terms.wait_ms + terms.overhead_ms,
+            prefill_ms_per_token=terms.prefill_ms / max(terms.uncached_tokens, 1),
+            hot_blocks=hot_blocks,
+            measured=best is not None and best.prefill_tokens_per_s is not None,
+        )
+
+
+def with_shared_rates(views: dict[str, ReplicaView]) -> dict[str, ReplicaView]:
+    """Give replicas that have not measured their prefill rate yet the mean rate of those
+    that have: replicas of one model in one region run the same engine on the same
+    hardware, and a configured prior (optimistic by design) would make every fresh
+    replica look faster than a measured one that holds the prompt's prefix."""
+    measured = [v.prefill_tokens_per_s for v in views.values() if v.prefill_tokens_per_s]
+    if not measured or len(measured) == len(views):
+        return views
+    mean = sum(measured) / len(measured)
+    return {
+        rid: v if v.prefill_tokens_per_s else replace(v, prefill_tokens_per_s=mean)
+        for rid, v in views.items()
+    }
 
 
 _STATES: dict[tuple[str, str], RouterState] = {}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -32,13 +32,14 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from firstlight.config import PlatformConfig
 from firstlight.telemetry.catalog import CATALOG, MetricSpec
+from firstlight.telemetry.replicas import PER_REPLICA, ReplicaCollector
 from firstlight.telemetry.rolling import (
     CounterRatio,
     DecisionRecord,
     RollingCounts,
     RollingSamples,
 )
-from firstlight.telemetry.tracing import build_tracer, extract
+from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 if TYPE_CHECKING:
     from firstlight.regions.peers import PeerTable
@@ -50,6 +51,8 @@ UNKNOWN_MODEL = "unknown"
 """The ``model`` attribute of requests that named no served model (bounded labels)."""
 _OPERATION = {"chat": "chat", "text": "text_completion"}
 _DECISION_LOG = 30
+_HOP_HEADER = "x-firstlight-hop"  # firstlight.api.forward.HOP_HEADER (no import cycle)
+_SERVED_HERE = ("local", "from_peer")
 _WINDOW_S = 300.0
 
 
@@ -75,11 +78,14 @@ class RequestObservation:
     last_token_at: float | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
+    observed_ttft_ms: float | None = None
+    """TTFT from dispatch to the replica (what the router predicted), locally served."""
     status: int = 200
     route_span: trace.Span | None = None
-    attributes: dict[str, Any] = field(default_factory=dict)
+    finished: bool = False
 
     def first_token(self) -> None:
+        """The first output token left for the client (ends the route span)."""
         now = time.monotonic()
         self.first_token_at = now
         self.last_token_at = now
@@ -120,12 +126,17 @@ class GatewayTelemetry:
         self._instruments: dict[str, Any] = {}
         observers = self._observers()
         for spec in CATALOG:
+            if spec in PER_REPLICA:
+                continue  # ReplicaCollector: replica ids must not pile up in the SDK
             self._instruments[spec.name] = _create(meter, spec, observers.get(spec.name))
+        if self.enabled:
+            self.registry.register(ReplicaCollector(region, states))
         # The dashboard's rolling windows, per model.
         self.ttft = {m.name: RollingSamples(_WINDOW_S, clock=clock) for m in config.models}
         self.itl = {m.name: RollingSamples(_WINDOW_S, clock=clock) for m in config.models}
         self.routes = {m.name: RollingCounts(_WINDOW_S, clock=clock) for m in config.models}
         self.hit_ratios: dict[tuple[str, str], CounterRatio] = {}
+        self._hit_seen: set[tuple[str, str]] = set()
         self._clock = clock
         self._started = clock()
         self.window_s = _WINDOW_S
@@ -140,11 +151,13 @@ class GatewayTelemetry:
     # --- per request (called by GatewayCore) -----------------------------------------
 
     def start(self, kind: str, headers: Mapping[str, str] | None = None) -> RequestObservation:
-        """A request arrived (``kind`` is ``chat`` or ``text``); a ``traceparent`` in
-        ``headers`` (a peer's forward) makes its span a child of the peer's route span."""
+        """A request arrived (``kind`` is ``chat`` or ``text``). A peer's forward (hop
+        header) carries its route span's ``traceparent``: this request's span continues
+        that trace. A client's own ``traceparent`` is not followed (it could switch
+        sampling off)."""
         operation = _OPERATION.get(kind, kind)
         parent = None
-        if headers is not None and "traceparent" in headers:
+        if headers is not None and _HOP_HEADER in headers and "traceparent" in headers:
             parent = extract({"traceparent": headers["traceparent"]})
         span = self.tracer.start_span(operation, context=parent, kind=trace.SpanKind.SERVER)
         span.set_attribute("gen_ai.operation.name", operation)
@@ -184,13 +197,20 @@ class GatewayTelemetry:
             )
 
     def finish(self, obs: RequestObservation) -> None:
-        """The request ended (response complete, stream closed, or refused)."""
+        """The request ended (response complete, stream closed, or refused). Idempotent:
+        the second call of the same observation does nothing."""
+        if obs.finished:
+            return
+        obs.finished = True
         now = time.monotonic()
         if obs.route_span is not None:
             obs.route_span.end()
             obs.route_span = None
         self._end_span(obs)
-        route = obs.route or ("rejected" if obs.status == 503 else None)
+        route = obs.route
+        if obs.status == 503 and obs.first_token_at is None:
+            # Every attempt failed (or none could be made): no capacity anywhere.
+            route, obs.served_region, obs.replica = "rejected", None, None
         ttft_s = None if obs.first_token_at is None else obs.first_token_at - obs.started
         tpot_s = _tpot_s(obs)
         if obs.model != UNKNOWN_MODEL:  # the dashboard's windows, metrics on or off
@@ -229,18 +249,22 @@ class GatewayTelemetry:
             self._instruments["gen_ai.server.time_to_first_token"].record(ttft_s, attrs)
         if tpot_s is not None:
             self._instruments["gen_ai.server.time_per_output_token"].record(tpot_s, attrs)
-        usage = self._instruments["gen_ai.client.token.usage"]
-        if obs.input_tokens is not None:
-            usage.record(obs.input_tokens, {**attrs, "gen_ai.token.type": "input"})
-        if obs.output_tokens is not None:
-            usage.record(obs.output_tokens, {**attrs, "gen_ai.token.type": "output"})
+        if obs.route in _SERVED_HERE and obs.first_token_at is not None:
+            # Tokens count where they were processed, so summing regions counts once.
+            usage = self._instruments["gen_ai.client.token.usage"]
+            if obs.input_tokens is not None:
+                usage.record(obs.input_tokens, {**attrs, "gen_ai.token.type": "input"})
+            if obs.output_tokens is not None:
+                usage.record(obs.output_tokens, {**attrs, "gen_ai.token.type": "output"})
 
     def render(self) -> tuple[bytes, str]:
         """The Prometheus exposition of this process's metrics (``GET /metrics``)."""
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
     def shutdown(self) -> None:
+        """Flush and stop metrics and traces (the gateway's ``__del__``)."""
         self._provider.shutdown()
+        shutdown_tracer(self.tracer)
 
     # --- helpers ------------------------------------------------------------------------
 
@@ -265,8 +289,8 @@ class GatewayTelemetry:
         span.end()
 
     def _log_decision(self, obs: RequestObservation, route: str) -> None:
-        observed = None
-        if obs.first_token_at is not None:
+        observed = obs.observed_ttft_ms
+        if observed is None and obs.first_token_at is not None:
             observed = (obs.first_token_at - obs.started) * 1000.0
         record = DecisionRecord(
             at=self._wall(),
@@ -281,6 +305,13 @@ class GatewayTelemetry:
         self.decisions.insert(0, record)
         del self.decisions[_DECISION_LOG:]
 
+    def forget_other_replicas(self) -> None:
+        """Drop the hit-ratio trackers of replicas not asked about since the last call
+        (the dashboard calls it after each poll, so gone replicas do not pile up)."""
+        for key in set(self.hit_ratios) - self._hit_seen:
+            del self.hit_ratios[key]
+        self._hit_seen = set()
+
     def replica_hit_ratio(self, model: str, replica: str, stats: Mapping[str, Any]) -> float | None:
         """The replica's token-weighted prefix-cache hit ratio (dashboard): over the last
         minute of polls, or since the replica started until two polls are that far
@@ -291,6 +322,7 @@ class GatewayTelemetry:
         hits = float(stats.get("prefix_cache_hits", 0))
         queries = float(stats.get("prefix_cache_queries", 0))
         tracker.observe(hits, queries)
+        self._hit_seen.add((model, replica))
         if tracker.covers_window():
             return tracker.ratio()
         return hits / queries if queries > 0 else None
@@ -298,25 +330,9 @@ class GatewayTelemetry:
     # --- observable instruments (read at scrape time) -----------------------------------
 
     def _observers(self) -> dict[str, Callable[[CallbackOptions], Iterable[Observation]]]:
-        def per_replica(key: str) -> Callable[[CallbackOptions], Iterable[Observation]]:
-            def observe(_: CallbackOptions) -> Iterable[Observation]:
-                for model, state in self._live_states():
-                    for replica, stats in state.stats.items():
-                        value = stats.get(key)
-                        if value is not None:
-                            yield Observation(value, self._replica_attrs(model, replica))
-
-            return observe
-
         return {
             "firstlight.route.fallbacks": self._observe_fallbacks,
             "firstlight.replicas.healthy": self._observe_healthy,
-            "firstlight.replica.queue_depth": self._observe_queues,
-            "firstlight.replica.kv_cache.usage": per_replica("kv_cache_usage"),
-            "firstlight.replica.prefix_cache.queried_tokens": per_replica("prefix_cache_queries"),
-            "firstlight.replica.prefix_cache.hit_tokens": per_replica("prefix_cache_hits"),
-            "firstlight.replica.spec_decode.draft_tokens": per_replica("spec_draft_tokens"),
-            "firstlight.replica.spec_decode.accepted_tokens": per_replica("spec_accepted_tokens"),
             "firstlight.hints.mirror.blocks": self._observe_mirror,
             "firstlight.hints.staleness": self._observe_staleness,
             "firstlight.hints.redis.up": self._observe_redis,
@@ -335,9 +351,6 @@ class GatewayTelemetry:
             if state is not None:
                 yield model, state
 
-    def _replica_attrs(self, model: str, replica: str) -> dict[str, str]:
-        return {"region": self.region, "model": model, "replica": replica}
-
     def _observe_fallbacks(self, _: CallbackOptions) -> Iterable[Observation]:
         for model, state in self._live_states():
             yield Observation(state.fallbacks, {"region": self.region, "model": model})
@@ -347,13 +360,6 @@ class GatewayTelemetry:
         for model, state in self._states().items():
             healthy = 0 if state is None else state.healthy_replicas
             yield Observation(healthy, {"region": self.region, "model": model})
-
-    def _observe_queues(self, _: CallbackOptions) -> Iterable[Observation]:
-        for model, state in self._live_states():
-            for replica, stats in state.stats.items():
-                attrs = self._replica_attrs(model, replica)
-                yield Observation(int(stats.get("running", 0)), {**attrs, "state": "running"})
-                yield Observation(int(stats.get("waiting", 0)), {**attrs, "state": "waiting"})
 
     def _observe_mirror(self, _: CallbackOptions) -> Iterable[Observation]:
         for model, state in self._live_states():
@@ -379,6 +385,8 @@ class GatewayTelemetry:
         if self._peers is None:
             return
         for peer in self._peers.peers.values():
+            if peer.summary_received_at is None:
+                continue  # only the configured prior so far, nothing measured
             attrs = {"region": self.region, "peer": peer.region}
             yield Observation(peer.rtt_ms / 1000.0, attrs)
 

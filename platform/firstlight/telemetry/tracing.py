@@ -19,7 +19,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from firstlight.config import TelemetryConfig
 
-__all__ = ["build_tracer", "extract", "inject", "traces_url"]
+__all__ = ["build_tracer", "extract", "inject", "shutdown_tracer", "traces_url"]
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _BATCH_DELAY_MS = 1000
@@ -54,7 +54,21 @@ def build_tracer(telemetry: TelemetryConfig, region: str, role: str) -> trace.Tr
     provider = TracerProvider(resource=resource)
     exporter = OTLPSpanExporter(endpoint=traces_url(str(telemetry.otlp_endpoint)))
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=_BATCH_DELAY_MS))
-    return provider.get_tracer("firstlight")
+    tracer = provider.get_tracer("firstlight")
+    _PROVIDERS[id(tracer)] = provider
+    return tracer
+
+
+_PROVIDERS: dict[int, object] = {}
+"""Tracer → its provider (the SDK's tracer does not expose it), for :func:`shutdown_tracer`."""
+
+
+def shutdown_tracer(tracer: trace.Tracer) -> None:
+    """Export what is still batched and stop (process shutdown); no-op without export."""
+    provider = _PROVIDERS.pop(id(tracer), None)
+    shutdown = getattr(provider, "shutdown", None)
+    if shutdown is not None:
+        shutdown()
 
 
 def inject(span: trace.Span) -> dict[str, str]:
