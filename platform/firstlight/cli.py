@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from firstlight import __version__
+from firstlight.bench.cli import bench_app
 from firstlight.config import PlatformConfig, load_config
 from firstlight.errors import ConfigError, ConfigProblem, FirstlightError
 
@@ -46,6 +47,7 @@ config_app = typer.Typer(
     help="Check configuration files and explain their fields.", no_args_is_help=True
 )
 app.add_typer(config_app, name="config")
+app.add_typer(bench_app, name="bench")
 
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -20,6 +20,7 @@ RATES = CostRates(
     step_overhead_ms=5.0,
     decode_ms_per_running_seq=0.5,
     mean_prompt_tokens=100,
+    kv_full_fraction=1.0,  # slot wait only on a full KV cache: tested on its own below
 )
 
 
@@ -178,3 +179,30 @@ def test_rereserving_a_request_moves_it() -> None:
     reservations.reserve("r2", "a", 70)
     assert reservations.tokens_after("r1", since=0) == 0
     assert reservations.tokens_after("r2", since=0) == 70
+
+
+def test_slot_wait_prices_requests_waiting_for_kv_memory() -> None:
+    # 3 waiting behind 2 running; a departure every 128 steps x (5 + 2 x 0.5) ms / 2
+    # running = 384 ms, so 3 x 384 ms; counted only from kv_full_fraction on.
+    rates = CostRates(1000.0, 5.0, 0.5, 100, mean_output_tokens=128, kv_full_fraction=0.9)
+    full = _replica(
+        queue_len=5, running=2, waiting=3, pending_prefill_tokens=0, kv_cache_usage=0.95
+    )
+    roomy = _replica(
+        queue_len=5, running=2, waiting=3, pending_prefill_tokens=0, kv_cache_usage=0.5
+    )
+    # Ray's queue length may count requests the engine no longer holds: only the
+    # engine's own waiting count means waiting for memory.
+    idle = _replica(
+        queue_len=3, running=2, waiting=0, pending_prefill_tokens=0, kv_cache_usage=0.99
+    )
+
+    def wait(replica: ReplicaView) -> float:
+        return predict_ttft(
+            _request(), replica, cached_blocks=0, rtt_ms=0, reserved_tokens=0, correction=2,
+            rates=rates,
+        ).wait_ms  # fmt: skip
+
+    assert wait(full) == pytest.approx(3 * 384.0 * 2)  # the correction applies too
+    assert wait(roomy) == 0.0
+    assert wait(idle) == 0.0

@@ -30,7 +30,13 @@ class FixedCache:
 
 
 PARAMS = FirstlightParams(
-    prefill_tokens_per_s=1000, step_overhead_ms=5, decode_ms_per_running_seq=0, tie_margin_ms=2
+    prefill_tokens_per_s=1000,
+    step_overhead_ms=5,
+    decode_ms_per_running_seq=0,
+    tie_margin_ms=2,
+    # The TTFT terms alone; slot wait and the affinity penalty have their own tests.
+    kv_full_fraction=1.0,
+    affinity_weight=0.0,
 )
 REQUEST = RequestView("q1", prompt_tokens=640, block_hashes=tuple(range(20)), block_size=32)
 
@@ -179,3 +185,21 @@ def test_fast_scores_equal_the_cost_model_terms(
     for candidate in explained:
         assert candidate.terms is not None
         assert candidate.score == pytest.approx(candidate.terms.total_ms)
+
+
+def test_affinity_penalty_keeps_a_request_with_its_prefix_holder() -> None:
+    # "hot" holds 10 of 20 blocks but has 200 tokens queued: 200 + 320 + 5 = 525 ms;
+    # "cold" is idle: 640 + 5 = 645 ms. Without the penalty "hot" wins already; make
+    # "hot" busier (350 queued: 675 ms) and only the penalty (1 x 320 ms of prefill the
+    # copy would cost) keeps the request there.
+    cache = FixedCache({"hot": 10})
+    replicas = (_replica("hot", queued=350), _replica("cold"))
+    routing = RoutingInput(REQUEST, replicas, cache)
+    plain = _policy().choose(routing)
+    assert plain.winner.replica_id == "cold"
+    sticky = _policy(params=PARAMS.model_copy(update={"affinity_weight": 1.0})).choose(routing)
+    assert sticky.winner.replica_id == "hot"
+    cold = next(c for c in sticky.ranked if c.replica_id == "cold")
+    assert cold.score == pytest.approx(645.0 + 320.0)
+    assert cold.terms is not None
+    assert cold.terms.total_ms == pytest.approx(645.0)

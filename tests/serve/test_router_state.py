@@ -28,7 +28,13 @@ from tests.conftest import FakeClock
 
 REGION = "us-east"
 MODEL = "SmolLM2-135M-Instruct"
-PARAMS = {"prefill_tokens_per_s": 1000.0, "step_overhead_ms": 5.0, "decode_ms_per_running_seq": 0.0}
+PARAMS = {
+    "prefill_tokens_per_s": 1000.0,
+    "step_overhead_ms": 5.0,
+    "decode_ms_per_running_seq": 0.0,
+    "affinity_weight": 0.0,  # scores are the predicted TTFTs, as these tests compute them
+    "kv_full_fraction": 1.0,  # no slot wait: the queues here are prefill work
+}
 
 
 def _replica(rid: str, pending: int = 0) -> ReplicaView:

@@ -3,9 +3,20 @@
 ``predicted_ttft_ms = rtt + wait + prefill + overhead`` for a request *q* on replica *r*::
 
     ms_per_token = 1000 / prefill_tokens_per_s(r) * correction(r)
+    step_ms      = step_overhead_ms + running(r) * decode_ms_per_running_seq
     wait         = (queued prefill tokens + tokens reserved since r's stats) * ms_per_token
+                   + waiting(r) * mean_output_tokens * step_ms / running(r) * correction(r)
     prefill      = max(tokens(q) - cached_tokens(q, r), 1) * ms_per_token
-    overhead     = (step_overhead_ms + running(r) * decode_ms_per_running_seq) * correction(r)
+    overhead     = step_ms * correction(r)
+
+The second wait term is the **slot wait**, counted when the replica reports its KV cache
+at least ``kv_full_fraction`` full: vLLM admits a waiting request as soon as its KV blocks
+fit, so on a full replica the requests the engine still holds *waiting* wait
+for running ones to finish and free memory — each departure takes about
+``mean_output_tokens`` decode steps spread over the ``running`` sequences. Without it, a
+replica holding a hot prefix looks cheap (little prefill left to do) while its queue
+waits for memory, and requests herd onto it. (On a replica with free memory, waiting
+requests wait for the step's token budget: the prefill term already prices that.)
 
 ``correction(r)`` is an EWMA of observed over predicted service time, per replica
 (:class:`Calibrator`); reservations (:class:`Reservations`) add a pick's prefill work to
@@ -22,7 +33,7 @@ from dataclasses import dataclass
 from firstlight.routing.decision import TtftTerms
 from firstlight.routing.views import ReplicaView, RequestView
 
-__all__ = ["Calibrator", "CostRates", "Reservations", "predict_ttft"]
+__all__ = ["Calibrator", "CostRates", "Reservations", "predict_ttft", "slot_wait_ms"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +45,21 @@ class CostRates:
     decode_ms_per_running_seq: float
     mean_prompt_tokens: int
     """Work assumed per waiting request when a replica reports only its queue length."""
+    mean_output_tokens: int = 128
+    """Decode steps a running request is assumed to still need (slot wait)."""
+    kv_full_fraction: float = 0.7
+    """KV-cache usage from which waiting requests are taken to wait for memory."""
+
+
+def slot_wait_ms(replica: ReplicaView, rates: CostRates) -> float:
+    """Uncorrected time until the requests waiting on ``replica`` (and then this one)
+    get a KV slot: each departure frees one after ``mean_output_tokens`` steps of the
+    running batch, shared by the ``running`` sequences."""
+    waiting = replica.waiting
+    if waiting <= 0 or replica.kv_cache_usage < rates.kv_full_fraction:
+        return 0.0
+    step_ms = rates.step_overhead_ms + replica.running * rates.decode_ms_per_running_seq
+    return waiting * rates.mean_output_tokens * step_ms / max(replica.running, 1)
 
 
 def predict_ttft(
@@ -59,7 +85,8 @@ def predict_ttft(
     overhead = rates.step_overhead_ms + replica.running * rates.decode_ms_per_running_seq
     return TtftTerms(
         rtt_ms=rtt_ms,
-        wait_ms=(queued + reserved_tokens) * ms_per_token,
+        wait_ms=(queued + reserved_tokens) * ms_per_token
+        + slot_wait_ms(replica, rates) * correction,
         prefill_ms=uncached * ms_per_token,
         overhead_ms=overhead * correction,
         cached_tokens=cached,

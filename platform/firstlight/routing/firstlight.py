@@ -36,6 +36,18 @@ class FirstlightParams(PolicyParams):
     """Extra step time per sequence already decoding on the replica."""
     mean_prompt_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 512
     """Work assumed per waiting request when a replica reports only its queue length."""
+    mean_output_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 128
+    """Decode steps a running request is assumed to still need: how long requests that
+    wait for KV memory on a replica wait (the cost model's slot wait)."""
+    kv_full_fraction: Annotated[float, Field(ge=0, le=1)] = 0.7
+    """KV-cache usage from which a replica's waiting requests are taken to wait for
+    memory (slot wait). Below "full" because the reported usage is up to a stats period
+    old; 0 counts every waiting request (which also prices waits for the token budget
+    twice, and sends a merely busy region's requests away)."""
+    affinity_weight: Annotated[float, Field(ge=0, le=10)] = 1.0
+    """Ranking penalty, in multiples of the prefill it causes, for sending a request
+    away from the replica holding most of its prefix: the copy it makes evicts other
+    prefixes, which later requests pay for. Ranking only: predictions stay TTFTs."""
     tie_margin_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
     """Candidates within this much of the best are picked among at random."""
     calibration_alpha: Annotated[float, Field(gt=0, le=1)] = 0.2
@@ -71,6 +83,8 @@ class FirstlightPolicy:
             step_overhead_ms=params.step_overhead_ms,
             decode_ms_per_running_seq=params.decode_ms_per_running_seq,
             mean_prompt_tokens=params.mean_prompt_tokens,
+            mean_output_tokens=params.mean_output_tokens,
+            kv_full_fraction=params.kv_full_fraction,
         )
         self.calibrator = Calibrator(
             params.calibration_alpha, params.min_correction, params.max_correction
@@ -108,7 +122,10 @@ class FirstlightPolicy:
         prompt, block_size = request.prompt_tokens, request.block_size
         default_rate, mean_prompt = rates.prefill_tokens_per_s, rates.mean_prompt_tokens
         step_ms, per_seq_ms = rates.step_overhead_ms, rates.decode_ms_per_running_seq
+        mean_output, kv_full = rates.mean_output_tokens, rates.kv_full_fraction
         scored = []
+        most = max(cached.values(), default=0)
+        affinity = self.params.affinity_weight
         for replica in routing.replicas:
             rid = replica.replica_id
             blocks = cached.get(rid, 0)
@@ -118,9 +135,16 @@ class FirstlightPolicy:
             queued += reserved_after(rid, replica.stats_at)
             uncached = max(prompt - blocks * block_size, 1)
             ms_per_token = 1000.0 / (replica.prefill_tokens_per_s or default_rate)
-            overhead = step_ms + replica.running * per_seq_ms
-            service = ((queued + uncached) * ms_per_token + overhead) * correction_of(rid)
+            running = replica.running
+            overhead = step_ms + running * per_seq_ms
+            waiting = replica.waiting
+            slot_ms = 0.0
+            if waiting > 0 and replica.kv_cache_usage >= kv_full:
+                slot_ms = waiting * mean_output * overhead / max(running, 1)
+            service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(rid)
             total = rtt_of(replica.region, 0.0) + service
+            if affinity and blocks < most:
+                total += affinity * (most - blocks) * block_size * ms_per_token
             scored.append((total, replica.queue_len, blocks, replica))
         return scored
 

@@ -41,6 +41,9 @@ class ReplicaView:
     """Requests on the replica, waiting or running."""
     running: int = 0
     """Requests decoding (a subset of ``queue_len``)."""
+    waiting: int = 0
+    """Requests the engine holds but has not admitted yet (no KV memory or token budget
+    for them), as its last stats reported; the cost model's slot wait counts them."""
     pending_prefill_tokens: int | None = None
     """Prompt tokens admitted but not yet prefilled (uncached work ahead of a new
     request); ``None`` when the replica does not report it."""

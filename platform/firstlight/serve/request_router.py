@@ -78,6 +78,7 @@ def replica_view(
         region=region,
         queue_len=queue_len if queue_len is not None else running + waiting,
         running=running,
+        waiting=waiting,
         pending_prefill_tokens=int(pending) if pending is not None else None,
         kv_cache_usage=float(stats.get("kv_cache_usage", 0.0)),
         prefill_tokens_per_s=float(rate) if rate else None,

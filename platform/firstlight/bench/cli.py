@@ -1,0 +1,122 @@
+"""``firstlight bench``: the routing benchmark's commands (added to the main CLI by
+:mod:`firstlight.cli`). Heavy imports (the simulator, matplotlib) happen inside the
+commands, so ``firstlight --help`` stays fast."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+__all__ = ["bench_app", "parse_params"]
+
+bench_app = typer.Typer(
+    help="Compare routing policies on the same workload: simulated at scale, or live.",
+    no_args_is_help=True,
+)
+
+_KV_HELP = (
+    "KV-cache blocks per replica (default: sized so the shared prefixes need 70% of the "
+    "cluster's cache)."
+)
+_ALL_ARMS = (
+    "firstlight,oracle,round_robin,random,least_queue,power_of_two,cache_aware,"
+    "prefix_affinity,weighted_scorer"
+)
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """``["groups=128", "zipf_s=1.2"]`` → ``{"groups": 128, "zipf_s": 1.2}`` (values
+    read as YAML scalars). Raises ``typer.BadParameter`` for an item without ``=``."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--param")
+        params[key.strip()] = yaml.safe_load(value)
+    return params
+
+
+def _floats(text: str, name: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}", param_hint=name) from exc
+    if not values or any(not 0 < v <= 10 for v in values):
+        raise typer.BadParameter(f"{text!r}: loads must be in (0, 10]", param_hint=name)
+    return values
+
+
+def _arms(text: str) -> list[str]:
+    from firstlight.bench.des import ARMS
+
+    arms = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if not arms or unknown or len(set(arms)) != len(arms):
+        problem = f"unknown {', '.join(unknown)}" if unknown else "empty or repeated"
+        raise typer.BadParameter(
+            f"{text!r}: {problem}; arms are {', '.join(ARMS)}", param_hint="--arms"
+        )
+    return arms
+
+
+@bench_app.command("sim")
+def bench_sim(
+    out: Annotated[Path, typer.Option("--out", help="Folder for results.json, report.md, PNGs.")],
+    workload: Annotated[str, typer.Option(help="W1..W6 (see --describe).")] = "W1",
+    regions: Annotated[int, typer.Option(min=1, max=16)] = 4,
+    replicas: Annotated[int, typer.Option(min=1, max=256, help="Per region.")] = 16,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
+    arms: Annotated[str, typer.Option(help="Comma-separated routing arms.")] = _ALL_ARMS,
+    loads: Annotated[str, typer.Option(help="Offered loads, fractions of capacity.")] = (
+        "0.2,0.4,0.6,0.7,0.8,1.0,1.2"
+    ),
+    requests: Annotated[int, typer.Option(min=10, help="Requests per load point.")] = 2000,
+    profile: Annotated[str, typer.Option(help="Simulator GPU profile.")] = "h100-llama-8b",
+    kv_blocks: Annotated[int | None, typer.Option(help=_KV_HELP)] = None,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Workload parameter NAME=VALUE (repeatable).")
+    ] = None,
+    describe: Annotated[bool, typer.Option(help="Describe the workload and exit.")] = False,
+) -> None:
+    """Run every arm on the same simulated trace at each load (simulated: labelled so)."""
+    from firstlight.bench.sim import run_sim
+    from firstlight.bench.workloads import describe as describe_workload
+    from firstlight.cli import _fail
+    from firstlight.errors import FirstlightError
+
+    if describe:
+        try:
+            typer.echo(describe_workload(workload))
+        except FirstlightError as exc:
+            _fail(exc)
+        return
+    command = "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    arm_list = _arms(arms)
+    load_list = _floats(loads, "--loads")
+    if len(set(load_list)) != len(load_list):
+        raise typer.BadParameter(f"{loads!r}: a load is repeated", param_hint="--loads")
+    try:
+        paths = run_sim(
+            workload=workload,
+            regions=regions,
+            replicas=replicas,
+            seed=seed,
+            arms=arm_list,
+            loads=load_list,
+            out=out,
+            requests=requests,
+            profile=profile,
+            kv_blocks=kv_blocks,
+            params=parse_params(param or []),
+            command=command,
+            progress=lambda line: typer.echo(line, err=True),
+        )
+    except FirstlightError as exc:
+        _fail(exc)
+    for name, path in paths.items():
+        typer.echo(f"{name}: {path}")

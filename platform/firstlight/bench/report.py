@@ -1,0 +1,332 @@
+"""A benchmark run's folder: ``results.json``, ``report.md`` and PNG plots.
+
+:func:`write_run` is called once per run by the simulator and the load driver, with the
+run's ``meta`` and the points :func:`firstlight.bench.results.summarize` made. The plots
+use matplotlib's Agg canvas directly (no pyplot, so no global figure state and no
+display needed); each arm keeps one color and marker across every plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+from firstlight.bench.results import DEFAULT_SLOS, Slo, validate_results
+
+__all__ = ["write_run"]
+
+_FIGSIZE_IN = (12.0, 8.0)
+_DPI = 100  # 1200 x 800 pixels
+_MARKERS = "osD^vP*Xhp<>"
+
+Point = Mapping[str, Any]
+Formatter = Callable[[float], str]
+
+
+def write_run(
+    out_dir: Path,
+    meta: Mapping[str, Any],
+    points: Sequence[Mapping[str, Any]],
+    *,
+    slo: Slo = DEFAULT_SLOS[0],
+) -> dict[str, Path]:
+    """Validate the run, then write ``results.json`` (points sorted by arm, then load),
+    ``report.md`` and the plots into ``out_dir`` (created if missing).
+
+    ``slo`` is the pair whose TTFT bounds the "highest load within SLO" table. Returns the
+    written paths keyed ``results``, ``report``, ``ttft_vs_load``, ``hit_rate_vs_load``
+    and ``goodput_vs_load``. Raises ``ValueError`` (from
+    :func:`~firstlight.bench.results.validate_results`) when the data breaks the schema,
+    before anything is written; ``OSError`` when the folder cannot be written.
+    """
+    ordered = sorted(points, key=lambda p: (p["arm"], p["load"]))
+    data = {"meta": dict(meta), "points": [dict(p) for p in ordered]}
+    validate_results(data)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "results": out_dir / "results.json",
+        "report": out_dir / "report.md",
+        "ttft_vs_load": out_dir / "ttft_vs_load.png",
+        "hit_rate_vs_load": out_dir / "hit_rate_vs_load.png",
+        "goodput_vs_load": out_dir / "goodput_vs_load.png",
+    }
+    paths["results"].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+    paths["report"].write_text(_markdown(meta, ordered, slo, paths))
+    _plot_ttft(meta, ordered, slo, paths["ttft_vs_load"])
+    hit_rate = ("Prefix-cache hit rate (token-weighted)", "hit rate (%)")
+    _plot_fraction(meta, ordered, "prefix_hit_rate", hit_rate, paths["hit_rate_vs_load"])
+    goodput = (f"Goodput ({_slo_text(slo)})", "requests within SLO (%)")
+    _plot_fraction(meta, ordered, "goodput", goodput, paths["goodput_vs_load"])
+    return paths
+
+
+# --- report.md -------------------------------------------------------------------
+
+
+def _workload_name(meta: Mapping[str, Any]) -> str:
+    workload = meta["workload"]
+    name = workload.get("name") or workload.get("kind")
+    return str(name) if name else json.dumps(workload, sort_keys=True)
+
+
+def _title_suffix(meta: Mapping[str, Any]) -> str:
+    return " (simulated)" if meta["simulated"] else ""
+
+
+def _slo_text(slo: Slo) -> str:
+    return f"TTFT ≤ {slo.ttft_ms:g} ms & TPOT ≤ {slo.tpot_ms:g} ms"
+
+
+def _ms(value: float) -> str:
+    return (
+        f"{value:.0f}"
+        if abs(value) >= 100
+        else f"{value:.1f}"
+        if abs(value) >= 10
+        else f"{value:.2f}"
+    )
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:.1f}"
+
+
+def _count(value: float) -> str:
+    return f"{value:.0f}"
+
+
+def _two(value: float) -> str:
+    return f"{value:.2f}"
+
+
+# (header, getter, formatter, better): better is "low", "high" or None (not ranked).
+_COLUMNS: tuple[tuple[str, tuple[str, ...], Formatter, str | None], ...] = (
+    ("TTFT p50 ms", ("ttft_ms", "p50"), _ms, "low"),
+    ("TTFT p90 ms", ("ttft_ms", "p90"), _ms, "low"),
+    ("TTFT p99 ms", ("ttft_ms", "p99"), _ms, "low"),
+    ("TPOT p50 ms", ("tpot_ms", "p50"), _ms, "low"),
+    ("TPOT p99 ms", ("tpot_ms", "p99"), _ms, "low"),
+    ("e2e p50 ms", ("e2e_ms", "p50"), _ms, "low"),
+    ("e2e p99 ms", ("e2e_ms", "p99"), _ms, "low"),
+    ("hit rate %", ("prefix_hit_rate",), _percent, "high"),
+    ("goodput %", ("goodput",), _percent, "high"),
+    ("completed", ("completed",), _count, "high"),
+    ("errors", ("errors",), _count, "low"),
+    ("cross-region %", ("cross_region_share",), _percent, None),
+    ("imbalance", ("imbalance",), _two, "low"),
+    ("decision µs p50", ("decision_us", "p50"), _two, "low"),
+    ("decision µs p99", ("decision_us", "p99"), _two, "low"),
+)
+
+
+def _get(point: Point, keys: tuple[str, ...]) -> float | None:
+    value: Any = point
+    for key in keys:
+        value = value[key]
+    return None if value is None else float(value)
+
+
+def _column_cells(values: list[float | None], fmt: Formatter, better: str | None) -> list[str]:
+    texts = ["n/a" if v is None else fmt(v) for v in values]
+    present = [v for v in values if v is not None]
+    # Bold only where the arms differ as displayed; ties at the best are all bold.
+    if better is None or len({fmt(v) for v in present}) < 2:
+        return texts
+    best = fmt(min(present) if better == "low" else max(present))
+    return [f"**{t}**" if t == best else t for t in texts]
+
+
+def _load_table(points: list[Point]) -> list[str]:
+    columns = [
+        _column_cells([_get(p, keys) for p in points], fmt, better)
+        for _, keys, fmt, better in _COLUMNS
+    ]
+    lines = [
+        "| arm | " + " | ".join(header for header, *_ in _COLUMNS) + " |",
+        "|---|" + "---:|" * len(_COLUMNS),
+    ]
+    for row, point in enumerate(points):
+        lines.append(f"| {point['arm']} | " + " | ".join(c[row] for c in columns) + " |")
+    return lines
+
+
+def _capacity(points: list[Point], ttft_ms: float) -> tuple[float, float] | None:
+    """The highest load reached before the first load whose p99 TTFT misses ``ttft_ms``
+    (a pass after a miss is noise, not capacity), with its p99 TTFT."""
+    best: tuple[float, float] | None = None
+    for point in sorted(points, key=lambda p: p["load"]):
+        p99 = _get(point, ("ttft_ms", "p99"))
+        if p99 is None or p99 > ttft_ms:
+            break
+        best = (float(point["load"]), p99)
+    return best
+
+
+def _capacity_table(by_arm: dict[str, list[Point]], slo: Slo) -> list[str]:
+    found = {arm: _capacity(points, slo.ttft_ms) for arm, points in by_arm.items()}
+    loads = _column_cells([c and c[0] for c in found.values()], lambda v: f"{v:g}", "high")
+    lines = [
+        f"| arm | highest load with p99 TTFT ≤ {slo.ttft_ms:g} ms | p99 TTFT there (ms) |",
+        "|---|---:|---:|",
+    ]
+    for (arm, cap), load in zip(found.items(), loads, strict=True):
+        if cap is None:
+            lines.append(f"| {arm} | none | n/a |")
+        else:
+            lines.append(f"| {arm} | {load} | {_ms(cap[1])} |")
+    return lines
+
+
+def _markdown(
+    meta: Mapping[str, Any], points: list[Point], slo: Slo, paths: dict[str, Path]
+) -> str:
+    by_arm: dict[str, list[Point]] = {}
+    by_load: dict[float, list[Point]] = {}
+    for point in points:
+        by_arm.setdefault(point["arm"], []).append(point)
+        by_load.setdefault(float(point["load"]), []).append(point)
+    lines = [
+        f"# Firstlight benchmark: {_workload_name(meta)}{_title_suffix(meta)}",
+        "",
+        f"- simulated: {'yes' if meta['simulated'] else 'no (real platform)'}",
+        f"- seed: `{meta['seed']}`",
+        f"- git commit: `{meta['git_commit']}`",
+        f"- created at: {meta['created_at']}",
+        f"- arms: {', '.join(by_arm)}",
+        "",
+    ]
+    if meta.get("command"):
+        lines += ["Reproduce with:", "", "```sh", str(meta["command"]), "```", ""]
+    for label, key in (("Workload", "workload"), ("Config", "config")):
+        dumped = yaml.safe_dump(dict(meta[key]), sort_keys=False, allow_unicode=True)
+        lines += [f"{label}:", "", "```yaml", dumped.rstrip(), "```", ""]
+    lines += [
+        "Percentiles are over completed requests; goodput is the share of all requests "
+        f"that completed with {_slo_text(slo)}. Best value per column in **bold** "
+        "(cross-region share is context, not ranked); n/a means no samples.",
+        "",
+    ]
+    for load, at_load in sorted(by_load.items()):
+        lines += [f"## Load {load:g}", "", *_load_table(at_load), ""]
+    lines += [
+        f"## Highest load with p99 TTFT within SLO ({slo.ttft_ms:g} ms)",
+        "",
+        *_capacity_table(by_arm, slo),
+        "",
+        "## Plots",
+        "",
+    ]
+    for key in ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load"):
+        lines += [f"![{key.replace('_', ' ')}]({paths[key].name})", ""]
+    return "\n".join(lines)
+
+
+# --- plots -----------------------------------------------------------------------
+
+
+def _styles(points: list[Point]) -> dict[str, dict[str, Any]]:
+    """A color and marker per arm, by its place in the sorted arm names, so an arm looks
+    the same in every plot of the run."""
+    arms = sorted({p["arm"] for p in points})
+    palette = colormaps["tab10" if len(arms) <= 10 else "tab20"]
+    return {
+        arm: {"color": palette(i % palette.N), "marker": _MARKERS[i % len(_MARKERS)]}
+        for i, arm in enumerate(arms)
+    }
+
+
+def _series(
+    points: list[Point], arm: str, keys: tuple[str, ...], scale: float = 1.0
+) -> tuple[list[float], list[float]]:
+    mine = sorted((p for p in points if p["arm"] == arm), key=lambda p: p["load"])
+    values = [_get(p, keys) for p in mine]
+    # NaN leaves a gap in the line where an arm had no samples.
+    return [float(p["load"]) for p in mine], [math.nan if v is None else v * scale for v in values]
+
+
+def _new_figure() -> Figure:
+    figure = Figure(figsize=_FIGSIZE_IN, dpi=_DPI, layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def _finish(figure: Figure, path: Path) -> None:
+    figure.savefig(path, format="png", dpi=_DPI)
+
+
+def _style_axes(axes: Axes, ylabel: str) -> None:
+    axes.set_xlabel("offered load", fontsize=12)
+    axes.set_ylabel(ylabel, fontsize=12)
+    axes.grid(True, which="major", alpha=0.4)
+    axes.tick_params(labelsize=11)
+
+
+def _plot_ttft(meta: Mapping[str, Any], points: list[Point], slo: Slo, path: Path) -> None:
+    figure = _new_figure()
+    styles = _styles(points)
+    panels = figure.subplots(1, 3, sharey=True)
+    ttft_ms = [
+        v for p in points for q in ("p50", "p90", "p99") if (v := p["ttft_ms"][q]) is not None
+    ]
+    log_scale = bool(ttft_ms) and min(ttft_ms) > 0
+    for axes, quantile in zip(panels, ("p50", "p90", "p99"), strict=True):
+        for arm, style in styles.items():
+            loads, values = _series(points, arm, ("ttft_ms", quantile))
+            axes.plot(loads, values, label=arm, linewidth=2, markersize=6, **style)
+        if log_scale:
+            axes.set_yscale("log")  # percentiles span orders of magnitude past the knee
+            # Plain numbers at 1-2-5 steps read better than bare powers of ten.
+            axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+            axes.yaxis.set_minor_formatter(NullFormatter())
+        axes.axhline(slo.ttft_ms, color="0.35", linestyle="--", linewidth=1.2)
+        axes.annotate(
+            f"SLO {slo.ttft_ms:g} ms",
+            (0.01, slo.ttft_ms),
+            xycoords=("axes fraction", "data"),
+            xytext=(2, 3),
+            textcoords="offset points",
+            fontsize=10,
+            color="0.35",
+        )
+        axes.set_title(f"TTFT {quantile}", fontsize=13)
+        _style_axes(axes, "TTFT (ms)" if quantile == "p50" else "")
+    figure.suptitle(
+        f"TTFT vs offered load: {_workload_name(meta)}{_title_suffix(meta)}", fontsize=15
+    )
+    figure.legend(
+        *panels[0].get_legend_handles_labels(),
+        loc="outside lower center",
+        ncols=min(len(styles), 5),
+        fontsize=11,
+    )
+    _finish(figure, path)
+
+
+def _plot_fraction(
+    meta: Mapping[str, Any], points: list[Point], key: str, labels: tuple[str, str], path: Path
+) -> None:
+    """One line per arm of the fraction ``key`` in %; ``labels`` = (title, y label)."""
+    title, ylabel = labels
+    figure = _new_figure()
+    axes = figure.subplots()
+    for arm, style in _styles(points).items():
+        loads, values = _series(points, arm, (key,), scale=100.0)
+        axes.plot(loads, values, label=arm, linewidth=2, markersize=7, **style)
+    axes.set_ylim(-2, 102)
+    axes.set_title(
+        f"{title} vs offered load: {_workload_name(meta)}{_title_suffix(meta)}", fontsize=15
+    )
+    _style_axes(axes, ylabel)
+    axes.legend(fontsize=11, loc="best")
+    _finish(figure, path)

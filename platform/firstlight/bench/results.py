@@ -1,0 +1,383 @@
+"""Per-request outcomes in, one benchmark result point out; the results file's schema.
+
+The simulator and the load driver record one :class:`Outcome` per request, per arm and
+offered load; :func:`summarize` turns them into one *point* of ``results.json``, whose
+whole shape (``{"meta": {...}, "points": [...]}``) is :data:`RESULTS_SCHEMA`;
+:func:`validate_results` checks a file against it before
+:func:`firstlight.bench.report.write_run` writes it.
+
+Definitions (times in the client's view, trace seconds; reported in ms or µs):
+
+* a request *completed* when ``error is None``; every other request is an error;
+* TTFT = ``first_token_s - arrival_s``;
+* TPOT = ``(finish_s - first_token_s) / (output_tokens - 1)``, for requests with at
+  least 2 output tokens;
+* e2e = ``finish_s - arrival_s``;
+* percentiles (TTFT p50/p90/p99, TPOT and e2e p50/p99) are over completed requests, by
+  linear interpolation between closest ranks
+  (:func:`firstlight.telemetry.rolling.percentile`);
+* ``prefix_hit_rate`` = Σ ``cached_tokens`` / Σ ``prompt_tokens`` over completed requests
+  (token-weighted);
+* ``goodput`` = fraction of *all* requests that completed with TTFT ≤ the first SLO
+  pair's TTFT and TPOT ≤ its TPOT (a request with fewer than 2 output tokens has no
+  TPOT and meets that half vacuously); ``goodput_by_slo`` gives it for every pair,
+  keyed ``"<ttft>ms/<tpot>ms"``;
+* ``cross_region_share`` = fraction of completed requests (with a known serving
+  region) served outside the client's region;
+* ``decision_us`` p50/p99 = router decision time over the requests that measured it;
+* ``imbalance`` = max/mean outstanding requests per replica, time-averaged — computed
+  by the caller and stored as given.
+
+An empty set gives ``null`` (a percentile with no samples, a ratio with a zero
+denominator), never NaN: JSON has no NaN.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator, ValidationError
+
+from firstlight.telemetry.rolling import percentile
+
+__all__ = [
+    "DEFAULT_SLOS",
+    "RESULTS_SCHEMA",
+    "Outcome",
+    "Slo",
+    "git_commit",
+    "slo_key",
+    "summarize",
+    "validate_results",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One request's fate in one arm at one offered load, as the client saw it.
+
+    Built by the simulator and the load driver. Raises ``ValueError`` when the fields
+    contradict each other (negative counts, times out of order, a completed request
+    without ``finish_s``).
+    """
+
+    request_id: str
+    arrival_s: float
+    """When the client sent it (trace time, seconds)."""
+    first_token_s: float | None
+    """When the client saw the first token; ``None`` when it failed before one."""
+    finish_s: float | None
+    """When the client saw the last token; ``None`` when it failed."""
+    prompt_tokens: int
+    output_tokens: int
+    """Tokens received."""
+    cached_tokens: int
+    """Prompt tokens served from the prefix cache (0 if unknown)."""
+    client_region: int
+    served_region: int | None
+    replica: str | None
+    error: str | None = None
+    """``None`` when it completed; otherwise the error's kind or message."""
+    decision_us: float | None = None
+    """Router decision time for this request; ``None`` if not measured."""
+
+    def __post_init__(self) -> None:
+        rid = self.request_id
+        for name in ("prompt_tokens", "output_tokens", "cached_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"request {rid!r}: {name} = {getattr(self, name)} is negative")
+        if self.cached_tokens > self.prompt_tokens:
+            raise ValueError(
+                f"request {rid!r}: cached_tokens = {self.cached_tokens} exceeds "
+                f"prompt_tokens = {self.prompt_tokens}"
+            )
+        if self.error is None and self.finish_s is None:
+            raise ValueError(f"request {rid!r}: completed (error is None) but finish_s is None")
+        if self.error is None and self.first_token_s is None and self.output_tokens > 0:
+            raise ValueError(
+                f"request {rid!r}: completed with {self.output_tokens} output tokens "
+                "but first_token_s is None"
+            )
+        if self.first_token_s is not None and self.first_token_s < self.arrival_s:
+            raise ValueError(
+                f"request {rid!r}: first_token_s = {self.first_token_s} precedes "
+                f"arrival_s = {self.arrival_s}"
+            )
+        start = self.arrival_s if self.first_token_s is None else self.first_token_s
+        if self.finish_s is not None and self.finish_s < start:
+            raise ValueError(
+                f"request {rid!r}: finish_s = {self.finish_s} precedes {start} "
+                "(first token or arrival)"
+            )
+
+    @property
+    def completed(self) -> bool:
+        """Whether the request completed (``error is None``)."""
+        return self.error is None
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Time to first token in ms; ``None`` without a first token."""
+        if self.first_token_s is None:
+            return None
+        return (self.first_token_s - self.arrival_s) * 1000.0
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first, in ms; ``None`` below 2 tokens."""
+        if self.first_token_s is None or self.finish_s is None or self.output_tokens < 2:
+            return None
+        return (self.finish_s - self.first_token_s) * 1000.0 / (self.output_tokens - 1)
+
+    @property
+    def e2e_ms(self) -> float | None:
+        """Arrival to last token in ms; ``None`` when it did not finish."""
+        if self.finish_s is None:
+            return None
+        return (self.finish_s - self.arrival_s) * 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """A goodput objective pair: a request meets it with TTFT ≤ ``ttft_ms`` and TPOT ≤
+    ``tpot_ms``."""
+
+    ttft_ms: float
+    tpot_ms: float
+
+    def __post_init__(self) -> None:
+        if not (self.ttft_ms > 0 and self.tpot_ms > 0):
+            raise ValueError(f"Slo(ttft_ms={self.ttft_ms}, tpot_ms={self.tpot_ms}): must be > 0")
+
+    def met_by(self, outcome: Outcome) -> bool:
+        """Whether ``outcome`` completed within this objective pair."""
+        ttft, tpot = outcome.ttft_ms, outcome.tpot_ms
+        return (
+            outcome.completed
+            and (ttft is None or ttft <= self.ttft_ms)
+            and (tpot is None or tpot <= self.tpot_ms)
+        )
+
+
+DEFAULT_SLOS: tuple[Slo, ...] = (Slo(500, 30), Slo(2000, 100))
+"""The SLO pairs of BENCHMARKS.md; the first one defines ``goodput``."""
+
+
+def slo_key(slo: Slo) -> str:
+    """The ``goodput_by_slo`` key of ``slo``, e.g. ``"500ms/30ms"``."""
+    return f"{slo.ttft_ms:g}ms/{slo.tpot_ms:g}ms"
+
+
+def _percentiles(values: list[float], names: Sequence[str]) -> dict[str, float | None]:
+    ordered = sorted(values)
+    return {name: percentile(ordered, int(name[1:]) / 100) for name in names}
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+    return numerator / denominator if denominator else None
+
+
+def summarize(
+    arm: str,
+    load: float,
+    outcomes: Sequence[Outcome],
+    *,
+    imbalance: float,
+    slos: Sequence[Slo] = DEFAULT_SLOS,
+    duration_s: float | None = None,
+) -> dict[str, Any]:
+    """One result point: the metrics of ``arm`` at offered ``load`` (module docstring).
+
+    Called by the simulator and the load driver once per arm and load. With
+    ``duration_s`` (the measured span of the run) the point also carries
+    ``duration_s``, ``throughput_rps`` (completed requests per second) and
+    ``output_tokens_per_s``. Raises ``ValueError`` for an empty arm name, no SLO pairs,
+    or a non-finite ``load``, ``imbalance`` or ``duration_s``.
+    """
+    if not arm:
+        raise ValueError("arm: must not be empty")
+    if not slos:
+        raise ValueError("slos: at least one SLO pair is needed (the first defines goodput)")
+    if not math.isfinite(load):
+        raise ValueError(f"load = {load!r}: must be finite")
+    if not (math.isfinite(imbalance) and imbalance >= 0):
+        raise ValueError(f"imbalance = {imbalance!r}: must be finite and >= 0")
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise ValueError(f"duration_s = {duration_s!r}: must be finite and > 0")
+
+    done = [o for o in outcomes if o.completed]
+    ttft = [v for o in done if (v := o.ttft_ms) is not None]
+    tpot = [v for o in done if (v := o.tpot_ms) is not None]
+    e2e = [v for o in done if (v := o.e2e_ms) is not None]
+    decision = [o.decision_us for o in outcomes if o.decision_us is not None]
+    located = [o for o in done if o.served_region is not None]
+    cross = sum(1 for o in located if o.served_region != o.client_region)
+    goodput_by_slo = {
+        slo_key(slo): _ratio(sum(1 for o in done if slo.met_by(o)), len(outcomes)) for slo in slos
+    }
+    point: dict[str, Any] = {
+        "arm": arm,
+        "load": float(load),
+        "ttft_ms": _percentiles(ttft, ("p50", "p90", "p99")),
+        "tpot_ms": _percentiles(tpot, ("p50", "p99")),
+        "e2e_ms": _percentiles(e2e, ("p50", "p99")),
+        "prefix_hit_rate": _ratio(
+            sum(o.cached_tokens for o in done), sum(o.prompt_tokens for o in done)
+        ),
+        "goodput": goodput_by_slo[slo_key(slos[0])],
+        "completed": len(done),
+        "errors": len(outcomes) - len(done),
+        "cross_region_share": _ratio(cross, len(located)),
+        "imbalance": float(imbalance),
+        "decision_us": _percentiles(decision, ("p50", "p99")),
+        "goodput_by_slo": goodput_by_slo,
+    }
+    if duration_s is not None:
+        point["duration_s"] = float(duration_s)
+        point["throughput_rps"] = len(done) / duration_s
+        point["output_tokens_per_s"] = sum(o.output_tokens for o in done) / duration_s
+    return point
+
+
+_NUMBER_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
+_FRACTION_OR_NULL: dict[str, Any] = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
+
+
+def _percentile_block(*names: str) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": list(names),
+        "properties": {name: _NUMBER_OR_NULL for name in names},
+        "additionalProperties": False,
+    }
+
+
+_POINT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": [
+        "arm",
+        "load",
+        "ttft_ms",
+        "tpot_ms",
+        "e2e_ms",
+        "prefix_hit_rate",
+        "goodput",
+        "completed",
+        "errors",
+        "cross_region_share",
+        "imbalance",
+        "decision_us",
+    ],
+    "properties": {
+        "arm": {"type": "string", "minLength": 1},
+        "load": {"type": "number"},
+        "ttft_ms": _percentile_block("p50", "p90", "p99"),
+        "tpot_ms": _percentile_block("p50", "p99"),
+        "e2e_ms": _percentile_block("p50", "p99"),
+        "prefix_hit_rate": _FRACTION_OR_NULL,
+        "goodput": _FRACTION_OR_NULL,
+        "completed": {"type": "integer", "minimum": 0},
+        "errors": {"type": "integer", "minimum": 0},
+        "cross_region_share": _FRACTION_OR_NULL,
+        "imbalance": {"type": "number", "minimum": 0},
+        "decision_us": _percentile_block("p50", "p99"),
+        "goodput_by_slo": {"type": "object", "additionalProperties": _FRACTION_OR_NULL},
+        "duration_s": {"type": "number", "exclusiveMinimum": 0},
+        "throughput_rps": {"type": "number", "minimum": 0},
+        "output_tokens_per_s": {"type": "number", "minimum": 0},
+    },
+    "additionalProperties": False,
+}
+
+RESULTS_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://firstlight.dev/schemas/bench-results.json",
+    "title": "Firstlight benchmark results",
+    "type": "object",
+    "required": ["meta", "points"],
+    "properties": {
+        "meta": {
+            "type": "object",
+            "required": ["seed", "git_commit", "config", "workload", "simulated", "created_at"],
+            "properties": {
+                "seed": {"type": "integer"},
+                "git_commit": {"type": "string", "minLength": 1},
+                "config": {"type": "object"},
+                "workload": {"type": "object"},
+                "simulated": {"type": "boolean"},
+                "created_at": {"type": "string", "format": "date-time"},
+                "command": {"type": "string"},
+            },
+        },
+        "points": {"type": "array", "minItems": 1, "items": _POINT_SCHEMA},
+    },
+    "additionalProperties": False,
+}
+"""JSON Schema (draft 2020-12) of a whole ``results.json``; ``meta`` may hold more keys."""
+
+_VALIDATOR = Draft202012Validator(RESULTS_SCHEMA)
+
+
+def _non_finite(value: Any, path: str) -> Iterator[str]:
+    if isinstance(value, float) and not math.isfinite(value):
+        yield path
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{path}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _non_finite(item, f"{path}[{index}]")
+
+
+def _document_order(error: ValidationError) -> list[tuple[int, str]]:
+    # List indexes compare as numbers, keys as text: ``points[2]`` comes before ``points[10]``.
+    return [(p, "") if isinstance(p, int) else (-1, p) for p in error.absolute_path]
+
+
+def validate_results(data: Any) -> None:
+    """Check a whole results document against :data:`RESULTS_SCHEMA`.
+
+    Called by :func:`firstlight.bench.report.write_run` before it writes, and by tests.
+    Raises ``ValueError`` naming the JSON path of the first problem (``$.points[2].load:
+    'x' is not of type 'number'``); also for NaN/infinite numbers (JSON has none) and for
+    two points with the same arm and load.
+    """
+    errors = sorted(_VALIDATOR.iter_errors(data), key=_document_order)
+    if errors:
+        first = errors[0]
+        raise ValueError(f"{first.json_path}: {first.message}")
+    for path in _non_finite(data, "$"):
+        raise ValueError(f"{path}: not a finite number (JSON has no NaN or infinity)")
+    seen: dict[tuple[str, float], int] = {}
+    for index, point in enumerate(data["points"]):
+        key = (point["arm"], point["load"])
+        if key in seen:
+            raise ValueError(
+                f"$.points[{index}]: arm {key[0]!r} at load {key[1]!r} repeats "
+                f"$.points[{seen[key]}]"
+            )
+        seen[key] = index
+
+
+def git_commit(repo: Path | None = None) -> str:
+    """``HEAD``'s commit of the checkout at ``repo`` (default: the current directory),
+    with ``-dirty`` appended when ``git status --porcelain`` lists anything; ``"unknown"``
+    outside a git checkout or without git. Called when a run writes its ``meta``."""
+    cwd = None if repo is None else str(repo)
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=cwd, capture_output=True, text=True, check=True, timeout=30
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain"))
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit

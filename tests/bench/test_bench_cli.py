@@ -1,0 +1,125 @@
+"""``firstlight bench sim`` through the real CLI, in process: the run folder, its
+metadata, ``--describe`` and bad options."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from firstlight.bench.results import validate_results
+from firstlight.cli import app
+
+runner = CliRunner()
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _sim_args(out: Path) -> list[str]:
+    return [
+        "bench", "sim", "--out", str(out), "--workload", "W1", "--regions", "2",
+        "--replicas", "2", "--arms", "firstlight,round_robin", "--loads", "0.5,1.0",
+        "--requests", "80", "--param", "groups=4",
+    ]  # fmt: skip
+
+
+def test_bench_sim_writes_a_valid_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "run"
+    args = _sim_args(out)
+    # What the console script sees; the command records sys.argv.
+    monkeypatch.setattr(sys, "argv", ["firstlight", *args])
+
+    result = runner.invoke(app, args)
+
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    validate_results(data)
+
+    points = data["points"]
+    assert len(points) == 4
+    assert {(p["arm"], p["load"]) for p in points} == {
+        (arm, load) for arm in ("firstlight", "round_robin") for load in (0.5, 1.0)
+    }
+    for point in points:
+        assert (point["completed"], point["errors"]) == (80, 0)
+
+    meta = data["meta"]
+    assert meta["seed"] == 0
+    assert meta["simulated"] is True
+    assert meta["git_commit"]  # a commit, "-dirty" or "unknown": never empty
+    assert meta["command"] == "firstlight " + shlex.join(args)
+    assert meta["workload"]["name"] == "W1"
+    assert meta["workload"]["requests"] == 80
+    assert meta["workload"]["params"]["groups"] == 4
+    config = meta["config"]
+    assert (config["regions"], config["replicas_per_region"]) == (2, 2)
+    assert config["arms"] == ["firstlight", "round_robin"]
+    assert config["loads"] == [0.5, 1.0]
+    assert config["capacity_rps"] > 0
+
+    assert (out / "report.md").read_text().strip()
+    for name in ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load"):
+        assert (out / f"{name}.png").read_bytes().startswith(PNG_MAGIC), name
+    # The written paths are listed on stdout.
+    assert str(out / "results.json") in result.stdout
+
+
+def test_describe_prints_the_workload_parameters(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app, ["bench", "sim", "--out", str(tmp_path / "x"), "--workload", "W4", "--describe"]
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("W4:")
+    for name in ("groups = 256", "system_tokens", "question_tokens", "zipf_s = 1.1"):
+        assert name in result.stdout
+    assert not (tmp_path / "x").exists()
+
+
+def test_unknown_workload_parameter_is_named(tmp_path: Path) -> None:
+    out = tmp_path / "x"
+    result = runner.invoke(
+        app, ["bench", "sim", "--out", str(out), "--requests", "10", "--param", "nosuch=1"]
+    )
+    assert result.exit_code == 2
+    assert "W1.nosuch" in result.stderr
+    assert "Traceback" not in result.output
+    assert not (out / "results.json").exists()
+
+
+@pytest.mark.parametrize("loads", ["0", "0.5,0", "-1", "11", "abc", ","])
+def test_bad_loads_are_rejected(tmp_path: Path, loads: str) -> None:
+    out = tmp_path / "x"
+    result = runner.invoke(app, ["bench", "sim", "--out", str(out), "--loads", loads])
+    assert result.exit_code == 2
+    assert "--loads" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--arms", ","), ("--arms", "round_robin,round_robin"), ("--loads", "0.5,0.5")],
+    ids=["no-arms", "repeated-arm", "repeated-load"],
+)
+def test_empty_or_repeated_arms_and_loads_fail_cleanly_before_the_sweep(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    """BUG: today the whole sweep runs, then write_run's validate_results raises an
+    uncaught ValueError ("$.points: [] should be non-empty" / "... repeats
+    $.points[0]"): exit 1, a traceback, nothing written. Reject (exit 2, naming the
+    option) before simulating, or drop the repeats and write the run."""
+    out = tmp_path / "x"
+    args = ["bench", "sim", "--out", str(out), "--requests", "10", "--regions", "1",
+            "--replicas", "1", "--arms", "round_robin", option, value]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert not isinstance(result.exception, ValueError), repr(result.exception)
+    if result.exit_code == 0:  # repeats dropped
+        validate_results(json.loads((out / "results.json").read_text()))
+    else:
+        assert result.exit_code == 2
+        assert option in result.stderr
+        assert "capacity estimate" not in result.stderr  # rejected before simulating

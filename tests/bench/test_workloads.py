@@ -1,0 +1,290 @@
+"""Workloads W1-W6: determinism, rate independence, distributions, errors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import statistics
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from firstlight.bench.workloads import (
+    WORKLOADS,
+    TraceRequest,
+    Workload,
+    describe,
+    generate,
+    workload_names,
+)
+from firstlight.errors import ConfigError
+
+# Small content so the statistical tests stay fast; arrivals do not depend on it.
+SMALL: dict[str, dict[str, Any]] = {
+    "W1": {"system_tokens": 32, "question_tokens": 8},
+    "W2": {"system_tokens": 16, "user_tokens": 8, "answer_tokens": 8},
+    "W3": {"min_prompt_tokens": 32, "max_prompt_tokens": 64},
+    "W4": {"system_tokens": 32, "question_tokens": 8},
+    "W5": {"system_tokens": 32, "question_tokens": 8},
+    "W6": {"system_tokens": 32, "question_tokens": 8},
+}
+
+
+def content(request: TraceRequest) -> tuple[object, ...]:
+    """Everything but the id and the arrival time."""
+    return (
+        request.client_region,
+        request.prompt,
+        request.max_tokens,
+        request.prefix_group,
+        request.session,
+        request.turn,
+    )
+
+
+def gaps(workload: Workload) -> list[float]:
+    arrivals = [0.0] + [r.arrival_s for r in workload.requests]
+    return [b - a for a, b in itertools.pairwise(arrivals)]
+
+
+def cv(values: list[float]) -> float:
+    return statistics.pstdev(values) / statistics.fmean(values)
+
+
+def test_registry_lists_w1_to_w6_with_described_parameters() -> None:
+    assert workload_names() == ("W1", "W2", "W3", "W4", "W5", "W6")
+    for name, spec in WORKLOADS.items():
+        text = describe(name)
+        assert text.startswith(f"{name}: ")
+        for field_name, info in spec.params.model_fields.items():
+            assert info.description, f"{name}.{field_name} has no docstring"
+            assert f"  {field_name} = " in text
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    name=st.sampled_from(workload_names()),
+    seed=st.integers(-(2**63), 2**63),
+    num_requests=st.integers(1, 30),
+)
+def test_same_seed_same_trace_other_seed_other_trace(
+    name: str, seed: int, num_requests: int
+) -> None:
+    kwargs: dict[str, Any] = {"rate_rps": 5.0, "num_requests": num_requests, **SMALL[name]}
+    first = generate(name, seed=seed, **kwargs)
+    assert generate(name, seed=seed, **kwargs) == first
+    assert generate(name, seed=seed + 1, **kwargs).requests != first.requests
+
+    requests = first.requests
+    assert len(requests) == num_requests
+    assert len({r.request_id for r in requests}) == num_requests
+    assert all(r.request_id.startswith(f"{name.lower()}-") for r in requests)
+    arrivals = [r.arrival_s for r in requests]
+    assert arrivals == sorted(arrivals)
+    assert all(0 <= r.client_region < first.regions for r in requests)
+    assert all(r.max_tokens >= 1 and r.prompt for r in requests)
+    json.dumps(first.params)  # recorded in results.json as is
+
+
+@pytest.mark.parametrize("name", workload_names())
+def test_content_does_not_depend_on_the_rate(name: str) -> None:
+    slow = generate(name, seed=7, rate_rps=10, num_requests=300, **SMALL[name])
+    fast = generate(name, seed=7, rate_rps=100, num_requests=300, **SMALL[name])
+    assert [content(r) for r in fast.requests] == [content(r) for r in slow.requests]
+    assert [r.request_id for r in fast.requests] == [r.request_id for r in slow.requests]
+    for s, f in zip(slow.requests, fast.requests, strict=True):
+        assert s.arrival_s == pytest.approx(10 * f.arrival_s, rel=1e-9)
+    assert slow.with_rate(100) == fast
+
+
+def test_client_regions_do_not_change_the_prompts() -> None:
+    one = generate("W1", seed=3, rate_rps=10, num_requests=2000, **SMALL["W1"])
+    three = generate("W1", seed=3, rate_rps=10, num_requests=2000, regions=3, **SMALL["W1"])
+    assert [r.prompt for r in three.requests] == [r.prompt for r in one.requests]
+    assert {r.client_region for r in one.requests} == {0}
+    counts = Counter(r.client_region for r in three.requests)
+    assert sorted(counts) == [0, 1, 2]
+    assert all(abs(c - 2000 / 3) < 100 for c in counts.values())
+
+
+def test_token_ids_stay_in_the_vocabulary() -> None:
+    workload = generate("W3", seed=1, rate_rps=1, num_requests=50, vocab_size=5, **SMALL["W3"])
+    assert {t for r in workload.requests for t in r.prompt} == {1, 2, 3, 4}
+
+
+@pytest.mark.parametrize("name", ["W1", "W3", "W4"])
+def test_poisson_arrivals_have_mean_gap_one_over_rate_and_cv_one(name: str) -> None:
+    workload = generate(name, seed=11, rate_rps=20, num_requests=5000, **SMALL[name])
+    intervals = gaps(workload)
+    assert statistics.fmean(intervals) == pytest.approx(1 / 20, rel=0.05)
+    assert cv(intervals) == pytest.approx(1.0, rel=0.05)
+
+
+@pytest.mark.parametrize("burstiness", [0.25, 4.0])
+def test_bursty_gaps_have_cv_one_over_sqrt_shape(burstiness: float) -> None:
+    workload = generate(
+        "W5", seed=5, rate_rps=20, num_requests=5000, burstiness=burstiness, **SMALL["W5"]
+    )
+    intervals = gaps(workload)
+    assert statistics.fmean(intervals) == pytest.approx(1 / 20, rel=0.1)
+    assert cv(intervals) == pytest.approx(1 / math.sqrt(burstiness), rel=0.15)
+
+
+def test_bursty_content_is_w1_content() -> None:
+    w1 = generate("W1", seed=9, rate_rps=10, num_requests=200, **SMALL["W1"])
+    w5 = generate("W5", seed=9, rate_rps=10, num_requests=200, **SMALL["W5"])
+    assert [content(r) for r in w5.requests] == [content(r) for r in w1.requests]
+
+
+def test_shared_prefix_prompts_start_with_their_group_system_prompt() -> None:
+    system_tokens = 48
+    workload = generate(
+        "W1",
+        seed=2,
+        rate_rps=10,
+        num_requests=5000,
+        system_tokens=system_tokens,
+        question_tokens=16,
+    )
+    systems: dict[int | None, set[tuple[int, ...]]] = defaultdict(set)
+    for r in workload.requests:
+        systems[r.prefix_group].add(r.prompt[:system_tokens])
+        assert 12 <= len(r.prompt) - system_tokens <= 20  # question: 16 +- 25%
+        assert 96 <= r.max_tokens <= 160  # output: 128 +- 25%
+    assert sorted(systems) == list(range(64))  # type: ignore[type-var]
+    assert all(len(prompts) == 1 for prompts in systems.values())
+    assert len({next(iter(prompts)) for prompts in systems.values()}) == 64
+    assert workload.mean_output_tokens() == pytest.approx(128, rel=0.02)
+    assert workload.mean_prompt_tokens() == pytest.approx(system_tokens + 16, rel=0.02)
+    # Uniform groups: chi-square with 63 degrees of freedom (mean 63, sd 11).
+    counts = Counter(r.prefix_group for r in workload.requests)
+    expected = 5000 / 64
+    chi_square = sum((c - expected) ** 2 / expected for c in counts.values())
+    assert chi_square < 110
+
+
+def test_zipf_groups_follow_zipf() -> None:
+    workload = generate("W4", seed=4, rate_rps=10, num_requests=5000, **SMALL["W4"])
+    counts = Counter(r.prefix_group for r in workload.requests)
+    harmonic = sum(1 / k**1.1 for k in range(1, 257))
+    assert counts[0] / 5000 == pytest.approx(1 / harmonic, rel=0.1)
+    assert counts[0] / counts[1] == pytest.approx(2**1.1, rel=0.2)
+    assert counts[0] > counts[1] > counts[3] > counts[15] > counts[63]
+    assert set(counts) <= set(range(256))
+    assert workload.params["derived"]["rank1_share"] == pytest.approx(1 / harmonic)
+
+
+def test_multi_turn_prompts_extend_the_previous_turn_exactly() -> None:
+    workload = generate("W2", seed=6, rate_rps=25, num_requests=2000, **SMALL["W2"])
+    by_session: dict[int | None, list[TraceRequest]] = defaultdict(list)
+    for r in workload.requests:  # arrival order
+        by_session[r.session].append(r)
+    assert len(by_session) == workload.params["derived"]["sessions"] == math.ceil(2000 / 6)
+    system = workload.requests[0].prompt[:16]
+    for turns in by_session.values():
+        assert [r.turn for r in turns] == list(range(len(turns)))
+        assert len(turns) <= 6
+        assert turns[0].prompt[:16] == system
+        assert all(r.prefix_group == 0 for r in turns)
+        for previous, current in itertools.pairwise(turns):
+            assert current.prompt[: len(previous.prompt)] == previous.prompt
+            added = len(current.prompt) - len(previous.prompt)
+            assert 6 + previous.max_tokens <= added <= 10 + previous.max_tokens  # answer + user
+            assert current.arrival_s >= previous.arrival_s
+
+
+def test_multi_turn_overall_rate_is_the_offered_rate() -> None:
+    workload = generate("W2", seed=8, rate_rps=25, num_requests=4000, **SMALL["W2"])
+    arrivals = [r.arrival_s for r in workload.requests]
+    assert len(arrivals) / arrivals[-1] == pytest.approx(25, rel=1e-9)
+    # ... and the middle of the trace runs at that rate too (no big ramp distortion).
+    end = arrivals[-1]
+    middle = sum(1 for t in arrivals if end / 4 <= t < 3 * end / 4)
+    assert middle / (end / 2) == pytest.approx(25, rel=0.1)
+    assert workload.params["derived"]["mean_think_s"] == pytest.approx(20 / 25, rel=0.1)
+
+
+def test_control_prompts_share_nothing() -> None:
+    workload = generate("W3", seed=3, rate_rps=10, num_requests=2000, max_prompt_tokens=512)
+    first_blocks = {r.prompt[:32] for r in workload.requests}
+    assert len(first_blocks) == 2000
+    assert all(r.prefix_group is None for r in workload.requests)
+    assert all(256 <= len(r.prompt) <= 512 for r in workload.requests)
+    assert all(32 <= r.max_tokens <= 256 for r in workload.requests)
+    assert workload.mean_prompt_tokens() == pytest.approx(384, rel=0.03)
+
+
+def test_multi_region_peaks_are_phase_shifted() -> None:
+    regions, n, rate = 4, 8000, 40.0
+    workload = generate("W6", seed=12, rate_rps=rate, num_requests=n, **SMALL["W6"])
+    assert workload.regions == regions
+    period = workload.params["derived"]["period_s"]
+    assert period == pytest.approx(n / rate)
+    assert n / workload.requests[-1].arrival_s == pytest.approx(rate, rel=0.05)
+
+    by_region: dict[int, list[float]] = defaultdict(list)
+    for r in workload.requests:
+        by_region[r.client_region].append(r.arrival_s)
+    assert sorted(by_region) == list(range(regions))
+    # rate_r(t) ∝ 1 + 0.8 sin(2π t / period + 2π r / 4) peaks at t / period = 1/4 - r/4:
+    # in four quarter-period bins centred on 0, 1/4, 1/2, 3/4, region r peaks in 1 - r.
+    for region, times in by_region.items():
+        assert len(times) == pytest.approx(n / regions, rel=0.1)
+        bins = Counter(math.floor((t / period + 1 / 8) * 4) % 4 for t in times)
+        assert max(range(4), key=lambda b: bins[b]) == (1 - region) % 4
+        # First Fourier coefficient: the phase of each region's arrivals is 2π r / 4.
+        sin_sum = sum(math.sin(2 * math.pi * t / period) for t in times)
+        cos_sum = sum(math.cos(2 * math.pi * t / period) for t in times)
+        phase_error = math.atan2(cos_sum, sin_sum) - 2 * math.pi * region / regions
+        assert abs(math.remainder(phase_error, 2 * math.pi)) < 0.2
+
+
+def test_multi_region_users_share_their_region_prompts() -> None:
+    workload = generate("W6", seed=1, rate_rps=10, num_requests=2000, regions=3, **SMALL["W6"])
+    systems: dict[int | None, set[tuple[int, ...]]] = defaultdict(set)
+    for r in workload.requests:
+        assert r.prefix_group is not None
+        assert r.prefix_group // 16 == r.client_region
+        systems[r.prefix_group].add(r.prompt[:32])
+    assert len(systems) == 3 * 16
+    assert all(len(prompts) == 1 for prompts in systems.values())
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs", "expected"),
+    [
+        ("W7", {}, "workload = 'W7'"),
+        ("W1", {"groups": 0}, "W1.groups = 0"),
+        ("W1", {"colour": "red"}, "W1.colour = 'red': unknown field"),
+        ("W1", {"length_spread": 1.5}, "W1.length_spread = 1.5"),
+        ("W1", {"system_tokens": True}, "W1.system_tokens = True"),
+        ("W2", {"sessions": 2}, "W2.sessions = 2"),  # 2 x 6 turns cannot hold 100 requests
+        ("W3", {"min_prompt_tokens": 900, "max_prompt_tokens": 800}, "W3.max_prompt_tokens = 800"),
+        ("W4", {"zipf_s": -1.0}, "W4.zipf_s = -1.0"),
+        ("W5", {"burstiness": 0}, "W5.burstiness = 0"),
+        ("W6", {"regions": 1}, "regions = 1: W6 needs an integer in 2..1000"),
+        ("W6", {"amplitude": 1.2}, "W6.amplitude = 1.2"),
+        ("W1", {"rate_rps": 0}, "rate_rps = 0"),
+        ("W1", {"rate_rps": math.inf}, "rate_rps = inf"),
+        ("W1", {"num_requests": 0}, "num_requests = 0"),
+        ("W1", {"seed": 1.5}, "seed = 1.5"),
+    ],
+)
+def test_bad_name_or_parameter_is_a_config_error_naming_it(
+    name: str, kwargs: dict[str, Any], expected: str
+) -> None:
+    arguments: dict[str, Any] = {"seed": 0, "rate_rps": 1.0, "num_requests": 100, **kwargs}
+    with pytest.raises(ConfigError) as caught:
+        generate(name, **arguments)
+    assert expected in str(caught.value)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        generate("W1", seed=0, rate_rps=-1, num_requests=10, groups=0, system_tokens=0)
+    paths = {problem.path for problem in caught.value.problems}
+    assert paths == {"rate_rps", "W1.groups", "W1.system_tokens"}
