@@ -219,3 +219,13 @@ def test_unmeasured_peer_is_predicted_at_the_local_rate() -> None:
     assert predict_peer_ttft(unmeasured, request, 40.0, 2.0) == pytest.approx(40 + 100 + 2000)
     assert predict_peer_ttft(measured, request, 40.0, 2.0) == pytest.approx(40 + 10 + 200)
     assert predict_peer_ttft(unmeasured, request, 40.0) == pytest.approx(40 + 10 + 200)
+
+
+def test_forwarded_backlog_raises_the_peer_prediction() -> None:
+    # 2 healthy replicas, 0.5 ms/token: 1,000 forwarded tokens add 250 ms.
+    summary = ModelSummary(2, predicted_wait_ms=10.0, prefill_ms_per_token=0.5, measured=True)
+    request = RequestView("q", prompt_tokens=100, block_size=32)
+    quiet = predict_peer_ttft(summary, request, 40.0)
+    assert quiet == pytest.approx(40 + 10 + 100 * 0.5)
+    busy = predict_peer_ttft(summary, request, 40.0, forwarded_tokens=1000)
+    assert busy - quiet == pytest.approx(250.0)

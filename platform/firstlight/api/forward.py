@@ -59,7 +59,9 @@ class PeerForwarder:
         for peer in self.peers.usable(model):
             assert peer.summary is not None
             summary = peer.summary.models[model]
-            predicted = predict_peer_ttft(summary, routing, peer.rtt_ms, local_ms_per_token)
+            predicted = predict_peer_ttft(
+                summary, routing, peer.rtt_ms, local_ms_per_token, peer.forwarded_tokens
+            )
             ranked.append((peer, predicted))
         ranked.sort(key=lambda item: item[1])
         return ranked
@@ -72,9 +74,11 @@ class PeerForwarder:
         route: str,
         obs: RequestObservation,
         stream: bool,
+        prompt_tokens: int,
         local_ms: float | None = None,
     ) -> Response | None:
-        """Forward to the first peer of ``ranked`` that answers; ``None`` if none did."""
+        """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
+        The answering peer is charged ``prompt_tokens`` of backlog until its next summary."""
         for peer, predicted_ms in ranked:
             if not peer.breaker.allow():
                 continue
@@ -90,6 +94,7 @@ class PeerForwarder:
             span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
             response = await self._forward(peer, predicted_ms, body, request, route, obs, stream)
             if response is not None:
+                peer.forwarded_tokens += prompt_tokens
                 return response
         return None
 

@@ -372,7 +372,14 @@ class GatewayCore:
         best_peer_ms = ranked[0][1] if ranked else None
         if spills_over(local_ms, best_peer_ms, self.config.router.spill_over_margin_ms):
             spilled = await self._forwarder.forward_any(
-                ranked, body, request, "spill-over", obs, prepared.stream, local_ms
+                ranked,
+                body,
+                request,
+                "spill-over",
+                obs,
+                prepared.stream,
+                prepared.routing.prompt_tokens,
+                local_ms,
             )
             if spilled is not None:
                 return spilled
@@ -393,7 +400,7 @@ class GatewayCore:
         obs: RequestObservation,
     ) -> Response:
         response = await self._forwarder.forward_any(
-            ranked, body, request, "fail-over", obs, prepared.stream
+            ranked, body, request, "fail-over", obs, prepared.stream, prepared.routing.prompt_tokens
         )
         if response is not None:
             return response

@@ -164,6 +164,9 @@ class _Region:
     hot: HotPrefixes
     snapshots: dict[str, ReplicaView] = field(default_factory=dict)
     summary: ModelSummary | None = None
+    forwarded: dict[int, int] = field(default_factory=dict)
+    """Peer region → prompt tokens this region forwarded there since the last probe
+    (the gateway's ``Peer.forwarded_tokens``)."""
 
 
 def block_hashes(workload: Workload, cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
@@ -330,6 +333,7 @@ class _Run:
         if self.may_spill:
             peer = self._spill_target(home, view)
             if peer is not None:
+                home.forwarded[peer] = home.forwarded.get(peer, 0) + view.prompt_tokens
                 one_way_s = self.cluster.rtt(home.index, peer) / 2000.0
                 flight.back_s = one_way_s
                 self.seq += 1
@@ -350,7 +354,9 @@ class _Run:
             if region is home or region.summary is None or region.summary.healthy_replicas < 1:
                 continue
             rtt = self.cluster.rtt(home.index, region.index)
-            predicted = predict_peer_ttft(region.summary, view, rtt, local_rate)
+            predicted = predict_peer_ttft(
+                region.summary, view, rtt, local_rate, home.forwarded.get(region.index, 0)
+            )
             if best is None or predicted < best[0]:
                 best = (predicted, region.index)
         margin = self.cluster.spill_over_margin_ms
@@ -475,6 +481,7 @@ class _Run:
         for region in self.regions:
             region.state.set_replicas(with_shared_rates(dict(region.snapshots)))
             region.summary = region.state.summary(region.hot.snapshot())
+            region.forwarded.clear()  # the new summaries show what was forwarded
 
     def _sample_imbalance(self) -> None:
         loads = [

@@ -91,6 +91,9 @@ class Peer:
     summary: RegionSummary | None = None
     summary_received_at: float | None = None
     last_error: str | None = None
+    forwarded_tokens: int = 0
+    """Uncached prompt tokens this gateway forwarded to the peer since its last summary
+    (the summary does not show them yet); reset when a new summary arrives."""
 
 
 class PeerTable:
@@ -148,6 +151,7 @@ class PeerTable:
         peer.rtt_ms = (1 - self._alpha) * peer.rtt_ms + self._alpha * sample
         peer.summary = summary
         peer.summary_received_at = self._clock()
+        peer.forwarded_tokens = 0
         peer.last_error = None
         peer.breaker.success()
 

@@ -86,9 +86,13 @@ def predict_peer_ttft(
     request: RequestView,
     rtt_ms: float,
     local_ms_per_token: float | None = None,
+    forwarded_tokens: int = 0,
 ) -> float:
     """Predicted TTFT of ``request`` if forwarded to a region with ``summary``: the
-    round trip, the region's floor, and the prefill of what its hot prefixes miss.
+    round trip, the region's floor, the prefill work this gateway has forwarded there
+    since the summary was built (``forwarded_tokens``, spread over its healthy replicas:
+    without it every overloaded region forwards to the same peer until that peer's next
+    summary), and the prefill of what its hot prefixes miss.
 
     A peer that has not measured its prefill rate yet is assumed to run at
     ``local_ms_per_token`` (the same model on the same kind of hardware) rather than at
@@ -104,7 +108,8 @@ def predict_peer_ttft(
     if not summary.measured and local_ms_per_token is not None and ms_per_token > 0:
         wait_ms *= local_ms_per_token / ms_per_token
         ms_per_token = local_ms_per_token
-    return rtt_ms + wait_ms + uncached * ms_per_token
+    backlog_ms = forwarded_tokens * ms_per_token / max(summary.healthy_replicas, 1)
+    return rtt_ms + wait_ms + backlog_ms + uncached * ms_per_token
 
 
 def spills_over(local_ms: float | None, best_peer_ms: float | None, margin_ms: float) -> bool:
