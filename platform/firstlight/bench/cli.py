@@ -120,3 +120,64 @@ def bench_sim(
         _fail(exc)
     for name, path in paths.items():
         typer.echo(f"{name}: {path}")
+
+
+def _targets(urls: list[str]) -> list[str]:
+    targets = [u.strip().rstrip("/") for u in urls if u.strip()]
+    bad = [u for u in targets if not u.startswith(("http://", "https://"))]
+    if not targets or bad:
+        problem = f"{bad[0]!r} is not an http(s) URL" if bad else "at least one is needed"
+        raise typer.BadParameter(problem, param_hint="--target")
+    if len(set(targets)) != len(targets):
+        raise typer.BadParameter("a target is repeated", param_hint="--target")
+    return targets
+
+
+@bench_app.command("run")
+def bench_run(
+    target: Annotated[
+        list[str],
+        typer.Option(help="A region's endpoint, e.g. http://127.0.0.1:8000/us-east (repeat)."),
+    ],
+    out: Annotated[Path, typer.Option("--out", help="Folder for results.json, report.md, PNGs.")],
+    model: Annotated[str, typer.Option(help="The served model's name.")],
+    workload: Annotated[str, typer.Option(help="W1..W6 (see bench sim --describe).")] = "W1",
+    rate: Annotated[float, typer.Option(min=0.001, help="Offered load, requests/s.")] = 5.0,
+    requests: Annotated[int, typer.Option(min=1)] = 50,
+    label: Annotated[str, typer.Option(help="The result point's arm name.")] = "firstlight",
+    seed: Annotated[int, typer.Option(min=0)] = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at most.")] = 256,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")] = 120.0,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Workload parameter NAME=VALUE (repeatable).")
+    ] = None,
+) -> None:
+    """Replay a workload open loop against running region gateways (live: measured from
+    the client; one client region per --target)."""
+    from firstlight.bench.driver import run_live
+    from firstlight.cli import _fail
+    from firstlight.errors import FirstlightError
+
+    command = "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    targets = _targets(target)
+    if not label.strip():
+        raise typer.BadParameter("must not be empty", param_hint="--label")
+    try:
+        paths = run_live(
+            targets=targets,
+            workload=workload,
+            seed=seed,
+            rate_rps=rate,
+            requests=requests,
+            model=model,
+            out=out,
+            label=label.strip(),
+            params=parse_params(param or []),
+            command=command,
+            max_concurrency=concurrency,
+            timeout_s=timeout,
+        )
+    except FirstlightError as exc:
+        _fail(exc)
+    for name, path in paths.items():
+        typer.echo(f"{name}: {path}")
