@@ -182,8 +182,8 @@ def test_rereserving_a_request_moves_it() -> None:
 
 
 def test_slot_wait_prices_requests_waiting_for_kv_memory() -> None:
-    # 3 waiting behind 2 running; a departure every 128 steps x (5 + 2 x 0.5) ms / 2
-    # running = 384 ms, so 3 x 384 ms; counted only from kv_full_fraction on.
+    # 3 waiting behind 2 running, then this request; a departure every 128 steps x
+    # (5 + 2 x 0.5) ms / 2 running = 384 ms, so 4 x 384 ms; only from kv_full_fraction on.
     rates = CostRates(1000.0, 5.0, 0.5, 100, mean_output_tokens=128, kv_full_fraction=0.9)
     full = _replica(
         queue_len=5, running=2, waiting=3, pending_prefill_tokens=0, kv_cache_usage=0.95
@@ -192,8 +192,8 @@ def test_slot_wait_prices_requests_waiting_for_kv_memory() -> None:
         queue_len=5, running=2, waiting=3, pending_prefill_tokens=0, kv_cache_usage=0.5
     )
     # Ray's queue length may count requests the engine no longer holds: only the
-    # engine's own waiting count means waiting for memory.
-    idle = _replica(
+    # engine's own waiting count is used; on a full replica this request still waits.
+    nobody = _replica(
         queue_len=3, running=2, waiting=0, pending_prefill_tokens=0, kv_cache_usage=0.99
     )
 
@@ -203,6 +203,6 @@ def test_slot_wait_prices_requests_waiting_for_kv_memory() -> None:
             rates=rates,
         ).wait_ms  # fmt: skip
 
-    assert wait(full) == pytest.approx(3 * 384.0 * 2)  # the correction applies too
+    assert wait(full) == pytest.approx(4 * 384.0 * 2)  # the correction applies too
     assert wait(roomy) == 0.0
-    assert wait(idle) == 0.0
+    assert wait(nobody) == pytest.approx(1 * 384.0 * 2)

@@ -5,14 +5,15 @@
     ms_per_token = 1000 / prefill_tokens_per_s(r) * correction(r)
     step_ms      = step_overhead_ms + running(r) * decode_ms_per_running_seq
     wait         = (queued prefill tokens + tokens reserved since r's stats) * ms_per_token
-                   + waiting(r) * mean_output_tokens * step_ms / running(r) * correction(r)
+                   + (waiting(r) + 1) * mean_output_tokens * step_ms / running(r) * correction(r)
+                     [only when r's KV cache is at least kv_full_fraction in use]
     prefill      = max(tokens(q) - cached_tokens(q, r), 1) * ms_per_token
     overhead     = step_ms * correction(r)
 
 The second wait term is the **slot wait**, counted when the replica reports its KV cache
 at least ``kv_full_fraction`` full: vLLM admits a waiting request as soon as its KV blocks
-fit, so on a full replica the requests the engine still holds *waiting* wait
-for running ones to finish and free memory — each departure takes about
+fit, so on a full replica the requests the engine still holds *waiting*, and then this
+one, wait for running ones to finish and free memory — each departure takes about
 ``mean_output_tokens`` decode steps spread over the ``running`` sequences. Without it, a
 replica holding a hot prefix looks cheap (little prefill left to do) while its queue
 waits for memory, and requests herd onto it. (On a replica with free memory, waiting
@@ -52,14 +53,14 @@ class CostRates:
 
 
 def slot_wait_ms(replica: ReplicaView, rates: CostRates) -> float:
-    """Uncorrected time until the requests waiting on ``replica`` (and then this one)
-    get a KV slot: each departure frees one after ``mean_output_tokens`` steps of the
-    running batch, shared by the ``running`` sequences."""
-    waiting = replica.waiting
-    if waiting <= 0 or replica.kv_cache_usage < rates.kv_full_fraction:
+    """Uncorrected time until the requests waiting on ``replica``, and then this one, get
+    a KV slot on a replica whose cache is at least ``kv_full_fraction`` in use: each
+    departure frees one after ``mean_output_tokens`` steps of the running batch, shared by
+    the ``running`` sequences. 0 on a replica with room."""
+    if replica.kv_cache_usage < rates.kv_full_fraction:
         return 0.0
     step_ms = rates.step_overhead_ms + replica.running * rates.decode_ms_per_running_seq
-    return waiting * rates.mean_output_tokens * step_ms / max(replica.running, 1)
+    return (replica.waiting + 1) * rates.mean_output_tokens * step_ms / max(replica.running, 1)
 
 
 def predict_ttft(

@@ -139,8 +139,8 @@ class FirstlightPolicy:
             overhead = step_ms + running * per_seq_ms
             waiting = replica.waiting
             slot_ms = 0.0
-            if waiting > 0 and replica.kv_cache_usage >= kv_full:
-                slot_ms = waiting * mean_output * overhead / max(running, 1)
+            if replica.kv_cache_usage >= kv_full:
+                slot_ms = (waiting + 1) * mean_output * overhead / max(running, 1)
             service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(rid)
             total = rtt_of(replica.region, 0.0) + service
             if affinity and blocks < most:
