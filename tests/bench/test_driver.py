@@ -8,16 +8,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from firstlight.bench.driver import region_index, replay
-from firstlight.bench.results import Outcome
+from firstlight.bench.driver import region_index, replay, run_live
+from firstlight.bench.results import Outcome, validate_results
 from firstlight.bench.workloads import TraceRequest, Workload
+from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from tests.serve.cluster import platform_config
 
 EAST_URL, WEST_URL = "http://gw.test/r-east", "http://gw.test/r-west"
 TARGETS = (EAST_URL, WEST_URL)
@@ -245,6 +247,63 @@ def test_replay_rejects_no_targets() -> None:
 
 MODEL = "sim-drv"
 EAST, WEST = "drv-east", "drv-west"
+
+
+@pytest.fixture(scope="module")
+def platform(serve_port: int) -> Iterator[LocalPlatform]:
+    model = {
+        "name": MODEL,
+        "engine": "sim",
+        "replicas": 1,
+        "max_model_len": 4096,
+        "resources": {"num_cpus": 0},
+    }
+    regions = [
+        {"name": EAST, "peers": [{"region": WEST, "rtt_ms": 30}]},
+        {"name": WEST, "peers": [{"region": EAST, "rtt_ms": 30}]},
+    ]
+    running = start_local(platform_config(serve_port, regions, [model]), timeout_s=120)
+    try:
+        yield running
+    finally:
+        stop_local(running)
+
+
+def test_run_live_replays_w1_against_a_local_platform(
+    platform: LocalPlatform, tmp_path: Path
+) -> None:
+    targets = [platform.endpoints[EAST], platform.endpoints[WEST]]
+    out = tmp_path / "live"
+    paths = run_live(
+        targets=targets,
+        workload="W1",
+        seed=0,
+        rate_rps=8.0,
+        requests=20,
+        model=MODEL,
+        out=out,
+        label="firstlight",
+        params={"groups": 2, "system_tokens": 128, "question_tokens": 16, "output_tokens": 8},
+        command="pytest",
+        timeout_s=60.0,
+    )
+
+    assert paths["results"] == out / "results.json"
+    assert paths["report"].is_file()
+    data = json.loads(paths["results"].read_text())
+    validate_results(data)
+    meta = data["meta"]
+    assert meta["simulated"] is True
+    assert meta["config"]["targets"] == targets
+    assert meta["workload"]["name"] == "W1"
+    assert meta["workload"]["params"]["groups"] == 2
+    [point] = data["points"]
+    assert (point["arm"], point["load"]) == ("firstlight", 8.0)
+    assert (point["completed"], point["errors"]) == (20, 0)
+    assert point["prefix_hit_rate"] is not None
+    assert point["prefix_hit_rate"] > 0
+    assert point["cross_region_share"] is not None  # served regions were reported
+    assert point["ttft_ms"]["p50"] is not None
 
 
 @pytest.mark.parametrize(

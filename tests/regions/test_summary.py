@@ -7,8 +7,14 @@ from typing import Any
 
 import pytest
 
-from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, predict_peer_ttft
-from firstlight.routing import RequestView
+from firstlight.regions.summary import (
+    HotPrefixes,
+    ModelSummary,
+    RegionSummary,
+    predict_peer_ttft,
+    spills_over,
+)
+from firstlight.routing import Candidate, Decision, RequestView, TtftTerms
 
 SUMMARY = RegionSummary(
     "eu-west",
@@ -229,3 +235,28 @@ def test_forwarded_backlog_raises_the_peer_prediction() -> None:
     assert quiet == pytest.approx(40 + 10 + 100 * 0.5)
     busy = predict_peer_ttft(summary, request, 40.0, forwarded_tokens=1000)
     assert busy - quiet == pytest.approx(250.0)
+
+
+def _local(score_ms: float, ttft_ms: float | None) -> Decision:
+    terms = None if ttft_ms is None else TtftTerms(0.0, 0.0, ttft_ms - 5.0, 5.0, 0, 100)
+    return Decision("firstlight", (Candidate("r1", "us-east", score_ms, terms),), "test")
+
+
+@pytest.mark.parametrize(
+    ("local", "peer_ms", "spills"),
+    [
+        (_local(400.0, 400.0), 300.0, True),  # the peer wins by 100 ms > 50 ms margin
+        (_local(400.0, 400.0), 360.0, False),  # inside the margin: stay
+        # The score carries a 300 ms affinity penalty (ranking only); the request is
+        # served locally in 100 ms, so a 300 ms peer must not take it.
+        (_local(400.0, 100.0), 300.0, False),
+        (_local(400.0, None), 10.0, False),  # no prediction: no reason to leave
+        (None, 10.0, False),
+        (_local(400.0, 400.0), None, False),  # no usable peer
+    ],
+    ids=["peer-faster", "within-margin", "penalty-is-no-ttft", "no-terms", "no-local", "no-peer"],
+)
+def test_spills_over_compares_predicted_ttfts(
+    local: Decision | None, peer_ms: float | None, spills: bool
+) -> None:
+    assert spills_over(local, peer_ms, margin_ms=50.0) is spills

@@ -203,3 +203,20 @@ def test_affinity_penalty_keeps_a_request_with_its_prefix_holder() -> None:
     assert cold.score == pytest.approx(645.0 + 320.0)
     assert cold.terms is not None
     assert cold.terms.total_ms == pytest.approx(645.0)
+    assert cold.predicted_ttft_ms == pytest.approx(645.0)
+
+
+def test_hints_of_a_replica_that_is_gone_cost_nothing() -> None:
+    # The mirror still holds 20 blocks of "gone" (a replica of an earlier deployment);
+    # it is no candidate, so leaving it is no reason for a penalty: "a" (10 blocks) and
+    # "b" are ranked by their TTFTs alone, and the winner's score is its TTFT.
+    sticky = _policy(params=PARAMS.model_copy(update={"affinity_weight": 1.0}))
+    replicas = (_replica("a"), _replica("b"))
+    with_ghost = sticky.choose(RoutingInput(REQUEST, replicas, FixedCache({"a": 10, "gone": 20})))
+    without = sticky.choose(RoutingInput(REQUEST, replicas, FixedCache({"a": 10})))
+    assert [(c.replica_id, c.score) for c in with_ghost.ranked] == [
+        (c.replica_id, c.score) for c in without.ranked
+    ]
+    assert with_ghost.winner.replica_id == "a"
+    assert with_ghost.winner.score == pytest.approx(320.0 + 5.0)
+    assert with_ghost.winner.predicted_ttft_ms == pytest.approx(with_ghost.winner.score)

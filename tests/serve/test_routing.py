@@ -123,10 +123,11 @@ def test_shared_prefix_lands_on_the_replica_holding_it(platform: LocalPlatform) 
                 answer.headers["x-firstlight-replica"],
                 answer.headers["x-firstlight-predicted-ttft-ms"],
                 answer.json()["usage"]["prompt_tokens_details"]["cached_tokens"],
+                answer.headers.get("x-firstlight-decision"),
             )
         )
-    assert {(route, replica) for route, replica, _, _ in seen} == {("local", holder)}, seen
-    assert min(cached for *_, cached in seen) >= 1200
+    assert {(route, replica) for route, replica, *_ in seen} == {("local", holder)}, seen
+    assert min(cached for *_, cached, _ in seen) >= 1200
 
 
 def test_saturated_region_spills_over_and_loses_nothing(platform: LocalPlatform) -> None:
@@ -139,8 +140,9 @@ def test_saturated_region_spills_over_and_loses_nothing(platform: LocalPlatform)
         assert events[-1] == "data: [DONE]"
         assert '"finish_reason":"length"' in events[-2]
     routes = [(h["x-firstlight-route"], h["x-firstlight-region"]) for h, _ in results]
-    assert ("spill-over", "rt-west") in routes, routes
-    assert ("local", "rt-east") in routes, routes
+    decisions = [h.get("x-firstlight-decision") for h, _ in results]
+    assert ("spill-over", "rt-west") in routes, (routes, decisions)
+    assert ("local", "rt-east") in routes, (routes, decisions)
     assert {region for _, region in routes} == {"rt-east", "rt-west"}
 
 

@@ -24,7 +24,7 @@ from firstlight.api.responses import DONE_EVENT, error_body, sse_event
 from firstlight.errors import NoCapacityError
 from firstlight.regions.peers import Peer, PeerTable
 from firstlight.regions.summary import predict_peer_ttft
-from firstlight.routing import RequestView
+from firstlight.routing import Decision, RequestView
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
 
@@ -75,7 +75,7 @@ class PeerForwarder:
         obs: RequestObservation,
         stream: bool,
         prompt_tokens: int,
-        local_ms: float | None = None,
+        local: Decision | None = None,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
         The answering peer is charged ``prompt_tokens`` of backlog until its next summary."""
@@ -84,10 +84,10 @@ class PeerForwarder:
                 continue
             span = self.telemetry.begin_route(obs, route.replace("-", "_"))
             obs.served_region, obs.predicted_ttft_ms = peer.region, predicted_ms
-            local = "no healthy local replica" if local_ms is None else f"local {local_ms:.1f} ms"
+            versus = "no healthy local replica" if local is None else f"local {local.explain()}"
             obs.explanation = (
                 f"{route} to {peer.region}: predicted {predicted_ms:.1f} ms "
-                f"(rtt {peer.rtt_ms:.1f} ms) vs {local}"
+                f"(rtt {peer.rtt_ms:.1f} ms) vs {versus}"
             )
             span.set_attribute("firstlight.peer", peer.region)
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
@@ -147,6 +147,10 @@ class PeerForwarder:
         )
         out_headers["x-firstlight-route"] = route
         out_headers["x-firstlight-predicted-ttft-ms"] = f"{predicted_ms:.1f}"
+        if obs.explanation is not None:
+            out_headers["x-firstlight-decision"] = obs.explanation.encode(
+                "ascii", "replace"
+            ).decode()
 
         async def relay() -> AsyncIterator[bytes]:
             try:

@@ -356,7 +356,6 @@ class GatewayCore:
     ) -> Response:
         state = self.backend.state(prepared.model.name)
         local = state.estimate(prepared.routing) if state is not None else None
-        local_ms = local.winner.score if local is not None else None
         # No router state yet means Ray has not told us of any replica.
         healthy = state is not None and state.healthy_replicas > 0
         if hop:
@@ -370,7 +369,7 @@ class GatewayCore:
         if not healthy:
             return await self._fail_over(ranked, prepared, body, request, obs)
         best_peer_ms = ranked[0][1] if ranked else None
-        if spills_over(local_ms, best_peer_ms, self.config.router.spill_over_margin_ms):
+        if spills_over(local, best_peer_ms, self.config.router.spill_over_margin_ms):
             spilled = await self._forwarder.forward_any(
                 ranked,
                 body,
@@ -379,7 +378,7 @@ class GatewayCore:
                 obs,
                 prepared.stream,
                 prepared.routing.prompt_tokens,
-                local_ms,
+                local,
             )
             if spilled is not None:
                 return spilled
@@ -420,7 +419,7 @@ class GatewayCore:
         obs: RequestObservation,
         reason: str,
     ) -> Response:
-        predicted_ms = local.winner.score if local is not None else None
+        predicted_ms = local.winner.predicted_ttft_ms if local is not None else None
         name = prepared.model.name
         request_id = prepared.generation.request_id
         span = self.telemetry.begin_route(obs, reason)
@@ -485,7 +484,8 @@ class GatewayCore:
             if routed is not None and len(routed.decision.ranked) > 1:
                 runner_up = routed.decision.ranked[1]
                 span.set_attribute("firstlight.runner_up", runner_up.replica_id)
-                span.set_attribute("firstlight.runner_up_ttft_ms", runner_up.score)
+                if runner_up.predicted_ttft_ms is not None:
+                    span.set_attribute("firstlight.runner_up_ttft_ms", runner_up.predicted_ttft_ms)
         obs.first_token()
         self.telemetry.routed(
             obs.model,

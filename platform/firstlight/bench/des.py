@@ -360,7 +360,7 @@ class _Run:
             if best is None or predicted < best[0]:
                 best = (predicted, region.index)
         margin = self.cluster.spill_over_margin_ms
-        if best is not None and spills_over(local.winner.score, best[0], margin):
+        if best is not None and spills_over(local, best[0], margin):
             return best[1]
         return None
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from firstlight.routing import RequestView
+from firstlight.routing import Decision, RequestView
 
 __all__ = ["HotPrefixes", "ModelSummary", "RegionSummary", "predict_peer_ttft", "spills_over"]
 
@@ -112,11 +112,18 @@ def predict_peer_ttft(
     return rtt_ms + wait_ms + backlog_ms + uncached * ms_per_token
 
 
-def spills_over(local_ms: float | None, best_peer_ms: float | None, margin_ms: float) -> bool:
+def spills_over(local: Decision | None, best_peer_ms: float | None, margin_ms: float) -> bool:
     """Whether a request leaves a healthy region for its best peer: the peer's predicted
-    TTFT (round trip included) beats the local prediction by more than ``margin_ms``.
-    The gateway and the benchmark's simulator both decide with it."""
-    if local_ms is None or best_peer_ms is None:
+    TTFT (round trip included) beats the local winner's by more than ``margin_ms``.
+
+    The local side is the winner's *predicted TTFT*, not its ranking score: the score
+    can carry ranking-only penalties (prefix affinity) that no peer prediction has, and
+    comparing them would send requests away from a region that serves them faster. The
+    gateway and the benchmark's simulator both decide with this function."""
+    if local is None or best_peer_ms is None:
+        return False
+    local_ms = local.winner.predicted_ttft_ms
+    if local_ms is None:
         return False
     return best_peer_ms + margin_ms < local_ms
 

@@ -40,7 +40,8 @@ class TtftTerms:
 
 class Candidate(NamedTuple):
     """One ranked replica. ``score`` is the policy's own ranking key (lower is better;
-    for the cost-model policies it is the predicted TTFT in ms).
+    for the cost-model policies the predicted TTFT in ms plus any ranking-only penalty,
+    so compare :attr:`predicted_ttft_ms`, not ``score``, with other TTFTs).
 
     A named tuple rather than a frozen dataclass: policies build one per candidate per
     request, and this is three times cheaper while staying immutable."""
@@ -51,6 +52,13 @@ class Candidate(NamedTuple):
     terms: TtftTerms | None = None
     """Cost-model terms, where the policy computed them."""
     cached_blocks: int = 0
+
+    @property
+    def predicted_ttft_ms(self) -> float | None:
+        """The cost model's predicted TTFT, ``None`` where the policy computed no terms.
+        The gateway's spill-over decision compares this, never ``score``, with a peer's
+        prediction."""
+        return self.terms.total_ms if self.terms is not None else None
 
 
 @dataclass(frozen=True, slots=True)

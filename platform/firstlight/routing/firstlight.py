@@ -124,7 +124,9 @@ class FirstlightPolicy:
         step_ms, per_seq_ms = rates.step_overhead_ms, rates.decode_ms_per_running_seq
         mean_output, kv_full = rates.mean_output_tokens, rates.kv_full_fraction
         scored = []
-        most = max(cached.values(), default=0)
+        # Only candidates count: the mirror can still hold hints of replicas that are
+        # gone, and a penalty for leaving a replica that cannot be chosen is no signal.
+        most = max((cached.get(r.replica_id, 0) for r in routing.replicas), default=0)
         affinity = self.params.affinity_weight
         for replica in routing.replicas:
             rid = replica.replica_id
