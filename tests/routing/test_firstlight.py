@@ -133,12 +133,27 @@ def test_near_ties_are_broken_at_random_and_reproducibly() -> None:
     assert _policy().choose(RoutingInput(REQUEST, replicas)).reason == "near-tie"
 
 
+def test_near_ties_go_to_the_shortest_queue() -> None:
+    # Nothing queued for prefill anywhere: the predictions differ by the decode term
+    # alone (0.05 ms per running sequence), well inside the 2 ms tie margin; the replica
+    # with the fewest requests outstanding wins, whatever the random draw.
+    params = PARAMS.model_copy(update={"decode_ms_per_running_seq": 0.05})
+    replicas = [
+        ReplicaView(name, "us-east", queue_len=n, running=n, pending_prefill_tokens=0)
+        for name, n in (("a", 9), ("b", 3), ("c", 12), ("d", 7))
+    ]
+    for seed in range(20):
+        decision = _policy(seed, params).choose(RoutingInput(REQUEST, replicas))
+        assert decision.reason == "near-tie"
+        assert [c.replica_id for c in decision.ranked] == ["b", "d", "a", "c"]
+
+
 def test_calibration_shifts_traffic_away_from_a_slow_replica() -> None:
     policy = _policy()
     replicas = [_replica("a"), _replica("b", 300)]
     decision = policy.choose(RoutingInput(REQUEST, replicas))
     assert decision.winner.replica_id == "a"
-    for _ in range(10):  # "a" turns out 3x slower than predicted
+    for _ in range(40):  # "a" turns out 3x slower than predicted (alpha 0.05: ~1 - 0.95^40)
         policy.on_routed(REQUEST, decision.winner)
         policy.on_first_token(REQUEST, decision.winner, 3 * decision.winner.score)
     assert policy.calibrator.correction("a") > 2.5

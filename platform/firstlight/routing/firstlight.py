@@ -49,9 +49,14 @@ class FirstlightParams(PolicyParams):
     away from the replica holding most of its prefix: the copy it makes evicts other
     prefixes, which later requests pay for. Ranking only: predictions stay TTFTs."""
     tie_margin_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
-    """Candidates within this much of the best are picked among at random."""
-    calibration_alpha: Annotated[float, Field(gt=0, le=1)] = 0.2
-    """EWMA weight of each new observed TTFT in a replica's correction factor."""
+    """Candidates within one engine step (``step_overhead_ms``) plus this much of the
+    best are near-ties: the one with the fewest requests outstanding wins, at random
+    among equals."""
+    calibration_alpha: Annotated[float, Field(gt=0, le=1)] = 0.05
+    """EWMA weight of each new observed TTFT in a replica's correction factor. Small:
+    single TTFTs are noisy (a request that waited for KV memory looks like a slow
+    replica), and per-replica corrections that swing with them herd traffic onto
+    whichever replica looks fast this second (W3 in docs/benchmarks.md)."""
     min_correction: Annotated[float, Field(gt=0, le=1)] = 0.25
     """Lower bound of the correction factor."""
     max_correction: Annotated[float, Field(ge=1, le=100)] = 4.0
@@ -97,11 +102,19 @@ class FirstlightPolicy:
         scored = self._score_all(request, routing, cached)
         scored.sort(key=lambda item: (item[0], item[1]))
         best = scored[0][0]
-        margin = self.params.tie_margin_ms
+        # A prediction cannot tell apart candidates whose first tokens land in the same
+        # engine step: the step is the scheduler's granularity.
+        margin = self.params.tie_margin_ms + self._rates.step_overhead_ms
         near = [item for item in scored if item[0] - best <= margin]
         reason = "lowest-predicted-ttft"
         if len(near) > 1:
+            # Near-ties go to the fewest requests outstanding (the queue length is the
+            # freshest signal a replica has: Ray keeps it current between stats), then
+            # at random. When no prefill is queued anywhere the predictions differ by
+            # little more than decode noise, and a random pick among them is the
+            # ``random`` arm, queueing requests behind a replica's full KV cache.
             self._rng.shuffle(near)
+            near.sort(key=lambda item: item[1])
             reason = "near-tie"
         ordered = near + scored[len(near) :]
         ranked = [
