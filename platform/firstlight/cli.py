@@ -185,6 +185,13 @@ def up(
     cfg = _load(config) if config is not None else LOCAL_DEFAULT
     if engine is not None:
         cfg = with_engine(cfg, engine.value)
+    prepare_models(cfg)
+    _serve_until_interrupted(cfg, timeout)
+
+
+def prepare_models(cfg: PlatformConfig) -> None:
+    """Prepare the default model when a vLLM model of ``cfg`` needs it (``firstlight up``
+    and ``firstlight bench live``), with a progress display."""
     if any(m.engine == "vllm" and m.source == "default" for m in cfg.models):
         from firstlight.engine.default_model import STEPS, prepare_default_model
 
@@ -193,7 +200,6 @@ def up(
             STEPS,
             lambda on_step: prepare_default_model(cfg.default_model_dir, progress=on_step),
         )
-    _serve_until_interrupted(cfg, timeout)
 
 
 def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:

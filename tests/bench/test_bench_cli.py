@@ -123,3 +123,21 @@ def test_empty_or_repeated_arms_and_loads_fail_cleanly_before_the_sweep(
         assert result.exit_code == 2
         assert option in result.stderr
         assert "capacity estimate" not in result.stderr  # rejected before simulating
+
+
+@pytest.mark.parametrize(
+    ("arms", "expected_code", "named"),
+    [("firstlight,oracle", 2, "oracle"), ("round_robin,round_robin", 2, "--arms")],
+    ids=["simulator-only-arm", "repeated-arm"],
+)
+def test_bench_live_refuses_bad_arms_before_deploying(
+    tmp_path: Path, arms: str, expected_code: int, named: str
+) -> None:
+    out = tmp_path / "x"
+    args = ["bench", "live", "--out", str(out), "--engine", "sim", "--arms", arms]
+    result = runner.invoke(app, args)
+    assert result.exit_code == expected_code, result.output
+    assert named in result.stderr
+    assert "deploying" not in result.stderr
+    assert "Traceback" not in result.output
+    assert not out.exists()

@@ -181,3 +181,72 @@ def bench_run(
         _fail(exc)
     for name, path in paths.items():
         typer.echo(f"{name}: {path}")
+
+
+_LIVE_ARMS = "firstlight,round_robin,least_queue"
+
+
+@bench_app.command("live")
+def bench_live(
+    out: Annotated[Path, typer.Option("--out", help="Folder for results.json, report.md, PNGs.")],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="Platform config (default: firstlight up's)."),
+    ] = None,
+    engine: Annotated[
+        str | None, typer.Option(help="Run every model on this engine: vllm or sim.")
+    ] = None,
+    replicas: Annotated[
+        int | None, typer.Option(min=1, max=64, help="Replicas per region, every model.")
+    ] = None,
+    arms: Annotated[str, typer.Option(help="Comma-separated platform policies.")] = _LIVE_ARMS,
+    workload: Annotated[str, typer.Option(help="W1..W6 (see bench sim --describe).")] = "W1",
+    rate: Annotated[float, typer.Option(min=0.001, help="Offered load, requests/s.")] = 2.0,
+    requests: Annotated[int, typer.Option(min=1)] = 60,
+    seed: Annotated[int, typer.Option(min=0)] = 0,
+    concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at most.")] = 256,
+    timeout: Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")] = 120.0,
+    param: Annotated[
+        list[str] | None, typer.Option(help="Workload parameter NAME=VALUE (repeatable).")
+    ] = None,
+) -> None:
+    """Deploy the platform locally once per arm (router.policy switched in its config),
+    replay the same workload against every region, and write one report (live: measured
+    from the client; labelled simulated when the engines are sim)."""
+    from firstlight.bench.live import run_live_arms
+    from firstlight.cli import _fail, _load, prepare_models
+    from firstlight.errors import FirstlightError
+    from firstlight.serve.local import LOCAL_DEFAULT, with_engine
+
+    command = "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    cfg = _load(config) if config is not None else LOCAL_DEFAULT
+    if engine is not None:
+        if engine not in ("vllm", "sim"):
+            raise typer.BadParameter(f"{engine!r}: vllm or sim", param_hint="--engine")
+        cfg = with_engine(cfg, "sim" if engine == "sim" else "vllm")
+    if replicas is not None:
+        models = tuple(m.model_copy(update={"replicas": replicas}) for m in cfg.models)
+        cfg = cfg.model_copy(update={"models": models})
+    arm_list = [a.strip() for a in arms.split(",") if a.strip()]
+    if len(set(arm_list)) != len(arm_list):
+        raise typer.BadParameter(f"{arms!r}: an arm is repeated", param_hint="--arms")
+    prepare_models(cfg)
+    try:
+        paths = run_live_arms(
+            config=cfg,
+            arms=arm_list,
+            workload=workload,
+            seed=seed,
+            rate_rps=rate,
+            requests=requests,
+            out=out,
+            params=parse_params(param or []),
+            command=command,
+            max_concurrency=concurrency,
+            timeout_s=timeout,
+            report=lambda line: typer.echo(line, err=True),
+        )
+    except FirstlightError as exc:
+        _fail(exc)
+    for name, path in paths.items():
+        typer.echo(f"{name}: {path}")

@@ -38,7 +38,7 @@ from firstlight.bench.report import write_run
 from firstlight.bench.results import Outcome, git_commit, summarize
 from firstlight.bench.workloads import TraceRequest, Workload, generate
 
-__all__ = ["replay", "run_live"]
+__all__ = ["live_meta", "live_point", "replay", "replay_trace", "run_live"]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
@@ -333,7 +333,39 @@ def run_live(
         **dict(params or {}),
     )
     started = time.monotonic()
-    outcomes, simulated = asyncio.run(
+    outcomes, simulated = replay_trace(
+        trace, targets, model=model, max_concurrency=max_concurrency, timeout_s=timeout_s
+    )
+    wall = time.monotonic() - started
+    meta = live_meta(
+        trace,
+        seed=seed,
+        simulated=simulated,
+        command=command,
+        config={
+            "targets": list(targets),
+            "model": model,
+            "label": label,
+            "max_concurrency": max_concurrency,
+            "timeout_s": timeout_s,
+        },
+        wall_s=wall,
+    )
+    return write_run(out, meta, [live_point(label, rate_rps, outcomes)])
+
+
+def replay_trace(
+    trace: Workload,
+    targets: Sequence[str],
+    *,
+    model: str,
+    max_concurrency: int,
+    timeout_s: float,
+) -> tuple[list[Outcome], bool]:
+    """Replay ``trace`` in real time (its own event loop); the outcomes and whether any
+    response was simulated. Called by :func:`run_live` and
+    :func:`firstlight.bench.live.run_live_arms`."""
+    return asyncio.run(
         _replay(
             trace,
             targets,
@@ -345,17 +377,32 @@ def run_live(
             sleep=asyncio.sleep,
         )
     )
-    wall = time.monotonic() - started
+
+
+def live_point(label: str, rate_rps: float, outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """One result point of a live replay: arm ``label`` at load ``rate_rps`` (req/s)."""
     ends = [o.finish_s for o in outcomes if o.finish_s is not None]
     span = max([*ends, *(o.arrival_s for o in outcomes)], default=0.0)
-    point = summarize(
+    return summarize(
         label,
         rate_rps,
-        outcomes,
+        list(outcomes),
         imbalance=_NOT_MEASURED_IMBALANCE,
         duration_s=span if span > 0 else None,
     )
-    meta = {
+
+
+def live_meta(
+    trace: Workload,
+    *,
+    seed: int,
+    simulated: bool,
+    command: str | None,
+    config: Mapping[str, Any],
+    wall_s: float,
+) -> dict[str, Any]:
+    """The ``meta`` of a live run's ``results.json``."""
+    return {
         "seed": seed,
         "git_commit": git_commit(),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -363,19 +410,11 @@ def run_live(
         "command": command or "",
         "workload": {
             "name": trace.name,
-            "requests": requests,
-            "rate_rps": float(rate_rps),
+            "requests": len(trace.requests),
+            "rate_rps": float(trace.rate_rps),
             "params": trace.params,
         },
-        "config": {
-            "targets": list(targets),
-            "model": model,
-            "label": label,
-            "max_concurrency": max_concurrency,
-            "timeout_s": timeout_s,
-            "imbalance": "not measured from the client; stored as 1.0",
-        },
+        "config": {**config, "imbalance": "not measured from the client; stored as 1.0"},
         "environment": {"python": sys.version.split()[0]},
-        "wall_s": round(wall, 2),
+        "wall_s": round(wall_s, 2),
     }
-    return write_run(out, meta, [point])
