@@ -80,6 +80,15 @@ def test_describe_prints_the_workload_parameters(tmp_path: Path) -> None:
     assert not (tmp_path / "x").exists()
 
 
+def test_describe_needs_no_out_folder_but_a_run_does(tmp_path: Path) -> None:
+    described = runner.invoke(app, ["bench", "sim", "--describe", "--workload", "W3"])
+    assert described.exit_code == 0, described.output
+    assert "W3" in described.stdout
+    missing = runner.invoke(app, ["bench", "sim", "--requests", "10"])
+    assert missing.exit_code == 2
+    assert "--out" in missing.stderr
+
+
 def test_unknown_workload_parameter_is_named(tmp_path: Path) -> None:
     out = tmp_path / "x"
     result = runner.invoke(

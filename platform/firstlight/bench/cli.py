@@ -66,7 +66,10 @@ def _arms(text: str) -> list[str]:
 
 @bench_app.command("sim")
 def bench_sim(
-    out: Annotated[Path, typer.Option("--out", help="Folder for results.json, report.md, PNGs.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Folder for results.json, report.md, PNGs (required)."),
+    ] = None,
     workload: Annotated[str, typer.Option(help="W1..W6 (see --describe).")] = "W1",
     regions: Annotated[int, typer.Option(min=1, max=16)] = 4,
     replicas: Annotated[int, typer.Option(min=1, max=256, help="Per region.")] = 16,
@@ -95,6 +98,8 @@ def bench_sim(
         except FirstlightError as exc:
             _fail(exc)
         return
+    if out is None:
+        raise typer.BadParameter("a folder for the run is required", param_hint="--out")
     command = "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     arm_list = _arms(arms)
     load_list = _floats(loads, "--loads")
