@@ -19,7 +19,7 @@ from firstlight.bench.driver import region_index, replay, run_live
 from firstlight.bench.results import Outcome, validate_results
 from firstlight.bench.workloads import TraceRequest, Workload
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
-from tests.serve.cluster import platform_config
+from tests.serve.cluster import platform_config, sim_model
 
 EAST_URL, WEST_URL = "http://gw.test/r-east", "http://gw.test/r-west"
 TARGETS = (EAST_URL, WEST_URL)
@@ -251,13 +251,7 @@ EAST, WEST = "drv-east", "drv-west"
 
 @pytest.fixture(scope="module")
 def platform(serve_port: int) -> Iterator[LocalPlatform]:
-    model = {
-        "name": MODEL,
-        "engine": "sim",
-        "replicas": 1,
-        "max_model_len": 4096,
-        "resources": {"num_cpus": 0},
-    }
+    model = sim_model(MODEL)
     regions = [
         {"name": EAST, "peers": [{"region": WEST, "rtt_ms": 30}]},
         {"name": WEST, "peers": [{"region": EAST, "rtt_ms": 30}]},

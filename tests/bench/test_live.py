@@ -12,7 +12,7 @@ from firstlight.bench.live import run_live_arms, with_policy
 from firstlight.bench.results import validate_results
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError
-from tests.serve.cluster import platform_config
+from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-live"
 EAST, WEST = "live-east", "live-west"
@@ -23,13 +23,7 @@ REGIONS = [
 
 
 def _config(port: int, **router: object) -> PlatformConfig:
-    model = {
-        "name": MODEL,
-        "engine": "sim",
-        "replicas": 1,
-        "max_model_len": 4096,
-        "resources": {"num_cpus": 0},
-    }
+    model = sim_model(MODEL)
     extra = {"router": router} if router else None
     return platform_config(port, REGIONS, [model], extra=extra)
 

@@ -49,6 +49,17 @@ def key_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def sim_model(name: str, replicas: int = 1) -> dict[str, Any]:
+    """A ``sim`` model entry that fits the test machine (no CPUs reserved)."""
+    return {
+        "name": name,
+        "engine": "sim",
+        "replicas": replicas,
+        "max_model_len": 4096,
+        "resources": {"num_cpus": 0},
+    }
+
+
 def platform_config(
     port: int,
     regions: list[dict[str, Any]],

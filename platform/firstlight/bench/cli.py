@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,6 +40,25 @@ def parse_params(items: list[str]) -> dict[str, Any]:
             raise typer.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--param")
         params[key.strip()] = yaml.safe_load(value)
     return params
+
+
+def _command_line() -> str:
+    """The command as typed, for the run folder's "reproduce" line."""
+    return "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def _write_run(run: Callable[[], dict[str, Path]]) -> None:
+    """Run a bench command's writer: a ``FirstlightError`` becomes a clean CLI error
+    (exit 2 for configuration, 1 otherwise); on success each written path is printed."""
+    from firstlight.cli import _fail
+    from firstlight.errors import FirstlightError
+
+    try:
+        paths = run()
+    except FirstlightError as exc:
+        _fail(exc)
+    for name, path in paths.items():
+        typer.echo(f"{name}: {path}")
 
 
 def _floats(text: str, name: str) -> list[float]:
@@ -100,13 +120,13 @@ def bench_sim(
         return
     if out is None:
         raise typer.BadParameter("a folder for the run is required", param_hint="--out")
-    command = "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = _command_line()
     arm_list = _arms(arms)
     load_list = _floats(loads, "--loads")
     if len(set(load_list)) != len(load_list):
         raise typer.BadParameter(f"{loads!r}: a load is repeated", param_hint="--loads")
-    try:
-        paths = run_sim(
+    _write_run(
+        lambda: run_sim(
             workload=workload,
             regions=regions,
             replicas=replicas,
@@ -121,10 +141,7 @@ def bench_sim(
             command=command,
             progress=lambda line: typer.echo(line, err=True),
         )
-    except FirstlightError as exc:
-        _fail(exc)
-    for name, path in paths.items():
-        typer.echo(f"{name}: {path}")
+    )
 
 
 def _targets(urls: list[str]) -> list[str]:
@@ -160,15 +177,13 @@ def bench_run(
     """Replay a workload open loop against running region gateways (live: measured from
     the client; one client region per --target)."""
     from firstlight.bench.driver import run_live
-    from firstlight.cli import _fail
-    from firstlight.errors import FirstlightError
 
-    command = "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = _command_line()
     targets = _targets(target)
     if not label.strip():
         raise typer.BadParameter("must not be empty", param_hint="--label")
-    try:
-        paths = run_live(
+    _write_run(
+        lambda: run_live(
             targets=targets,
             workload=workload,
             seed=seed,
@@ -182,10 +197,7 @@ def bench_run(
             max_concurrency=concurrency,
             timeout_s=timeout,
         )
-    except FirstlightError as exc:
-        _fail(exc)
-    for name, path in paths.items():
-        typer.echo(f"{name}: {path}")
+    )
 
 
 _LIVE_ARMS = "firstlight,round_robin,least_queue"
@@ -219,11 +231,10 @@ def bench_live(
     replay the same workload against every region, and write one report (live: measured
     from the client; labelled simulated when the engines are sim)."""
     from firstlight.bench.live import run_live_arms
-    from firstlight.cli import _fail, _load, prepare_models
-    from firstlight.errors import FirstlightError
+    from firstlight.cli import _load, prepare_models
     from firstlight.serve.local import LOCAL_DEFAULT, with_engine
 
-    command = "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = _command_line()
     cfg = _load(config) if config is not None else LOCAL_DEFAULT
     if engine is not None:
         if engine not in ("vllm", "sim"):
@@ -236,8 +247,8 @@ def bench_live(
     if len(set(arm_list)) != len(arm_list):
         raise typer.BadParameter(f"{arms!r}: an arm is repeated", param_hint="--arms")
     prepare_models(cfg)
-    try:
-        paths = run_live_arms(
+    _write_run(
+        lambda: run_live_arms(
             config=cfg,
             arms=arm_list,
             workload=workload,
@@ -251,7 +262,4 @@ def bench_live(
             timeout_s=timeout,
             report=lambda line: typer.echo(line, err=True),
         )
-    except FirstlightError as exc:
-        _fail(exc)
-    for name, path in paths.items():
-        typer.echo(f"{name}: {path}")
+    )
