@@ -13,13 +13,14 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 LOCAL_CONFIG := examples/local-two-regions.yaml
 REDIS_PORT := 6379
 
-.PHONY: help bootstrap up test lint format redis system-deps clean
+.PHONY: help bootstrap up test lint format redis system-deps clean helm-schema
 
 help:
 	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
 	@echo "make test   - set up .venv, start Redis and install Prometheus/Chromium if needed, run ruff, mypy and pytest"
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
+	@echo "make helm-schema - regenerate helm/firstlight/values.schema.json from PlatformConfig"
 
 bootstrap: $(STAMP)
 
@@ -39,6 +40,10 @@ $(STAMP): pyproject.toml
 # ENGINE=sim runs the simulator instead (no model memory needed).
 up: bootstrap redis
 	$(BIN)/firstlight up --config $(LOCAL_CONFIG) $(if $(ENGINE),--engine $(ENGINE))
+
+# The chart's values schema is generated from the config's (a test holds them equal).
+helm-schema: bootstrap
+	$(BIN)/python -m firstlight.k8s.values_schema helm/firstlight/values.schema.json
 
 redis:
 	@if (exec 3<>/dev/tcp/127.0.0.1/$(REDIS_PORT)) 2>/dev/null; then \

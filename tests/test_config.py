@@ -14,7 +14,13 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from firstlight._config_reference import config_reference_markdown
-from firstlight.config import PlatformConfig, SecretRef, load_config, parse_config
+from firstlight.config import (
+    PlatformConfig,
+    SecretRef,
+    load_config,
+    load_config_data,
+    parse_config,
+)
 from firstlight.errors import ConfigError
 from tests.conftest import REPO_ROOT
 
@@ -304,3 +310,14 @@ def test_configuration_reference_in_docs_is_current() -> None:
     assert embedded == config_reference_markdown(), (
         "docs/configuration.md is stale: paste the output of `firstlight config reference`"
     )
+
+
+def test_inline_config_takes_overrides_without_changing_its_input() -> None:
+    """The chart's RayService passes the config inline; overrides still apply."""
+    data = {"router": {"policy": "least_queue"}, "models": [{"name": "m", "replicas": 2}]}
+    environ = {"FIRSTLIGHT__MODELS__0__REPLICAS": "3", "FIRSTLIGHT__ROUTER__POLICY": "random"}
+    config = load_config_data(data, "inline", environ)
+    assert (config.models[0].replicas, config.router.policy) == (3, "random")
+    assert data == {"router": {"policy": "least_queue"}, "models": [{"name": "m", "replicas": 2}]}
+    with pytest.raises(ConfigError, match=r"models\[0\]\.replicas = 0"):
+        load_config_data(data, "inline", {"FIRSTLIGHT__MODELS__0__REPLICAS": "0"})

@@ -25,6 +25,7 @@ from firstlight import __version__
 from firstlight.bench.cli import bench_app
 from firstlight.config import PlatformConfig, load_config
 from firstlight.errors import ConfigError, ConfigProblem, FirstlightError
+from firstlight.k8s.cli import status
 
 if TYPE_CHECKING:
     from firstlight.engine.default_model import PreparedModel
@@ -48,6 +49,7 @@ config_app = typer.Typer(
 )
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")
+app.command("status")(status)
 
 _stderr = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -283,6 +285,50 @@ def serve(
     typer.echo(f"region {name} deployed at http://{cfg.gateway.host}:{cfg.gateway.port}/v1")
 
 
+@app.command()
+def check(
+    url: Annotated[
+        str, typer.Argument(help="Endpoint base URL (https://us-east.llm.example.com).")
+    ],
+    model: Annotated[
+        str | None, typer.Option(help="Model to ask (default: the first one served).")
+    ] = None,
+    api_key_file: Annotated[
+        Path | None,
+        typer.Option(help="File holding the API key (default: $FIRSTLIGHT_API_KEY)."),
+    ] = None,
+    wait: Annotated[
+        float, typer.Option(help="Seconds to keep polling /readyz while the region starts.")
+    ] = 0.0,
+    timeout: Annotated[float, typer.Option(help="Seconds allowed per HTTP request.")] = 120.0,
+) -> None:
+    """Check that a region serves: /readyz, /v1/models, then one chat completion.
+
+    What the chart's ``helm test`` pod runs. Exits 1 at the first failing step.
+    """
+    import os
+
+    from firstlight.k8s.endpoint_check import check_endpoint
+
+    if api_key_file is not None:
+        try:
+            api_key = api_key_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            _stderr.print(f"error: cannot read {api_key_file}: {exc.strerror}", markup=False)
+            raise typer.Exit(EXIT_FAILURE) from exc
+    else:
+        api_key = os.environ.get("FIRSTLIGHT_API_KEY", "")
+    if not api_key:
+        _stderr.print("error: no API key: pass --api-key-file or set FIRSTLIGHT_API_KEY")
+        raise typer.Exit(EXIT_FAILURE)
+    steps = check_endpoint(url, api_key, model, wait_s=wait, timeout_s=timeout)
+    for step in steps:
+        mark = "ok  " if step.ok else "FAIL"
+        typer.echo(f"{mark} {step.name:<10} {step.elapsed_ms:8.0f} ms  {step.detail}")
+    if not all(step.ok for step in steps):
+        raise typer.Exit(EXIT_FAILURE)
+
+
 @config_app.command("validate")
 def validate(
     file: Annotated[Path, typer.Argument(help="YAML configuration file.")],
@@ -305,6 +351,33 @@ def validate(
         f"valid: {file} (mode {cfg.mode}; regions {regions}; {len(cfg.models)} model(s))",
         markup=False,
     )
+
+
+@config_app.command("to-helm-values")
+def to_helm_values(
+    file: Annotated[Path, typer.Argument(help="YAML configuration file.")],
+    region: Annotated[
+        str | None, typer.Option(help="Region to write values for (default: the config's).")
+    ] = None,
+) -> None:
+    """Print the Helm chart's values for one region of FILE (helm/firstlight).
+
+    Only settings that differ from the defaults are written. What the chart takes from
+    Kubernetes Secrets instead (API keys, a Redis password) is listed on stderr with the
+    ``kubectl`` command that creates it.
+    """
+    from firstlight.k8s.helm_values import to_helm_values as build_values
+
+    cfg = _load(file)
+    try:
+        result = build_values(cfg, region)
+    except FirstlightError as exc:
+        _fail(exc)
+    name = result.values["region"]["name"]
+    typer.echo(f"# Helm values for region {name}, from {file} (firstlight config to-helm-values)")
+    typer.echo(yaml.safe_dump(result.values, sort_keys=False), nl=False)
+    for note in result.notes:
+        _stderr.print(f"note: {note}", markup=False)
 
 
 @config_app.command("reference")

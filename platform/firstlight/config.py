@@ -19,6 +19,7 @@ problems name the field path and the offending value.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -47,6 +48,7 @@ __all__ = [
     "TelemetryConfig",
     "default_cache_dir",
     "load_config",
+    "load_config_data",
     "parse_config",
     "validation_problems",
 ]
@@ -452,12 +454,22 @@ def load_config(
     data: dict[str, Any] = {}
     if path is not None:
         data = _read_yaml(Path(path))
+    return load_config_data(data, source, environ)
+
+
+def load_config_data(
+    data: Mapping[str, Any], source: str, environ: Mapping[str, str] | None = None
+) -> PlatformConfig:
+    """Like :func:`load_config` for an already-parsed mapping, such as the config a
+    RayService passes inline in ``serveConfigV2`` (``build_app``). ``data`` is copied,
+    not changed. Raises :class:`ConfigError`."""
+    mutable: dict[str, Any] = copy.deepcopy(dict(data))
     overrides = _env_overrides(os.environ if environ is None else environ)
-    problems = [_apply_override(data, name, value) for name, value in overrides]
+    problems = [_apply_override(mutable, name, value) for name, value in overrides]
     failed = [p for p in problems if p is not None]
     if failed:
         raise ConfigError(failed, source)
-    return parse_config(data, source)
+    return parse_config(mutable, source)
 
 
 def parse_config(data: Mapping[str, Any], source: str | None = None) -> PlatformConfig:

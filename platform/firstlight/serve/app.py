@@ -15,13 +15,14 @@ policy.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ray import serve
 from ray.serve import Application
 from ray.serve.config import RequestRouterConfig
 
-from firstlight.config import ModelConfig, PlatformConfig, load_config
+from firstlight.config import ModelConfig, PlatformConfig, load_config, load_config_data
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing import build_policy
 from firstlight.serve.gateway_deployment import Gateway
@@ -122,12 +123,18 @@ def _check_sim_profiles(config: PlatformConfig) -> None:
             )
 
 
-def build_app(args: dict[str, str]) -> Application:
-    """Ray Serve's application builder: ``args`` = ``{"config": path, "region": name}``.
+def build_app(args: dict[str, Any]) -> Application:
+    """Ray Serve's application builder: ``args`` = ``{"config": ..., "region": name}``
+    where ``config`` is a YAML file's path or the configuration itself as a mapping (what
+    the Helm chart's RayService passes). Environment overrides apply to both.
 
     Raises ``ConfigError`` (Ray reports it as the application's deploy failure).
     """
-    config = load_config(args.get("config"))
+    source = args.get("config")
+    if isinstance(source, Mapping):
+        config = load_config_data(source, "serveConfigV2 args.config")
+    else:
+        config = load_config(source)
     region = args.get("region") or config.region
     if region is None:
         raise ConfigError([ConfigProblem("region", "pass args.region or set region", None)])

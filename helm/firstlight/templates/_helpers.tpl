@@ -1,0 +1,206 @@
+{{/* Names, labels and the PlatformConfig the RayService hands to the application. */}}
+
+{{- define "firstlight.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Resource name prefix. Short on purpose: KubeRay appends suffixes (-head-svc,
+-serve-svc, -raycluster-xxxxx) and Service names must stay within 63 characters. */}}
+{{- define "firstlight.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else if contains (include "firstlight.name" .) .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name (include "firstlight.name" .) | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "firstlight.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "firstlight.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "firstlight.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "firstlight.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: firstlight
+firstlight/region: {{ .Values.region.name }}
+{{- end -}}
+
+{{- define "firstlight.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* Where Secrets are mounted in Ray pods; the config names files under it. */}}
+{{- define "firstlight.secretsDir" -}}/var/run/secrets/firstlight{{- end -}}
+
+{{- define "firstlight.redisSecretName" -}}
+{{- if .Values.redis.enabled -}}
+{{- .Values.redis.existingSecret | default (printf "%s-redis" (include "firstlight.fullname" .)) -}}
+{{- else -}}
+{{- .Values.externalRedis.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "firstlight.redisPasswordKey" -}}
+{{- if .Values.redis.enabled -}}{{ .Values.redis.passwordKey }}{{- else -}}{{ .Values.externalRedis.passwordKey }}{{- end -}}
+{{- end -}}
+
+{{- define "firstlight.redisUrl" -}}
+{{- if .Values.redis.enabled -}}
+{{- printf "redis://%s-redis.%s.svc:6379/0" (include "firstlight.fullname" .) .Release.Namespace -}}
+{{- else -}}
+{{- required "externalRedis.url is required when redis.enabled is false" .Values.externalRedis.url -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The application's PlatformConfig (mode kubernetes) as YAML: the config sections
+of the values, plus what the chart decides. firstlight.k8s.helm_values maps a config
+file onto these values; the chart tests check the round trip. */}}
+{{- define "firstlight.platformConfig" -}}
+{{- $v := .Values -}}
+{{- $secrets := include "firstlight.secretsDir" . -}}
+{{- $regions := list (dict "name" $v.region.name "peers" ($v.region.peers | default list)) -}}
+{{- range $v.region.peers -}}
+{{- $regions = append $regions (dict "name" .region) -}}
+{{- end -}}
+{{- $hints := merge (dict "redis_url" (include "firstlight.redisUrl" .)) (deepCopy $v.hints) -}}
+{{- if include "firstlight.redisSecretName" . -}}
+{{- $_ := set $hints "password" (dict "file" (printf "%s/redis/%s" $secrets (include "firstlight.redisPasswordKey" .))) -}}
+{{- end -}}
+{{- $keys := list -}}
+{{- range $v.auth.apiKeys.keys -}}
+{{- $keys = append $keys (dict "file" (printf "%s/api-keys/%s" $secrets .)) -}}
+{{- end -}}
+{{- $config := dict
+  "mode" "kubernetes"
+  "region" $v.region.name
+  "regions" $regions
+  "models" $v.models
+  "router" $v.router
+  "hints" $hints
+  "auth" (dict "enabled" true "api_keys" $keys)
+  "telemetry" $v.telemetry
+  "gateway" (merge (dict "host" "0.0.0.0" "port" 8000) (deepCopy $v.gateway))
+-}}
+{{- toYaml $config -}}
+{{- end -}}
+
+{{/* Ray Serve's config: one application, the region, built by firstlight serve's
+import path with the config inline as its arguments. */}}
+{{- define "firstlight.serveConfig" -}}
+applications:
+  - name: {{ .Values.region.name }}
+    route_prefix: /
+    import_path: firstlight.serve.app:build_app
+    args:
+      region: {{ .Values.region.name }}
+      config:
+{{ include "firstlight.platformConfig" . | indent 8 }}
+{{- end -}}
+
+{{/* Pod-level settings shared by the head and every worker group. */}}
+{{- define "firstlight.podSpecCommon" -}}
+automountServiceAccountToken: false
+securityContext:
+  runAsNonRoot: true
+  runAsUser: 1000
+  runAsGroup: 100
+  fsGroup: 100
+  seccompProfile:
+    type: RuntimeDefault
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+volumes:
+  - name: api-keys
+    secret:
+      secretName: {{ .Values.auth.apiKeys.existingSecret }}
+      defaultMode: 0440
+      items:
+        {{- range .Values.auth.apiKeys.keys }}
+        - {key: {{ . }}, path: {{ . }}}
+        {{- end }}
+  {{- if include "firstlight.redisSecretName" . }}
+  - name: redis-password
+    secret:
+      secretName: {{ include "firstlight.redisSecretName" . }}
+      defaultMode: 0440
+      items:
+        - {key: {{ include "firstlight.redisPasswordKey" . }}, path: {{ include "firstlight.redisPasswordKey" . }}}
+  {{- end }}
+  {{- if .Values.modelStorage.existingClaim }}
+  - name: models
+    persistentVolumeClaim:
+      claimName: {{ .Values.modelStorage.existingClaim }}
+      readOnly: true
+  {{- end }}
+  - name: dshm
+    emptyDir:
+      medium: Memory
+{{- end -}}
+
+{{/* Container-level settings shared by the head and every worker group. */}}
+{{- define "firstlight.containerCommon" -}}
+image: {{ include "firstlight.image" . }}
+imagePullPolicy: {{ .Values.image.pullPolicy }}
+securityContext:
+  allowPrivilegeEscalation: false
+  capabilities:
+    drop: [ALL]
+env:
+  # Block hashes of hints and of vLLM's prefix cache derive from this seed: every pod
+  # of every region must share it (hints.hash_seed).
+  - name: PYTHONHASHSEED
+    value: {{ .Values.hints.hash_seed | int64 | quote }}
+  - name: HF_HUB_OFFLINE
+    value: "1"
+  {{- with .Values.extraEnv }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+volumeMounts:
+  - name: api-keys
+    mountPath: {{ include "firstlight.secretsDir" . }}/api-keys
+    readOnly: true
+  {{- if include "firstlight.redisSecretName" . }}
+  - name: redis-password
+    mountPath: {{ include "firstlight.secretsDir" . }}/redis
+    readOnly: true
+  {{- end }}
+  {{- if .Values.modelStorage.existingClaim }}
+  - name: models
+    mountPath: {{ .Values.modelStorage.mountPath }}
+    readOnly: true
+  {{- end }}
+  - name: dshm
+    mountPath: /dev/shm
+{{- end -}}
+
+{{- define "firstlight.podMetadata" -}}
+labels:
+  {{- include "firstlight.labels" .root | nindent 2 }}
+  app.kubernetes.io/component: {{ .component }}
+  {{- with .extraLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- with .root.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .root.Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Paths routed from outside, as a JSON list of {path, type}. */}}
+{{- define "firstlight.publicPaths" -}}
+{{- $paths := list (dict "path" "/v1" "type" "Prefix") (dict "path" "/readyz" "type" "Exact") (dict "path" "/healthz" "type" "Exact") -}}
+{{- if .operator -}}
+{{- $paths = concat $paths (list (dict "path" "/dashboard" "type" "Prefix") (dict "path" "/metrics" "type" "Exact")) -}}
+{{- end -}}
+{{- toJson $paths -}}
+{{- end -}}

@@ -1,0 +1,219 @@
+"""JSON schemas of the chart's own (camelCase) value sections.
+
+Read by :func:`firstlight.k8s.values_schema.values_schema`, which joins them with the
+config sections generated from ``PlatformConfig``. Sections made of our own keys reject
+unknown keys (a typo fails ``helm install`` instead of being ignored); Kubernetes
+objects passed through verbatim (resources, tolerations, affinity, annotations) are
+checked only for their JSON type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["CHART_SECTIONS"]
+
+_DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_DURATION = "^[0-9]+(ms|s|m|h)$"
+
+
+def _obj(description: str, required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "description": description,
+        "properties": properties,
+    }
+    if required:
+        out["required"] = list(required)
+    return out
+
+
+def _str(description: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "string", "description": description, **extra}
+
+
+def _bool(description: str) -> dict[str, Any]:
+    return {"type": "boolean", "description": description}
+
+
+def _int(description: str, minimum: int, maximum: int) -> dict[str, Any]:
+    return {"type": "integer", "minimum": minimum, "maximum": maximum, "description": description}
+
+
+def _map(description: str) -> dict[str, Any]:
+    """Labels, annotations, node selectors: string to string."""
+    return {
+        "type": "object",
+        "additionalProperties": {"type": "string"},
+        "description": description,
+    }
+
+
+def _k8s(description: str, kind: str = "object") -> dict[str, Any]:
+    """A Kubernetes structure passed through as is (validated by the API server)."""
+    return {"type": kind, "description": description}
+
+
+def _placement(what: str) -> dict[str, Any]:
+    return {
+        "resources": _k8s(f"Container resources of {what} (requests/limits)."),
+        "nodeSelector": _map(f"Node labels {what} must run on."),
+        "tolerations": _k8s(f"Tolerations of {what}.", "array"),
+        "affinity": _k8s(f"Affinity of {what}."),
+    }
+
+
+_SECRET_NAME = _str("Name of an existing Secret.", pattern=f"^$|{_DNS_NAME}")
+_SECRET_KEY = _str("Key in that Secret.", pattern="^[-._a-zA-Z0-9]+$")
+
+_WORKER_GROUP = _obj(
+    "A group of Ray worker pods (one accelerator type).",
+    ("name", "minReplicas", "maxReplicas"),
+    name=_str("Worker group name (Ray's groupName).", pattern=_DNS_LABEL),
+    replicas=_int("Pods at install time (the autoscaler then moves it).", 0, 1000),
+    minReplicas=_int("Fewest pods the Ray autoscaler keeps (0 scales to zero).", 0, 1000),
+    maxReplicas=_int("Most pods the Ray autoscaler may start.", 0, 1000),
+    gpus=_int("GPUs per pod (nvidia.com/gpu); 0 for a CPU group.", 0, 16),
+    **_placement("this group's pods"),
+)
+
+CHART_SECTIONS: dict[str, dict[str, Any]] = {
+    "nameOverride": _str("Replaces the chart name in resource names.", maxLength=40),
+    "fullnameOverride": _str("Replaces release-chart in resource names.", maxLength=40),
+    "image": _obj(
+        "Firstlight's container image (the repository's Dockerfile).",
+        ("repository",),
+        repository=_str("Image repository.", minLength=1),
+        tag=_str("Image tag; empty: the chart's appVersion (GPU build)."),
+        pullPolicy={"enum": ["Always", "IfNotPresent", "Never"], "description": "Pull policy."},
+    ),
+    "imagePullSecrets": _k8s("Secrets for pulling the image ([{name: ...}]).", "array"),
+    "podLabels": _map("Extra labels on every pod."),
+    "podAnnotations": _map("Extra annotations on every pod."),
+    "extraEnv": _k8s("Extra environment variables (Kubernetes EnvVar list) on Ray pods.", "array"),
+    "rayCluster": _obj(
+        "The RayService's Ray cluster: a CPU-only head and accelerator worker groups.",
+        ("head", "workerGroups"),
+        rayVersion=_str("Ray version in the image (KubeRay uses it for compatibility)."),
+        autoscaling=_obj(
+            "Ray's in-tree autoscaler.",
+            enabled=_bool("Scale worker groups between minReplicas and maxReplicas."),
+            idleTimeoutSeconds=_int("Seconds an idle worker lives before removal.", 1, 86400),
+        ),
+        head=_obj(
+            "The head pod (runs the Serve controller and proxy, no models).",
+            **_placement("the head pod"),
+        ),
+        workerGroups={
+            "type": "array",
+            "minItems": 1,
+            "items": _WORKER_GROUP,
+            "description": "Worker groups; model replicas land where their resources fit.",
+        },
+    ),
+    "modelStorage": _obj(
+        "A volume with model folders (models[].source paths point into it).",
+        existingClaim=_str("PersistentVolumeClaim to mount read-only; empty: none."),
+        mountPath=_str("Where it is mounted.", pattern="^/"),
+    ),
+    "auth.apiKeys": _obj(
+        "API keys, from an existing Secret: one file per key under the pods' secrets dir.",
+        ("existingSecret", "keys"),
+        existingSecret=_str("Secret holding the keys.", pattern=_DNS_NAME),
+        keys={
+            "type": "array",
+            "minItems": 1,
+            "items": _SECRET_KEY,
+            "description": "Keys of that Secret, one API key each; the first is also "
+            "sent to peer regions on forwards.",
+        },
+    ),
+    "redis": _obj(
+        "In-chart Redis for prefix-cache hints (AUTH, no persistence: it holds hints).",
+        enabled=_bool("Run Redis in the chart; false: set externalRedis."),
+        image=_obj(
+            "Redis image.",
+            ("repository", "tag"),
+            repository=_str("Image repository.", minLength=1),
+            tag=_str("Image tag (pinned).", minLength=1),
+        ),
+        existingSecret=_SECRET_NAME,
+        passwordKey=_SECRET_KEY,
+        resources=_k8s("Redis container resources."),
+    ),
+    "externalRedis": _obj(
+        "A Redis outside the chart (managed, TLS): used when redis.enabled is false.",
+        url=_str(
+            "redis:// or rediss:// (TLS) URL, without credentials.",
+            pattern="^$|^rediss?://[^\\s@]+$",
+        ),
+        existingSecret=_SECRET_NAME,
+        passwordKey=_SECRET_KEY,
+    ),
+    "ingress": _obj(
+        "An Ingress for the region's public endpoint.",
+        enabled=_bool("Create the Ingress."),
+        className=_str("IngressClass; empty: the cluster's default."),
+        host=_str("Public host name (<region>.llm.example.com).", pattern=f"^$|{_DNS_NAME}"),
+        annotations=_map("Ingress annotations (e.g. proxy timeouts for streaming)."),
+        tls=_obj(
+            "TLS termination at the ingress.",
+            enabled=_bool("Serve HTTPS with the certificate in secretName."),
+            secretName=_str("TLS Secret; empty: <fullname>-tls."),
+            clusterIssuer=_str("cert-manager ClusterIssuer that issues it; empty: none."),
+        ),
+        exposeOperatorPaths=_bool("Also route /dashboard and /metrics (default: API only)."),
+    ),
+    "httpRoute": _obj(
+        "A Gateway API HTTPRoute, the alternative to the Ingress.",
+        enabled=_bool("Create the HTTPRoute."),
+        parentRefs=_k8s("Gateways to attach to ([{name, namespace, sectionName}]).", "array"),
+        hostnames={"type": "array", "items": {"type": "string"}, "description": "Host names."},
+        exposeOperatorPaths=_bool("Also route /dashboard and /metrics (default: API only)."),
+    ),
+    "monitoring": _obj(
+        "Prometheus Operator and Grafana objects.",
+        serviceMonitor=_obj(
+            "Scrape the gateway's /metrics.",
+            enabled=_bool("Create the ServiceMonitor (needs Prometheus Operator CRDs)."),
+            interval=_str("Scrape interval.", pattern=_DURATION),
+            labels=_map("Labels your Prometheus selects ServiceMonitors by."),
+        ),
+        prometheusRule=_obj(
+            "The alert rules (TTFT/TPOT above SLO, errors, no healthy replica, ...).",
+            enabled=_bool("Create the PrometheusRule."),
+            labels=_map("Labels your Prometheus selects rules by."),
+        ),
+        grafanaDashboards=_obj(
+            "Dashboard ConfigMaps for the Grafana sidecar.",
+            enabled=_bool("Create the ConfigMaps."),
+            labels=_map("Labels the sidecar watches (grafana_dashboard: '1')."),
+            annotations=_map("Annotations, e.g. the sidecar's folder annotation."),
+        ),
+        rayPodMonitor=_obj(
+            "Scrape Ray's own metrics (port 8080 of every Ray pod).",
+            enabled=_bool("Create the PodMonitor."),
+            interval=_str("Scrape interval.", pattern=_DURATION),
+            labels=_map("Labels your Prometheus selects PodMonitors by."),
+        ),
+    ),
+    "networkPolicy": _obj(
+        "Only the gateway port is reachable from outside; Redis only from the Ray pods.",
+        enabled=_bool("Create the NetworkPolicies."),
+        kubeRayOperator=_k8s("NetworkPolicyPeer of the KubeRay operator (reads the dashboard)."),
+        metricsFrom=_k8s("NetworkPolicyPeers allowed to scrape Ray's metrics port.", "array"),
+    ),
+    "podDisruptionBudget": _obj(
+        "PodDisruptionBudgets of the worker groups (voluntary evictions, one at a time).",
+        enabled=_bool("Create one per worker group."),
+        maxUnavailable=_int("Worker pods of a group evicted at once.", 1, 1000),
+    ),
+    "tests": _obj(
+        "The `helm test` pod: /readyz, then one completion with the first API key.",
+        enabled=_bool("Create the test pod."),
+        model=_str("Model to ask; empty: the first of models."),
+    ),
+}
+"""Chart sections by value path; ``auth.apiKeys`` is spliced into the auth section."""

@@ -1,0 +1,272 @@
+"""What the rendered objects mean: the pieces reference each other correctly, pods are
+locked down, secrets stay in Secrets, the network is closed except the gateway, and the
+monitoring objects carry the observability issue's rules and dashboards."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from tests.chart.chart import (
+    CHART_DIR,
+    EXAMPLES,
+    NAMESPACE,
+    Rendered,
+    app_args,
+    load_values,
+    pod_specs,
+    render,
+)
+
+EAST = load_values(next(p for p in EXAMPLES if p.name == "us-east.values.yaml"))
+EXTERNAL = load_values(next(p for p in EXAMPLES if p.name == "external-redis.values.yaml"))
+TWO_MODELS = load_values(next(p for p in EXAMPLES if p.name == "two-models.values.yaml"))
+
+
+def _ray_pods(rendered: Rendered) -> list[tuple[str, dict[str, Any]]]:
+    return [(name, spec) for name, spec in pod_specs(rendered) if name.startswith("ray-")]
+
+
+def _env(spec: dict[str, Any]) -> dict[str, Any]:
+    (container,) = spec["containers"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
+def _matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    for key, value in selector.get("matchLabels", {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions", []):
+        assert expr["operator"] == "In"
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+def _pod_labels(rendered: Rendered) -> dict[str, dict[str, str]]:
+    ray = rendered.one("RayService")["spec"]["rayClusterConfig"]
+    labels = {"ray-head": ray["headGroupSpec"]["template"]["metadata"]["labels"]}
+    for group in ray["workerGroupSpecs"]:
+        labels[f"worker/{group['groupName']}"] = group["template"]["metadata"]["labels"]
+    for sts in rendered.of_kind("StatefulSet"):
+        labels["redis"] = sts["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_every_pod_runs_unprivileged_as_non_root() -> None:
+    for values in ({}, EAST, EXTERNAL):
+        for name, spec in pod_specs(render(values)):
+            assert spec["securityContext"]["runAsNonRoot"] is True, name
+            assert spec["securityContext"]["runAsUser"] != 0, name
+            assert spec["automountServiceAccountToken"] is False, name
+            for container in spec["containers"]:
+                context = container["securityContext"]
+                assert context["allowPrivilegeEscalation"] is False, name
+                assert context["capabilities"]["drop"] == ["ALL"], name
+
+
+def test_every_ray_pod_shares_the_hash_seed() -> None:
+    rendered = render(EAST)
+    pods = _ray_pods(rendered)
+    assert len(pods) == 2
+    for name, spec in pods:
+        assert _env(spec)["PYTHONHASHSEED"] == str(EAST["hints"]["hash_seed"]), name
+    assert app_args(rendered)["config"]["hints"]["hash_seed"] == EAST["hints"]["hash_seed"]
+
+
+def test_worker_groups_carry_gpus_placement_and_autoscaling_bounds() -> None:
+    ray = render(TWO_MODELS).one("RayService")["spec"]["rayClusterConfig"]
+    assert ray["enableInTreeAutoscaling"] is True
+    assert ray["headGroupSpec"]["rayStartParams"]["num-gpus"] == "0"
+    assert "nvidia.com/gpu" not in json.dumps(ray["headGroupSpec"])
+    groups = {g["groupName"]: g for g in ray["workerGroupSpecs"]}
+    for wanted in TWO_MODELS["rayCluster"]["workerGroups"]:
+        group = groups[wanted["name"]]
+        assert (group["minReplicas"], group["maxReplicas"]) == (
+            wanted["minReplicas"],
+            wanted["maxReplicas"],
+        )
+        spec = group["template"]["spec"]
+        (container,) = spec["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == wanted["gpus"]
+        assert container["resources"]["requests"] == wanted["resources"]["requests"]
+        assert spec["tolerations"] == wanted["tolerations"]
+        assert spec.get("nodeSelector") == wanted.get("nodeSelector")
+
+
+def test_secrets_are_mounted_files_never_inline() -> None:
+    rendered = render(EAST)
+    config = app_args(rendered)["config"]
+    assert config["auth"] == {
+        "enabled": True,
+        "api_keys": [{"file": "/var/run/secrets/firstlight/api-keys/api-key-0"}],
+    }
+    assert config["hints"]["password"] == {"file": "/var/run/secrets/firstlight/redis/password"}
+    for name, spec in _ray_pods(rendered):
+        (container,) = spec["containers"]
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for path, secret in (
+            ("/var/run/secrets/firstlight/api-keys", "firstlight-api-keys"),
+            ("/var/run/secrets/firstlight/redis", "firstlight-redis"),
+        ):
+            assert mounts[path]["readOnly"] is True, name
+            assert volumes[mounts[path]["name"]]["secret"]["secretName"] == secret, name
+    (secret,) = rendered.of_kind("Secret")
+    password = secret["data"]["password"]
+    others = [m.doc for m in rendered.manifests if m.kind != "Secret"]
+    assert password not in json.dumps(others)
+
+
+def test_in_chart_redis_is_reached_by_its_service_with_auth_and_no_persistence() -> None:
+    rendered = render(EAST)
+    url = app_args(rendered)["config"]["hints"]["redis_url"]
+    services = {s["metadata"]["name"]: s for s in rendered.of_kind("Service")}
+    assert url == f"redis://firstlight-redis.{NAMESPACE}.svc:6379/0"
+    redis_service = services["firstlight-redis"]
+    assert _matches(
+        {"matchLabels": redis_service["spec"]["selector"]}, _pod_labels(rendered)["redis"]
+    )
+    (sts,) = rendered.of_kind("StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    script = container["args"][0]
+    assert "requirepass $REDIS_PASSWORD" in script
+    assert '--save ""' in script
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "firstlight-redis"
+    assert "volumeClaimTemplates" not in sts["spec"]
+
+
+def test_external_redis_uses_its_url_and_secret_and_no_redis_is_rendered() -> None:
+    rendered = render(EXTERNAL)
+    hints = app_args(rendered)["config"]["hints"]
+    assert hints["redis_url"] == EXTERNAL["externalRedis"]["url"]
+    assert hints["password"] == {"file": "/var/run/secrets/firstlight/redis/password"}
+    assert rendered.of_kind("StatefulSet") == []
+    assert rendered.of_kind("Secret") == []
+    for _, spec in _ray_pods(rendered):
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert volumes["redis-password"]["secret"]["secretName"] == "hints-redis"
+
+
+def test_services_select_the_pods_they_serve() -> None:
+    rendered = render(EAST)
+    labels = _pod_labels(rendered)
+    metrics = next(
+        s for s in rendered.of_kind("Service") if s["metadata"]["name"].endswith("-metrics")
+    )
+    selected = [
+        n
+        for n, pod in labels.items()
+        if _matches({"matchLabels": metrics["spec"]["selector"]}, pod)
+    ]
+    assert selected == ["ray-head"]  # one scrape target per region
+    monitor = rendered.one("ServiceMonitor")
+    assert _matches(monitor["spec"]["selector"], metrics["metadata"]["labels"])
+    assert monitor["spec"]["endpoints"][0]["port"] == metrics["spec"]["ports"][0]["name"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    for pdb in rendered.of_kind("PodDisruptionBudget"):
+        selected = [n for n, pod in labels.items() if _matches(pdb["spec"]["selector"], pod)]
+        assert selected == [f"worker/{pdb['metadata']['name'].removeprefix('firstlight-')}"]
+
+
+def test_ingress_serves_the_api_over_tls_to_kuberays_serve_service() -> None:
+    rendered = render(EAST)
+    ingress = rendered.one("Ingress")
+    rayservice = rendered.one("RayService")["metadata"]["name"]
+    assert ingress["spec"]["tls"] == [
+        {"hosts": ["us-east.llm.example.com"], "secretName": "firstlight-tls"}
+    ]
+    assert ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "letsencrypt"
+    (rule,) = ingress["spec"]["rules"]
+    paths = {p["path"] for p in rule["http"]["paths"]}
+    assert paths == {"/v1", "/readyz", "/healthz"}  # no dashboard or metrics outside
+    for path in rule["http"]["paths"]:
+        assert path["backend"]["service"] == {
+            "name": f"{rayservice}-serve-svc",
+            "port": {"number": 8000},
+        }
+    opened = render({**EAST, "ingress": {**EAST["ingress"], "exposeOperatorPaths": True}})
+    (rule,) = opened.one("Ingress")["spec"]["rules"]
+    assert {"/dashboard", "/metrics"} <= {p["path"] for p in rule["http"]["paths"]}
+
+
+def test_tls_off_renders_a_plain_http_ingress() -> None:
+    values = load_values(next(p for p in EXAMPLES if p.name == "tls-off.values.yaml"))
+    rendered = render(values)
+    assert "tls" not in rendered.one("Ingress")["spec"]
+    assert "http://us-west.llm.internal.example.com/v1" in rendered.notes
+    assert rendered.of_kind("NetworkPolicy") == []
+
+
+def test_network_policies_open_only_the_gateway_port_to_everyone() -> None:
+    rendered = render(EAST)
+    labels = _pod_labels(rendered)
+    policies = {p["metadata"]["name"]: p["spec"] for p in rendered.of_kind("NetworkPolicy")}
+    ray = policies["firstlight-ray"]
+    assert {n for n, pod in labels.items() if _matches(ray["podSelector"], pod)} == {
+        "ray-head",
+        "worker/l4",
+    }
+    open_rules = [r for r in ray["ingress"] if "from" not in r]
+    assert open_rules == [{"ports": [{"protocol": "TCP", "port": 8000}]}]
+    for rule in ray["ingress"]:
+        if "from" in rule and "ports" not in rule:  # all ports: only the release's Ray pods
+            assert rule["from"] == [{"podSelector": ray["podSelector"]}]
+    redis = policies["firstlight-redis"]
+    assert {n for n, pod in labels.items() if _matches(redis["podSelector"], pod)} == {"redis"}
+    (rule,) = redis["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
+    (peer,) = rule["from"]
+    assert {n for n, pod in labels.items() if _matches(peer["podSelector"], pod)} == {
+        "ray-head",
+        "worker/l4",
+    }
+
+
+def test_prometheus_rule_is_the_tested_alert_file() -> None:
+    rule = render(EAST).one("PrometheusRule")
+    alerts = yaml.safe_load((CHART_DIR / "dashboards" / "alerts.yaml").read_text(encoding="utf-8"))
+    assert rule["spec"] == alerts
+    text = json.dumps(rule)
+    assert "{{ $labels.region }}" in text  # Prometheus' templates survive Helm untouched
+
+
+def test_grafana_dashboards_are_configmaps_for_the_sidecar() -> None:
+    maps = render(EAST).of_kind("ConfigMap")
+    files = sorted((CHART_DIR / "dashboards").glob("*.json"))
+    assert len(maps) == len(files) == 2
+    for config_map, path in zip(
+        sorted(maps, key=lambda m: m["metadata"]["name"]), files, strict=True
+    ):
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(config_map["data"][path.name]) == json.loads(
+            path.read_text(encoding="utf-8")
+        )
+
+
+def test_helm_test_pod_checks_the_endpoint_with_the_first_key() -> None:
+    rendered = render(TWO_MODELS)
+    pod = rendered.one("Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (container,) = pod["spec"]["containers"]
+    command = container["command"]
+    assert command[:3] == [
+        "firstlight",
+        "check",
+        f"http://firstlight-serve-svc.{NAMESPACE}.svc:8000",
+    ]
+    assert command[command.index("--model") + 1] == TWO_MODELS["models"][0]["name"]
+    assert (
+        command[command.index("--api-key-file") + 1]
+        == "/var/run/secrets/firstlight/api-keys/api-key-0"
+    )
+
+
+def test_notes_give_the_endpoint_and_a_curl_line() -> None:
+    notes = render(EAST).notes
+    assert "Endpoint: https://us-east.llm.example.com/v1" in notes
+    assert "curl -s https://us-east.llm.example.com/v1/chat/completions" in notes
+    assert '"model": "llama-3.1-8b-instruct-awq"' in notes
+    assert "port-forward" in render().notes  # no public endpoint by default

@@ -1,0 +1,146 @@
+"""The chart renders and lints clean for its defaults and every example values file, and
+every object it renders is valid for Kubernetes (core kinds) or its CRD."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+
+from tests.chart.chart import (
+    CHART_DIR,
+    CRD_FILES,
+    EXAMPLES,
+    KUBE_VERSIONS,
+    NAMESPACE,
+    Rendered,
+    crd_validator,
+    load_values,
+    render,
+)
+
+CASES = [pytest.param({}, id="defaults")] + [
+    pytest.param(load_values(path), id=path.name.removesuffix(".values.yaml")) for path in EXAMPLES
+]
+
+
+@pytest.fixture(scope="module", params=CASES)
+def case(request: pytest.FixtureRequest) -> tuple[dict[str, Any], Rendered]:
+    values: dict[str, Any] = request.param
+    return values, render(values)
+
+
+def test_the_examples_cover_the_required_variants() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert {
+        "us-east.values.yaml",  # two regions naming each other as peers
+        "eu-west.values.yaml",
+        "external-redis.values.yaml",
+        "tls-off.values.yaml",
+        "two-models.values.yaml",
+    } <= names
+    east, west = (
+        load_values(path) for path in EXAMPLES if path.name.startswith(("us-east", "eu-west"))
+    )
+    east, west = sorted((east, west), key=lambda v: v["region"]["name"] != "us-east")
+    assert [p["region"] for p in east["region"]["peers"]] == [west["region"]["name"]]
+    assert [p["region"] for p in west["region"]["peers"]] == [east["region"]["name"]]
+    assert east["hints"]["hash_seed"] == west["hints"]["hash_seed"]
+
+
+def test_lint_is_clean(case: tuple[dict[str, Any], Rendered]) -> None:
+    values, _ = case
+    for version in KUBE_VERSIONS:
+        report = helm.lint(
+            str(CHART_DIR), values, strict=True, namespace=NAMESPACE, kube_version=f"v{version}.0"
+        )
+        assert report["errors"] == [], report
+        # Severity 1 is informational ("icon is recommended"); warnings and worse fail.
+        assert [m for m in report["messages"] if m["severity"] > 1] == [], report
+
+
+def test_core_kinds_validate_against_kubernetes(case: tuple[dict[str, Any], Rendered]) -> None:
+    _, rendered = case
+    checked = 0
+    for manifest in rendered.manifests:
+        if manifest.kind in CRD_FILES or manifest.kind == "HTTPRoute":
+            continue
+        for version in KUBE_VERSIONS:
+            try:
+                kubernetes_validate.validate(manifest.doc, version, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                where = "/".join(str(p) for p in exc.path)
+                pytest.fail(
+                    f"{manifest.template} {manifest.kind} (k8s {version}) {where}: {exc.message}"
+                )
+        checked += 1
+    assert checked >= 5  # Services, Secret, StatefulSet, policies, test pod...
+
+
+def test_custom_resources_validate_against_their_crds(
+    case: tuple[dict[str, Any], Rendered],
+) -> None:
+    _, rendered = case
+    seen = set()
+    for manifest in rendered.manifests:
+        if manifest.kind not in CRD_FILES:
+            continue
+        errors = sorted(crd_validator(manifest.kind).iter_errors(manifest.doc), key=str)
+        assert not errors, f"{manifest.template}: " + "; ".join(
+            f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors
+        )
+        seen.add(manifest.kind)
+    assert "RayService" in seen
+
+
+def test_crd_validation_can_fail() -> None:
+    """The CRD schemas are permissive (no unknown-field checks); make sure they still
+    reject what KubeRay would: serveConfigV2 as a mapping, a worker group without bounds."""
+    rayservice = render().one("RayService")
+    bad = {**rayservice, "spec": {**rayservice["spec"], "serveConfigV2": {"applications": []}}}
+    assert list(crd_validator("RayService").iter_errors(bad))
+    cluster = dict(rayservice["spec"]["rayClusterConfig"])
+    cluster["workerGroupSpecs"] = [{"groupName": "x", "template": {"spec": {"containers": []}}}]
+    bad = {**rayservice, "spec": {**rayservice["spec"], "rayClusterConfig": cluster}}
+    assert list(crd_validator("RayService").iter_errors(bad))
+
+
+def test_httproute_has_the_gateway_api_shape() -> None:
+    """No schema for HTTPRoute ships anywhere here, so its fields are checked by name."""
+    values = load_values(next(p for p in EXAMPLES if p.name == "external-redis.values.yaml"))
+    route = render(values).one("HTTPRoute")
+    assert route["apiVersion"] == "gateway.networking.k8s.io/v1"
+    assert set(route["spec"]) == {"parentRefs", "hostnames", "rules"}
+    assert route["spec"]["parentRefs"] == values["httpRoute"]["parentRefs"]
+    (rule,) = route["spec"]["rules"]
+    assert set(rule) == {"matches", "backendRefs"}
+    for match in rule["matches"]:
+        assert set(match) == {"path"}
+        assert match["path"]["type"] in {"PathPrefix", "Exact"}
+        assert match["path"]["value"].startswith("/")
+    assert rule["backendRefs"] == [{"name": "firstlight-serve-svc", "port": 8000}]
+
+
+def test_every_template_is_used_by_some_case() -> None:
+    """An example or the defaults renders each template into at least one object, so
+    nothing in templates/ goes unvalidated."""
+    produced: set[str] = set()
+    for param in CASES:
+        produced |= {m.template for m in render(param.values[0]).manifests}
+    produced |= {
+        m.template for m in render({"monitoring": {"rayPodMonitor": {"enabled": True}}}).manifests
+    }
+    templates = {
+        f"firstlight/{p.relative_to(CHART_DIR).as_posix()}"
+        for p in (CHART_DIR / "templates").rglob("*.yaml")
+    }
+    assert templates - produced == set()
+
+
+def test_ray_pod_monitor_validates_when_enabled() -> None:
+    rendered = render({"monitoring": {"rayPodMonitor": {"enabled": True}}})
+    monitor = rendered.one("PodMonitor")
+    assert not list(crd_validator("PodMonitor").iter_errors(monitor))
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "ray-metrics"
