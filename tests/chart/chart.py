@@ -108,14 +108,39 @@ def app_args(rendered: Rendered) -> dict[str, Any]:
 
 
 @functools.cache
-def crd_validator(kind: str) -> jsonschema.Draft7Validator:
-    """A validator for ``kind`` from its CRD's v1 schema; skips where the CRDs are absent."""
+def crd_validator(kind: str, *, strict: bool = False) -> jsonschema.Draft7Validator:
+    """A validator for ``kind`` from its CRD's v1 schema; skips where the CRDs are absent.
+
+    The CRDs never forbid unknown fields (the API server prunes them silently), so a
+    misspelt field would pass; ``strict`` closes every object that lists its properties
+    and does not preserve unknown fields, as ``kubectl apply --validate=strict`` would.
+    """
     path = CRD_DIR / CRD_FILES[kind]
     if not path.is_file():
         pytest.skip(f"CRD schemas not found at {CRD_DIR} (shipped beside the repository in CI)")
     crd = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
-    return jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
+    schema = version["schema"]["openAPIV3Schema"]
+    if strict:
+        schema = _closed(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def _closed(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_closed(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: _closed(value) for key, value in schema.items()}
+    if (
+        isinstance(schema.get("properties"), dict)
+        and "additionalProperties" not in schema
+        and not schema.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    if "properties" in schema:  # property names are not schemas: keep them as they are
+        out["properties"] = {k: _closed(v) for k, v in schema["properties"].items()}
+    return out
 
 
 def pod_specs(rendered: Rendered) -> list[tuple[str, dict[str, Any]]]:

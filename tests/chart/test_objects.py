@@ -270,3 +270,19 @@ def test_notes_give_the_endpoint_and_a_curl_line() -> None:
     assert "curl -s https://us-east.llm.example.com/v1/chat/completions" in notes
     assert '"model": "llama-3.1-8b-instruct-awq"' in notes
     assert "port-forward" in render().notes  # no public endpoint by default
+
+
+def test_chart_versions_follow_the_package_and_the_image() -> None:
+    """The chart's appVersion is the package's version (the default image tag), and the
+    Ray version KubeRay is told is the one the image's base carries."""
+    import re
+    import tomllib
+
+    chart = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text(encoding="utf-8"))
+    project = tomllib.loads((CHART_DIR.parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert chart["appVersion"] == project["project"]["version"]
+    dockerfile = (CHART_DIR.parents[1] / "Dockerfile").read_text(encoding="utf-8")
+    base_versions = set(re.findall(r"^FROM rayproject/ray:([\d.]+)-", dockerfile, flags=re.M))
+    assert base_versions == {load_values(CHART_DIR / "values.yaml")["rayCluster"]["rayVersion"]}
+    head = render().one("RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]
+    assert head["template"]["spec"]["containers"][0]["image"].endswith(f":{chart['appVersion']}")

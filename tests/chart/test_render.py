@@ -87,7 +87,8 @@ def test_custom_resources_validate_against_their_crds(
     for manifest in rendered.manifests:
         if manifest.kind not in CRD_FILES:
             continue
-        errors = sorted(crd_validator(manifest.kind).iter_errors(manifest.doc), key=str)
+        validator = crd_validator(manifest.kind, strict=True)
+        errors = sorted(validator.iter_errors(manifest.doc), key=str)
         assert not errors, f"{manifest.template}: " + "; ".join(
             f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors
         )
@@ -105,6 +106,15 @@ def test_crd_validation_can_fail() -> None:
     cluster["workerGroupSpecs"] = [{"groupName": "x", "template": {"spec": {"containers": []}}}]
     bad = {**rayservice, "spec": {**rayservice["spec"], "rayClusterConfig": cluster}}
     assert list(crd_validator("RayService").iter_errors(bad))
+    # A misspelt field passes the CRD as published but not the strict reading.
+    head = dict(cluster["headGroupSpec"])
+    cluster = {
+        **rayservice["spec"]["rayClusterConfig"],
+        "headGroupSpec": {**head, "rayStartParam": {}},
+    }
+    bad = {**rayservice, "spec": {**rayservice["spec"], "rayClusterConfig": cluster}}
+    assert not list(crd_validator("RayService").iter_errors(bad))
+    assert list(crd_validator("RayService", strict=True).iter_errors(bad))
 
 
 def test_httproute_has_the_gateway_api_shape() -> None:
