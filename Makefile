@@ -13,7 +13,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 LOCAL_CONFIG := examples/local-two-regions.yaml
 REDIS_PORT := 6379
 
-.PHONY: help bootstrap up test lint format redis system-deps clean helm-schema
+.PHONY: help bootstrap up test lint format redis system-deps tools clean helm-schema
 
 help:
 	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
@@ -21,6 +21,7 @@ help:
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
 	@echo "make helm-schema - regenerate helm/firstlight/values.schema.json from PlatformConfig"
+	@echo "make tools  - checkov in its own venv (.venv-tools), for the Terraform tests"
 
 bootstrap: $(STAMP)
 
@@ -81,8 +82,23 @@ format: bootstrap
 	$(BIN)/ruff format platform tests
 	$(BIN)/ruff check --fix platform tests
 
-test: lint redis system-deps
+# checkov (the Terraform tests' static analyser) pins versions of packaging, networkx and
+# boto3 that clash with the project's, so it lives in a venv of its own.
+TOOLS_VENV := .venv-tools
+CHECKOV_VERSION := 3.3.30
+TOOLS_STAMP := $(TOOLS_VENV)/.checkov-$(CHECKOV_VERSION)
+
+tools: $(TOOLS_STAMP)
+
+$(TOOLS_STAMP):
+	@test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
+	@echo "tools: installing checkov $(CHECKOV_VERSION) into $(TOOLS_VENV)"
+	$(TOOLS_VENV)/bin/python -m pip --disable-pip-version-check --quiet install 'checkov==$(CHECKOV_VERSION)'
+	@rm -f $(TOOLS_VENV)/.checkov-*
+	@touch $@
+
+test: lint redis system-deps tools
 	$(BIN)/pytest
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS_VENV) .pytest_cache .mypy_cache .ruff_cache

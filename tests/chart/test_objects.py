@@ -187,6 +187,11 @@ def test_ingress_serves_the_api_over_tls_to_kuberays_serve_service() -> None:
             "name": f"{rayservice}-serve-svc",
             "port": {"number": 8000},
         }
+    both = render({**EAST, "ingress": {**EAST["ingress"], "extraHosts": ["llm.example.com"]}})
+    spec = both.one("Ingress")["spec"]
+    assert spec["tls"][0]["hosts"] == ["us-east.llm.example.com", "llm.example.com"]
+    assert [r["host"] for r in spec["rules"]] == ["us-east.llm.example.com", "llm.example.com"]
+    assert spec["rules"][0]["http"] == spec["rules"][1]["http"]
     opened = render({**EAST, "ingress": {**EAST["ingress"], "exposeOperatorPaths": True}})
     (rule,) = opened.one("Ingress")["spec"]["rules"]
     assert {"/dashboard", "/metrics"} <= {p["path"] for p in rule["http"]["paths"]}

@@ -9,7 +9,8 @@
   through the ``kubernetes`` client, imported only when the command runs).
 * :mod:`firstlight.k8s.endpoint_check` — ``firstlight check``, the chart's ``helm test``.
 
-Re-exported here: the pure pieces (no ``kubernetes`` import).
+Re-exported here: the pure pieces (no ``kubernetes`` import; ``values_schema`` runs as
+``python -m``, so it is imported from its module).
 """
 
 from firstlight.k8s._model import (
@@ -21,7 +22,6 @@ from firstlight.k8s._model import (
 )
 from firstlight.k8s.endpoint_check import CheckStep, check_endpoint
 from firstlight.k8s.helm_values import HelmValues, to_helm_values
-from firstlight.k8s.values_schema import values_schema
 
 __all__ = [
     "AppStatus",
@@ -33,5 +33,4 @@ __all__ = [
     "RegionStatus",
     "check_endpoint",
     "to_helm_values",
-    "values_schema",
 ]

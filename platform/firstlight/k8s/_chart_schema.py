@@ -157,6 +157,11 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         enabled=_bool("Create the Ingress."),
         className=_str("IngressClass; empty: the cluster's default."),
         host=_str("Public host name (<region>.llm.example.com).", pattern=f"^$|{_DNS_NAME}"),
+        extraHosts={
+            "type": "array",
+            "items": _str("A host name.", pattern=_DNS_NAME),
+            "description": "More names served the same way (the latency-routed domain).",
+        },
         annotations=_map("Ingress annotations (e.g. proxy timeouts for streaming)."),
         tls=_obj(
             "TLS termination at the ingress.",

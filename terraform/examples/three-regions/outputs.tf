@@ -1,0 +1,21 @@
+output "endpoint" {
+  description = "The latency-routed OpenAI-compatible base URL."
+  value       = "https://${var.domain}/v1"
+}
+
+output "regions" {
+  description = "Per region: public URL, EKS cluster name and hints Redis endpoint."
+  value = {
+    for region in [module.us_east, module.eu_west, module.ap_southeast] : region.region_name => {
+      url            = region.public_url
+      cluster_name   = region.cluster_name
+      redis_endpoint = region.redis_endpoint
+    }
+  }
+}
+
+output "api_key" {
+  description = "The API key every region accepts (terraform output -raw api_key)."
+  value       = random_password.api_key.result
+  sensitive   = true
+}

@@ -1,0 +1,64 @@
+variable "domain" {
+  description = "DNS domain of the deployment (llm.example.com), a Route 53 hosted zone of this account: clients use it, regions are <region>.<domain>."
+  type        = string
+
+  validation {
+    condition     = can(regex("^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\\.)+[a-z]{2,63}$", var.domain))
+    error_message = "domain must be a lowercase DNS name such as llm.example.com."
+  }
+}
+
+variable "hash_seed" {
+  description = "The block-hash seed shared by every region (every pod's PYTHONHASHSEED); change it only with every region at once."
+  type        = number
+  default     = 1729
+
+  validation {
+    condition     = var.hash_seed >= 0 && var.hash_seed <= 4294967295 && floor(var.hash_seed) == var.hash_seed
+    error_message = "hash_seed must be an integer between 0 and 4294967295."
+  }
+}
+
+variable "image" {
+  description = "Firstlight's container image in a registry all three regions can pull from."
+  type = object({
+    repository = string
+    tag        = string
+  })
+}
+
+variable "helm_repositories" {
+  description = "Helm repository URLs of KubeRay, ingress-nginx and NVIDIA's device plugin (from each project's installation guide)."
+  type = object({
+    kuberay              = string
+    ingress_nginx        = string
+    nvidia_device_plugin = string
+  })
+}
+
+variable "endpoint_public_access_cidrs" {
+  description = "CIDR blocks allowed to reach the clusters' Kubernetes API (where Terraform and operators run)."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.endpoint_public_access_cidrs) >= 1 && alltrue([for c in var.endpoint_public_access_cidrs : can(cidrhost(c, 0))])
+    error_message = "endpoint_public_access_cidrs needs at least one valid CIDR block."
+  }
+}
+
+variable "gpu_instance_types" {
+  description = "GPU instance types of every region's GPU node group (each needs the type's availability in all three regions)."
+  type        = list(string)
+  default     = ["g6.2xlarge"]
+}
+
+variable "gpu_nodes_min" {
+  description = "Fewest GPU nodes per region; 0 lets an idle region scale its GPUs to zero (the first request then waits for a node)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.gpu_nodes_min >= 0
+    error_message = "gpu_nodes_min cannot be negative."
+  }
+}

@@ -1,0 +1,112 @@
+# What runs in the cluster: the NVIDIA device plugin, the ingress controller behind a
+# TLS-terminating network load balancer, the KubeRay operator, the Secrets the chart
+# reads, and the Firstlight chart itself.
+
+locals {
+  chart_path     = coalesce(var.chart_path, "${path.module}/../../../helm/firstlight")
+  gpu_toleration = { key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }
+}
+
+resource "kubernetes_namespace_v1" "firstlight" {
+  metadata {
+    name   = var.namespace
+    labels = { "app.kubernetes.io/part-of" = "firstlight" }
+  }
+}
+
+resource "kubernetes_secret_v1" "api_keys" {
+  metadata {
+    name      = local.api_keys_secret_name
+    namespace = kubernetes_namespace_v1.firstlight.metadata[0].name
+  }
+  data = { for i, key in var.api_keys : "api-key-${i}" => key }
+}
+
+resource "kubernetes_secret_v1" "redis" {
+  metadata {
+    name      = local.redis_secret_name
+    namespace = kubernetes_namespace_v1.firstlight.metadata[0].name
+  }
+  data = { password = random_password.redis_auth.result }
+}
+
+resource "helm_release" "nvidia_device_plugin" {
+  name       = "nvidia-device-plugin"
+  repository = var.helm_repositories.nvidia_device_plugin
+  chart      = "nvidia-device-plugin"
+  version    = var.chart_versions.nvidia_device_plugin
+  namespace  = "kube-system"
+  values = [yamlencode({
+    nodeSelector = local.gpu_node_labels
+    tolerations  = [local.gpu_toleration]
+  })]
+}
+
+resource "helm_release" "ingress_nginx" {
+  name             = "ingress-nginx"
+  repository       = var.helm_repositories.ingress_nginx
+  chart            = "ingress-nginx"
+  version          = var.chart_versions.ingress_nginx
+  namespace        = "ingress-nginx"
+  create_namespace = true
+  # Waits until the load balancer has a DNS name (read below for the DNS records).
+  wait = true
+  values = [yamlencode({
+    controller = {
+      nodeSelector = { "firstlight/pool" = "system" }
+      config = {
+        # Streaming responses: no buffering, long reads.
+        "proxy-buffering"    = "off"
+        "proxy-read-timeout" = "3600"
+      }
+      service = {
+        annotations = {
+          "service.beta.kubernetes.io/aws-load-balancer-type"             = "nlb"
+          "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"         = aws_acm_certificate_validation.public.certificate_arn
+          "service.beta.kubernetes.io/aws-load-balancer-ssl-ports"        = "https"
+          "service.beta.kubernetes.io/aws-load-balancer-backend-protocol" = "tcp"
+        }
+        # TLS ends at the load balancer; both ports reach the controller's plain HTTP.
+        targetPorts = { http = "http", https = "http" }
+      }
+    }
+  })]
+}
+
+resource "helm_release" "kuberay_operator" {
+  name             = "kuberay-operator"
+  repository       = var.helm_repositories.kuberay
+  chart            = "kuberay-operator"
+  version          = var.chart_versions.kuberay_operator
+  namespace        = "kuberay-system"
+  create_namespace = true
+}
+
+resource "helm_release" "firstlight" {
+  name      = "firstlight"
+  chart     = local.chart_path
+  namespace = kubernetes_namespace_v1.firstlight.metadata[0].name
+  values    = [yamlencode(module.values.values)]
+  # The RayService becomes ready only after GPU nodes join and models load (minutes);
+  # `firstlight status` and the DNS health checks follow it instead of Terraform.
+  wait = false
+
+  depends_on = [
+    helm_release.kuberay_operator,
+    helm_release.ingress_nginx,
+    helm_release.nvidia_device_plugin,
+    kubernetes_secret_v1.api_keys,
+    kubernetes_secret_v1.redis,
+  ]
+}
+
+data "kubernetes_service_v1" "ingress" {
+  metadata {
+    name      = "ingress-nginx-controller"
+    namespace = helm_release.ingress_nginx.namespace
+  }
+}
+
+data "aws_lb_hosted_zone_id" "network" {
+  load_balancer_type = "network"
+}

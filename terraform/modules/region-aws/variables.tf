@@ -1,0 +1,271 @@
+# --- the region -------------------------------------------------------------------------
+
+variable "region_name" {
+  description = "Firstlight region name, a DNS label (us-east). Names the region in metrics and headers and is the first label of its public host name."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", var.region_name))
+    error_message = "region_name must be a DNS label: lowercase letters, digits and '-', at most 63 characters."
+  }
+}
+
+variable "domain" {
+  description = "DNS domain of the deployment (llm.example.com): this region serves <region_name>.<domain> and the latency-routed <domain> itself."
+  type        = string
+
+  validation {
+    condition     = can(regex("^([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\\.)+[a-z]{2,63}$", var.domain))
+    error_message = "domain must be a lowercase DNS name such as llm.example.com."
+  }
+}
+
+variable "zone_id" {
+  description = "Route 53 hosted zone of domain; the region's TLS certificate is validated through it."
+  type        = string
+}
+
+variable "peers" {
+  description = "Peer regions (their region_name) with a round-trip-time prior in milliseconds. Their URLs follow from the names (https://<region>.<domain>), so peers can be set before any load balancer exists."
+  type = list(object({
+    region = string
+    rtt_ms = number
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for p in var.peers : p.rtt_ms >= 0 && p.rtt_ms <= 10000])
+    error_message = "Each peer's rtt_ms must be between 0 and 10000."
+  }
+}
+
+variable "tags" {
+  description = "Tags added to every AWS resource."
+  type        = map(string)
+  default     = {}
+}
+
+# --- the cluster ------------------------------------------------------------------------
+
+variable "cluster_name" {
+  description = "EKS cluster name; null for firstlight-<region_name>."
+  type        = string
+  default     = null
+}
+
+variable "kubernetes_version" {
+  description = "EKS Kubernetes version (the chart needs 1.27 or later)."
+  type        = string
+  default     = "1.33"
+
+  validation {
+    condition     = can(regex("^1\\.(2[7-9]|[3-9][0-9])$", var.kubernetes_version))
+    error_message = "kubernetes_version must be 1.27 or later, as major.minor (1.33)."
+  }
+}
+
+variable "vpc_id" {
+  description = "VPC of the cluster and the Redis replication group."
+  type        = string
+}
+
+variable "private_subnet_ids" {
+  description = "Private subnets (at least two availability zones) for nodes and Redis."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.private_subnet_ids) >= 2
+    error_message = "private_subnet_ids needs subnets in at least two availability zones."
+  }
+}
+
+variable "endpoint_public_access_cidrs" {
+  description = "CIDR blocks allowed to reach the Kubernetes API endpoint (Terraform and operators need it); narrow it to your networks."
+  type        = list(string)
+  default     = ["0.0.0.0/0"]
+}
+
+variable "system_node_group" {
+  description = "The CPU node group for the Ray head, Redis-free system pods and the ingress controller."
+  type = object({
+    instance_types = list(string)
+    min_size       = number
+    max_size       = number
+    desired_size   = number
+  })
+  default = {
+    instance_types = ["m6i.xlarge"]
+    min_size       = 2
+    max_size       = 4
+    desired_size   = 2
+  }
+
+  validation {
+    condition     = var.system_node_group.min_size >= 1 && var.system_node_group.min_size <= var.system_node_group.max_size
+    error_message = "system_node_group needs 1 <= min_size <= max_size."
+  }
+}
+
+variable "gpu_node_group" {
+  description = "The GPU node group for the Ray workers (model replicas). min_size 0 lets an idle region scale its GPUs to zero."
+  type = object({
+    instance_types = list(string)
+    ami_type       = string
+    gpus_per_node  = number
+    min_size       = number
+    max_size       = number
+    desired_size   = number
+    disk_size_gib  = number
+  })
+  default = {
+    instance_types = ["g6.2xlarge"]
+    ami_type       = "AL2023_x86_64_NVIDIA"
+    gpus_per_node  = 1
+    min_size       = 1
+    max_size       = 4
+    desired_size   = 1
+    disk_size_gib  = 200
+  }
+
+  validation {
+    condition     = contains(["AL2023_x86_64_NVIDIA", "AL2023_ARM_64_NVIDIA", "BOTTLEROCKET_x86_64_NVIDIA", "BOTTLEROCKET_ARM_64_NVIDIA"], var.gpu_node_group.ami_type)
+    error_message = "gpu_node_group.ami_type must be an EKS NVIDIA AMI type (AL2023_x86_64_NVIDIA, AL2023_ARM_64_NVIDIA, BOTTLEROCKET_x86_64_NVIDIA or BOTTLEROCKET_ARM_64_NVIDIA)."
+  }
+
+  validation {
+    condition     = var.gpu_node_group.min_size >= 0 && var.gpu_node_group.min_size <= var.gpu_node_group.max_size && var.gpu_node_group.gpus_per_node >= 1
+    error_message = "gpu_node_group needs 0 <= min_size <= max_size and gpus_per_node >= 1."
+  }
+}
+
+# --- Redis (prefix-cache hints) ---------------------------------------------------------
+
+variable "redis_node_type" {
+  description = "ElastiCache node type of the hints store (hints are small: block hashes per replica)."
+  type        = string
+  default     = "cache.t4g.medium"
+}
+
+variable "redis_engine_version" {
+  description = "Redis engine version (major.minor)."
+  type        = string
+  default     = "7.1"
+}
+
+variable "redis_num_cache_clusters" {
+  description = "Redis nodes: 2 or more gives a replica with automatic fail-over across availability zones."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.redis_num_cache_clusters >= 2 && var.redis_num_cache_clusters <= 6
+    error_message = "redis_num_cache_clusters must be between 2 and 6 (a primary and at least one replica)."
+  }
+}
+
+# --- Firstlight -------------------------------------------------------------------------
+
+variable "image" {
+  description = "Firstlight's container image, built from the repository's Dockerfile and pushed to a registry the nodes can pull from."
+  type = object({
+    repository = string
+    tag        = string
+  })
+}
+
+variable "models" {
+  description = "Models served in the region: the chart's models list (PlatformConfig models: name, source, quantization, replicas, resources, ...)."
+  type        = any
+  default = [{
+    name      = "SmolLM2-135M-Instruct"
+    source    = "default"
+    replicas  = 1
+    resources = { num_cpus = 2, num_gpus = 1 }
+  }]
+}
+
+variable "hash_seed" {
+  description = "Prefix-hash seed, every pod's PYTHONHASHSEED: the same in every region, or hints never match."
+  type        = number
+  default     = 0
+
+  validation {
+    condition     = var.hash_seed >= 0 && var.hash_seed <= 4294967295 && floor(var.hash_seed) == var.hash_seed
+    error_message = "hash_seed must be an integer between 0 and 4294967295."
+  }
+}
+
+variable "api_keys" {
+  description = "API keys the region accepts; the first is also sent to peers on forwards, so give every region the same list. Stored in a Kubernetes Secret, never output."
+  type        = list(string)
+  sensitive   = true
+
+  validation {
+    condition     = length(var.api_keys) >= 1 && alltrue([for k in var.api_keys : length(k) >= 32])
+    error_message = "api_keys needs at least one key, each at least 32 characters long."
+  }
+}
+
+variable "gpu_worker_resources" {
+  description = "CPU and memory of each Ray GPU worker pod (leave room for the node's system pods)."
+  type = object({
+    cpu    = string
+    memory = string
+  })
+  default = {
+    cpu    = "6"
+    memory = "24Gi"
+  }
+}
+
+variable "monitoring_enabled" {
+  description = "Create the chart's ServiceMonitor, PrometheusRule and Grafana dashboard ConfigMaps (the cluster must run the Prometheus Operator)."
+  type        = bool
+  default     = false
+}
+
+variable "extra_values" {
+  description = "More Firstlight chart values merged over the computed ones at the top level (router, telemetry, gateway, ...)."
+  type        = any
+  default     = {}
+}
+
+variable "namespace" {
+  description = "Namespace of the Firstlight release and its Secrets."
+  type        = string
+  default     = "firstlight"
+}
+
+variable "chart_path" {
+  description = "Path of the Firstlight chart; null for this repository's helm/firstlight."
+  type        = string
+  default     = null
+}
+
+variable "helm_repositories" {
+  description = "Helm repositories of the charts installed beside Firstlight (their URLs are in each project's installation guide): KubeRay's, ingress-nginx's and NVIDIA's device plugin's."
+  type = object({
+    kuberay              = string
+    ingress_nginx        = string
+    nvidia_device_plugin = string
+  })
+
+  validation {
+    condition     = alltrue([for url in values(var.helm_repositories) : can(regex("^(https|oci)://", url))])
+    error_message = "Each Helm repository must be an https:// or oci:// URL."
+  }
+}
+
+variable "chart_versions" {
+  description = "Pinned versions of the charts installed beside Firstlight."
+  type = object({
+    kuberay_operator     = string
+    ingress_nginx        = string
+    nvidia_device_plugin = string
+  })
+  default = {
+    kuberay_operator     = "1.5.1"
+    ingress_nginx        = "4.13.3"
+    nvidia_device_plugin = "0.17.4"
+  }
+}

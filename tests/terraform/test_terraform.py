@@ -1,0 +1,273 @@
+"""The Terraform modules and example load with Terraform's own loader, follow the
+community modules' conventions, are formatted canonically and pass checkov; and the
+values the region module gives the chart pass the chart's schema."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.chart.chart import render
+from tests.terraform.terraform import (
+    EXAMPLES,
+    MODULES,
+    REPO,
+    ROOTS,
+    TERRAFORM,
+    literal,
+    named,
+    parse_dir,
+    scratch_copy,
+    terraform,
+)
+
+CHECKOV = REPO / ".venv-tools" / "bin" / "checkov"
+REQUIRED_FILES = ("main.tf", "variables.tf", "outputs.tf", "versions.tf", "README.md")
+
+
+def _ids(paths: list[Path]) -> list[str]:
+    return [p.relative_to(TERRAFORM).as_posix() for p in paths]
+
+
+@pytest.mark.parametrize("root", ROOTS, ids=_ids(ROOTS))
+def test_terraform_loads_every_module_without_configuration_errors(
+    root: Path, tmp_path: Path
+) -> None:
+    copy = scratch_copy(tmp_path) / root.relative_to(TERRAFORM)
+    result = terraform(copy, "init", backend=False, input=False)
+    assert result.config_errors == [], result.stderr
+    if not result.errors:
+        assert result.retcode == 0, result.stderr
+
+
+def test_the_loader_reports_configuration_errors(tmp_path: Path) -> None:
+    """The offline-error filter must not hide real problems, in a module or in a local
+    module it calls."""
+    copy = scratch_copy(tmp_path)
+    variables = copy / "modules/firstlight-values/variables.tf"
+    variables.write_text(variables.read_text().replace("type        = number", "type = numbr", 1))
+    main = copy / "modules/region-aws/main.tf"
+    main.write_text(main.read_text() + '\nresourse "aws_s3_bucket" "typo" {}\n')
+    result = terraform(copy / "modules/region-aws", "init", backend=False, input=False)
+    problems = "\n".join(result.config_errors)
+    assert "Invalid type specification" in problems
+    assert 'Blocks of type "resourse" are not expected here' in problems
+    # (A module call's unknown argument is a validate-time error, which needs the
+    # providers; test_local_module_calls_match_the_called_module checks those.)
+
+
+def test_formatting_is_canonical(tmp_path: Path) -> None:
+    """``terraform fmt -check -recursive`` (no ``-diff``: it needs a ``diff`` binary)."""
+    result = terraform(TERRAFORM, "fmt", check=True, recursive=True)
+    assert (result.retcode, result.stdout) == (0, ""), "run terraform fmt on:\n" + result.stdout
+    copy = scratch_copy(tmp_path)
+    outputs = copy / "modules/region-aws/outputs.tf"
+    outputs.write_text(outputs.read_text().replace("  value       =", "  value =", 1))
+    unformatted = terraform(copy, "fmt", check=True, recursive=True)
+    assert (unformatted.retcode, unformatted.stdout) == (3, "modules/region-aws/outputs.tf\n")
+
+
+@pytest.mark.parametrize("root", MODULES + EXAMPLES, ids=_ids(MODULES + EXAMPLES))
+def test_module_layout_and_readme(root: Path) -> None:
+    for name in REQUIRED_FILES:
+        assert (root / name).is_file(), f"{root.name} lacks {name}"
+    blocks = parse_dir(root)
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    for name in (*named(blocks.get("variable", [])), *named(blocks.get("output", []))):
+        assert f"`{name}`" in readme, f"{root.name}/README.md does not document {name}"
+
+
+def _all_dirs() -> list[Path]:
+    return sorted({p.parent for p in TERRAFORM.rglob("*.tf")})
+
+
+@pytest.mark.parametrize("folder", _all_dirs(), ids=_ids(_all_dirs()))
+def test_variables_are_typed_and_described_and_outputs_described(folder: Path) -> None:
+    blocks = parse_dir(folder)
+    for name, variable in named(blocks.get("variable", [])).items():
+        assert "type" in variable, f"{folder.name}: variable {name} has no type"
+        assert len(literal(variable.get("description", ""))) >= 10, f"variable {name}"
+    for name, output in named(blocks.get("output", [])).items():
+        assert len(literal(output.get("description", ""))) >= 10, f"output {name}"
+
+
+@pytest.mark.parametrize("folder", _all_dirs(), ids=_ids(_all_dirs()))
+def test_versions_are_pinned(folder: Path) -> None:
+    blocks = parse_dir(folder)
+    (settings,) = blocks["terraform"]
+    assert re.match(r">= ?1\.\d", literal(settings["required_version"]))
+    for providers in settings.get("required_providers", []):
+        for name, requirement in providers.items():
+            if name == "__is_block__":
+                continue
+            version = literal(requirement["version"])
+            assert "<" in version or "~>" in version, f"{name} {version!r} has no upper bound"
+    for call in named(blocks.get("module", [])).values():
+        source = literal(call["source"])
+        if not source.startswith("."):
+            assert re.fullmatch(r"~> \d+\.\d+", literal(call.get("version", ""))), source
+
+
+@pytest.mark.parametrize("folder", _all_dirs(), ids=_ids(_all_dirs()))
+def test_local_module_calls_match_the_called_module(folder: Path) -> None:
+    for name, call in named(parse_dir(folder).get("module", [])).items():
+        source = literal(call["source"])
+        if not source.startswith("."):
+            continue
+        target = (folder / source).resolve()
+        assert target.is_dir(), f"module {name}: {source} does not exist"
+        variables = named(parse_dir(target).get("variable", []))
+        arguments = set(call) - {
+            "source",
+            "version",
+            "providers",
+            "count",
+            "for_each",
+            "depends_on",
+        }
+        assert arguments <= set(variables), f"module {name}: unknown {arguments - set(variables)}"
+        required = {v for v, spec in variables.items() if "default" not in spec}
+        assert required <= arguments, f"module {name}: missing {required - arguments}"
+
+
+SECRET_PATTERNS = {
+    "AWS access key id": re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"),
+    "AWS account id in an ARN": re.compile(r"arn:aws[-a-z]*:[a-z0-9-]*:[a-z0-9-]*:\d{12}:"),
+    "account id": re.compile(r"(?i)account[_-]?id\s*=\s*\"?\d{12}"),
+    # A name ending in password/token/api_key/secret given a literal string.
+    "literal password or token": re.compile(
+        r"(?i)\b\w*(password|token|api_key|secret)\s*=\s*\"[^\"$]{6,}\""
+    ),
+    "private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+}
+
+
+def test_no_hard_coded_secrets_or_account_ids() -> None:
+    for path in sorted(TERRAFORM.rglob("*")):
+        if path.is_file() and path.suffix in {".tf", ".md", ".tfvars", ".json", ".hcl"}:
+            text = path.read_text(encoding="utf-8")
+            for what, pattern in SECRET_PATTERNS.items():
+                assert not pattern.search(text), f"{path.relative_to(REPO)}: {what}"
+
+
+def test_secrets_never_leave_in_outputs() -> None:
+    """The Redis token and the API keys go only to Kubernetes Secrets; an output that
+    names them must be sensitive."""
+    for folder in _all_dirs():
+        for name, output in named(parse_dir(folder).get("output", [])).items():
+            value = str(output.get("value", ""))
+            if re.search(r"random_password|api_keys|auth_token", value):
+                assert output.get("sensitive") is True, f"{folder.name} output {name}"
+    outputs = named(parse_dir(TERRAFORM / "modules/region-aws").get("output", []))
+    assert not any("redis_auth" in str(o.get("value")) for o in outputs.values())
+
+
+def test_checkov_passes_with_justified_skips() -> None:
+    if not CHECKOV.is_file():
+        pytest.fail(f"{CHECKOV} is missing: run `make tools` (make test does)")
+    run = subprocess.run(
+        [
+            str(CHECKOV),
+            "-d",
+            str(TERRAFORM),
+            "--framework",
+            "terraform",
+            "--compact",
+            "--output",
+            "json",
+            "--skip-download",
+            "--download-external-modules",
+            "false",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    report = json.loads(run.stdout)
+    reports = report if isinstance(report, list) else [report]
+    for part in reports:
+        summary = part["summary"]
+        failed = part.get("results", {}).get("failed_checks", [])
+        assert summary["failed"] == 0, [
+            (f["check_id"], f["resource"], f["file_path"]) for f in failed
+        ]
+        assert summary["passed"] > 20
+        for skipped in part.get("results", {}).get("skipped_checks", []):
+            reason = skipped["check_result"].get("suppress_comment", "")
+            assert len(reason) > 30, f"{skipped['check_id']} on {skipped['resource']}: {reason!r}"
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def _region_defaults_root(tmp_path: Path, tfvars: dict[str, Any]) -> Path:
+    """A root module made of the region module's own variables.tf, locals.tf and
+    values.tf, with the Redis endpoint (a resource attribute) stubbed."""
+    module = TERRAFORM / "modules/region-aws"
+    root = tmp_path / "region-values"
+    root.mkdir()
+    for name in ("variables.tf", "locals.tf", "values.tf"):
+        shutil.copy(module / name, root / name)
+    values_tf = root / "values.tf"
+    values_tf.write_text(
+        values_tf.read_text().replace(
+            '"../firstlight-values"', json.dumps(str(TERRAFORM / "modules/firstlight-values"))
+        )
+    )
+    (root / "stub.tf").write_text(
+        'locals {\n  redis_url = "rediss://master.hints.example.internal:6379/0"\n}\n'
+        'output "values" {\n  value = module.values.values\n}\n'
+    )
+    (root / "terraform.tfvars.json").write_text(json.dumps(tfvars))
+    return root
+
+
+REQUIRED_INPUTS = {
+    "region_name": "us-east",
+    "domain": "llm.example.com",
+    "zone_id": "Z0000000000000EXAMPLE",
+    "vpc_id": "vpc-0123456789abcdef0",
+    "private_subnet_ids": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
+    "image": {"repository": "registry.example.com/firstlight/firstlight", "tag": "0.1.0"},
+    "api_keys": ["k" * 48],
+    "helm_repositories": {
+        "kuberay": "https://charts.example.com/kuberay",
+        "ingress_nginx": "https://charts.example.com/ingress-nginx",
+        "nvidia_device_plugin": "https://charts.example.com/nvidia",
+    },
+}
+
+
+def test_region_module_values_pass_the_chart_schema(tmp_path: Path) -> None:
+    variables = named(parse_dir(TERRAFORM / "modules/region-aws")["variable"])
+    assert {v for v, spec in variables.items() if "default" not in spec} == set(REQUIRED_INPUTS)
+    root = _region_defaults_root(
+        tmp_path, {**REQUIRED_INPUTS, "peers": [{"region": "eu-west", "rtt_ms": 75}]}
+    )
+    init = terraform(root, "init", backend=False, input=False)
+    assert init.retcode == 0, init.stderr
+    apply = terraform(root, "apply", auto_approve=True, input=False)
+    assert apply.retcode == 0, apply.stderr
+    output = terraform(root, "output", json=True)
+    values = json.loads(output.stdout)["values"]["value"]
+    rendered = render(values)  # validates against values.schema.json first
+    config = yaml.safe_load(rendered.one("RayService")["spec"]["serveConfigV2"])
+    args = config["applications"][0]["args"]
+    assert args["config"]["regions"][0]["peers"] == [
+        {"region": "eu-west", "url": "https://eu-west.llm.example.com", "rtt_ms": 75}
+    ]
+    assert args["config"]["hints"]["redis_url"] == "rediss://master.hints.example.internal:6379/0"
+    ingress = rendered.one("Ingress")
+    assert [r["host"] for r in ingress["spec"]["rules"]] == [
+        "us-east.llm.example.com",
+        "llm.example.com",
+    ]
+    group = rendered.one("RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    assert group["template"]["spec"]["nodeSelector"] == {"firstlight/pool": "gpu"}
+    assert "k" * 48 not in json.dumps(values)  # keys travel as a Secret reference only
