@@ -238,7 +238,7 @@ REQUIRED_INPUTS = {
     "api_keys": ["k" * 48],
     "helm_repositories": {
         "kuberay": "https://charts.example.com/kuberay",
-        "ingress_nginx": "https://charts.example.com/ingress-nginx",
+        "traefik": "https://charts.example.com/traefik",
         "nvidia_device_plugin": "https://charts.example.com/nvidia",
     },
 }

@@ -28,10 +28,10 @@ variable "image" {
 }
 
 variable "helm_repositories" {
-  description = "Helm repository URLs of KubeRay, ingress-nginx and NVIDIA's device plugin (from each project's installation guide)."
+  description = "Helm repository URLs of KubeRay, Traefik and NVIDIA's device plugin (from each project's installation guide)."
   type = object({
     kuberay              = string
-    ingress_nginx        = string
+    traefik              = string
     nvidia_device_plugin = string
   })
 }

@@ -98,7 +98,7 @@ variable "api_key_names" {
 variable "ingress_class_name" {
   description = "IngressClass of the region's ingress controller."
   type        = string
-  default     = "nginx"
+  default     = "traefik"
 }
 
 variable "monitoring_enabled" {

@@ -1,6 +1,6 @@
-# What runs in the cluster: the NVIDIA device plugin, the ingress controller behind a
-# TLS-terminating network load balancer, the KubeRay operator, the Secrets the chart
-# reads, and the Firstlight chart itself.
+# What runs in the cluster: the NVIDIA device plugin, the ingress controller (Traefik)
+# behind a TLS-terminating network load balancer, the KubeRay operator, the Secrets the
+# chart reads, and the Firstlight chart itself.
 
 locals {
   chart_path     = coalesce(var.chart_path, "${path.module}/../../../helm/firstlight")
@@ -42,32 +42,30 @@ resource "helm_release" "nvidia_device_plugin" {
   })]
 }
 
-resource "helm_release" "ingress_nginx" {
-  name             = "ingress-nginx"
-  repository       = var.helm_repositories.ingress_nginx
-  chart            = "ingress-nginx"
-  version          = var.chart_versions.ingress_nginx
-  namespace        = "ingress-nginx"
+resource "helm_release" "ingress" {
+  name             = "traefik"
+  repository       = var.helm_repositories.traefik
+  chart            = "traefik"
+  version          = var.chart_versions.traefik
+  namespace        = "traefik"
   create_namespace = true
   # Waits until the load balancer has a DNS name (read below for the DNS records).
   wait = true
   values = [yamlencode({
-    controller = {
-      nodeSelector = { "firstlight/pool" = "system" }
-      config = {
-        # Streaming responses: no buffering, long reads.
-        "proxy-buffering"    = "off"
-        "proxy-read-timeout" = "3600"
-      }
-      service = {
-        annotations = {
-          "service.beta.kubernetes.io/aws-load-balancer-type"             = "nlb"
-          "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"         = aws_acm_certificate_validation.public.certificate_arn
-          "service.beta.kubernetes.io/aws-load-balancer-ssl-ports"        = "https"
-          "service.beta.kubernetes.io/aws-load-balancer-backend-protocol" = "tcp"
-        }
-        # TLS ends at the load balancer; both ports reach the controller's plain HTTP.
-        targetPorts = { http = "http", https = "http" }
+    nodeSelector = { "firstlight/pool" = "system" }
+    ingressClass = { enabled = true, isDefaultClass = false }
+    # Ingress status carries the load balancer's name (firstlight status shows it).
+    providers = { kubernetesIngress = { publishedService = { enabled = true } } }
+    ports = {
+      # TLS ends at the load balancer: the websecure entry point receives plain HTTP.
+      websecure = { tls = { enabled = false } }
+    }
+    service = {
+      annotations = {
+        "service.beta.kubernetes.io/aws-load-balancer-type"             = "nlb"
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"         = aws_acm_certificate_validation.public.certificate_arn
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-ports"        = "443"
+        "service.beta.kubernetes.io/aws-load-balancer-backend-protocol" = "tcp"
       }
     }
   })]
@@ -93,7 +91,7 @@ resource "helm_release" "firstlight" {
 
   depends_on = [
     helm_release.kuberay_operator,
-    helm_release.ingress_nginx,
+    helm_release.ingress,
     helm_release.nvidia_device_plugin,
     kubernetes_secret_v1.api_keys,
     kubernetes_secret_v1.redis,
@@ -102,8 +100,8 @@ resource "helm_release" "firstlight" {
 
 data "kubernetes_service_v1" "ingress" {
   metadata {
-    name      = "ingress-nginx-controller"
-    namespace = helm_release.ingress_nginx.namespace
+    name      = helm_release.ingress.name
+    namespace = helm_release.ingress.namespace
   }
 }
 

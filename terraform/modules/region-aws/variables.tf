@@ -243,10 +243,10 @@ variable "chart_path" {
 }
 
 variable "helm_repositories" {
-  description = "Helm repositories of the charts installed beside Firstlight (their URLs are in each project's installation guide): KubeRay's, ingress-nginx's and NVIDIA's device plugin's."
+  description = "Helm repositories of the charts installed beside Firstlight (their URLs are in each project's installation guide): KubeRay's, Traefik's and NVIDIA's device plugin's."
   type = object({
     kuberay              = string
-    ingress_nginx        = string
+    traefik              = string
     nvidia_device_plugin = string
   })
 
@@ -260,12 +260,12 @@ variable "chart_versions" {
   description = "Pinned versions of the charts installed beside Firstlight."
   type = object({
     kuberay_operator     = string
-    ingress_nginx        = string
+    traefik              = string
     nvidia_device_plugin = string
   })
   default = {
     kuberay_operator     = "1.5.1"
-    ingress_nginx        = "4.13.3"
-    nvidia_device_plugin = "0.17.4"
+    traefik              = "34.3.0"
+    nvidia_device_plugin = "0.19.0"
   }
 }
