@@ -342,6 +342,24 @@ class GatewayConfig(_Section):
     at one gateway; more are refused with 429 and ``Retry-After``."""
     first_token_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
     """A request that has no first token after this long is abandoned with 503."""
+    max_body_bytes: Annotated[int, Field(ge=1024, le=1_073_741_824)] = 4_194_304
+    """Largest request body in bytes; a larger one gets 413 before it is read whole."""
+    max_messages: Annotated[int, Field(ge=1, le=100_000)] = 512
+    """Most messages in one chat request (400 beyond)."""
+    max_prompt_tokens: Annotated[int | None, Field(ge=1, le=1_048_576)] = None
+    """Most prompt tokens per request, after the chat template (400 beyond); ``null``:
+    the model's ``max_model_len`` is the only bound."""
+    max_output_tokens: Annotated[int | None, Field(ge=1, le=1_048_576)] = None
+    """Largest ``max_tokens`` a request may ask for, and the default when it asks for
+    none (400 beyond); ``null``: whatever fits the model's context."""
+    max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
+    """Replica attempts per request, the first included: a replica that fails before
+    the first token is retried on another, one that fails mid-stream is resumed on
+    another (``stream_migration``); after the last attempt the client gets an error."""
+    stream_migration: bool = True
+    """Resume a stream whose replica failed mid-way on another replica (the prompt plus
+    the tokens already sent), so the client sees one uninterrupted answer. Off: the
+    stream ends with an error event."""
 
 
 def _default_regions() -> tuple[RegionConfig, ...]:

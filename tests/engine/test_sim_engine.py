@@ -247,3 +247,22 @@ def test_for_profile_fits_the_profile_to_the_gateways_hash_scheme() -> None:
     assert engine.core.scheme == HashScheme(64, 9)
     assert engine.core.profile.kv_cache_blocks == CPU.kv_cache_tokens // 64
     assert engine.model_name == "sim/m"
+
+
+async def test_a_resumed_request_continues_the_same_output(make_engine: MakeEngine) -> None:
+    """The gateway resumes a failed stream with the prompt plus the tokens already sent
+    and ``resumed_tokens``; the simulator must carry on exactly where it stopped."""
+    engine = make_engine()
+    whole = await collect(engine.generate(request("r", range(70), max_tokens=9)))
+    tokens = [t for c in whole for t in c.token_ids]
+    for done in (1, 4, 8):
+        resumed = GenerationRequest(
+            "r",
+            tuple(range(70)) + tuple(tokens[:done]),
+            SamplingSettings(max_tokens=9 - done),
+            resumed_tokens=done,
+        )
+        rest = await collect(engine.generate(resumed))
+        assert [t for c in rest for t in c.token_ids] == tokens[done:]
+        assert "".join(c.text for c in rest) == "".join(c.text for c in whole[done:])
+        assert rest[-1].finish_reason == "length"

@@ -41,6 +41,10 @@ def platform(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
                 "host": "127.0.0.1",
                 "port": serve_port,
                 "max_concurrent_per_key": CONCURRENCY_LIMIT,
+                # Below the defaults, so the bounds test shows they come from the config.
+                "max_body_bytes": 1_000_000,
+                "max_messages": 64,
+                "max_output_tokens": 1021,
             },
             # Spill-over is tested in test_routing; here every answer comes from api-east.
             "router": {"spill_over_margin_ms": 60_000},
@@ -222,6 +226,31 @@ def test_oversized_body_is_413(platform: LocalPlatform) -> None:
     response = httpx.post(url, json=_chat("y" * 5_000_000), headers=_auth(), timeout=30)
     assert response.status_code == 413
     assert response.json()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "says"),
+    [
+        (_chat("z" * 2_000_000), 413, None, "exceeds 1000000 bytes"),
+        (
+            {"model": MODEL, "messages": [{"role": "user", "content": "hi"}] * 65},
+            400,
+            "messages",
+            "gateway.max_messages",
+        ),
+        (_chat(max_tokens=1022), 400, "max_tokens", "gateway.max_output_tokens"),
+    ],
+    ids=["body-bytes", "messages", "output-tokens"],
+)
+def test_request_bounds_come_from_the_config(
+    platform: LocalPlatform, body: dict[str, object], status: int, param: str | None, says: str
+) -> None:
+    url = f"{platform.endpoints['api-east']}/v1/chat/completions"
+    response = httpx.post(url, json=body, headers=_auth(), timeout=30)
+    assert response.status_code == status
+    error = response.json()["error"]
+    assert (error["type"], error["param"]) == ("invalid_request_error", param)
+    assert says in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,7 @@ from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
+from firstlight.api.migration import Attempts, continuation, merged_usage
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.responses import (
     DONE_EVENT,
@@ -56,6 +57,7 @@ from firstlight.api.streams import (
     Stream,
     aclose,
     as_api_error,
+    cause,
     first_chunk,
     next_chunk,
 )
@@ -87,7 +89,6 @@ __all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend"]  # HOP_HEADER: from .for
 
 _log = logging.getLogger(__name__)
 
-MAX_BODY_BYTES = 4 * 1024 * 1024
 _RETRY_AFTER_S = 1.0
 
 
@@ -195,7 +196,7 @@ class GatewayCore:
         self._inflight[caller] = self._inflight.get(caller, 0) + 1
         response: Response | None = None
         try:
-            body = await _read_body(request)
+            body = await _read_body(request, self.config.gateway.max_body_bytes)
             prepared = self._prepare(kind, body)
             obs.model = prepared.model.name
             obs.request_id = prepared.generation.request_id
@@ -308,15 +309,41 @@ class GatewayCore:
                 param="model",
                 code="model_not_found",
             )
+        limits = self.config.gateway
         encoder = self.encoders[model.name]
         if isinstance(parsed, ChatCompletionRequest):
+            if len(parsed.messages) > limits.max_messages:
+                raise BadRequestError(
+                    f"{len(parsed.messages)} messages; at most {limits.max_messages} are "
+                    "accepted (gateway.max_messages)",
+                    param="messages",
+                )
             prompt = encoder.chat(parsed.messages)
         elif isinstance(parsed.prompt, str):
             prompt = encoder.text(parsed.prompt)
         else:
             prompt = tuple(parsed.prompt)
+        if limits.max_prompt_tokens is not None and len(prompt) > limits.max_prompt_tokens:
+            raise BadRequestError(
+                f"the prompt has {len(prompt)} tokens; at most {limits.max_prompt_tokens} are "
+                "accepted (gateway.max_prompt_tokens)",
+                param="messages" if kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
         room = model.max_model_len - len(prompt)
+        if limits.max_output_tokens is not None:
+            room = min(room, limits.max_output_tokens)
         max_tokens = parsed.requested_max_tokens
+        if (
+            limits.max_output_tokens is not None
+            and max_tokens is not None
+            and max_tokens > limits.max_output_tokens
+        ):
+            raise BadRequestError(
+                f"max_tokens is {max_tokens}; at most {limits.max_output_tokens} are accepted "
+                "(gateway.max_output_tokens)",
+                param="max_tokens",
+            )
         if room < 1 or (max_tokens is not None and max_tokens > room):
             asked = max_tokens if max_tokens is not None else 1
             raise BadRequestError(
@@ -382,13 +409,17 @@ class GatewayCore:
             )
             if spilled is not None:
                 return spilled
-        try:
-            return await self._serve_local(prepared, "local", local, obs, "local")
-        except ReplicaFailedError as exc:
-            _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
-            if obs.route_span is not None:
-                obs.route_span.set_status(trace.StatusCode.ERROR, str(exc))
-            return await self._fail_over(ranked, prepared, body, request, obs)
+        attempts = Attempts(self.config.gateway.max_attempts)
+        while True:
+            try:
+                return await self._serve_local(prepared, "local", local, obs, "local")
+            except ReplicaFailedError as exc:
+                _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
+                if obs.route_span is not None:
+                    obs.route_span.set_status(trace.StatusCode.ERROR, str(exc))
+                if state is None or state.healthy_replicas == 0 or not attempts.another(str(exc)):
+                    return await self._fail_over(ranked, prepared, body, request, obs)
+                local = state.estimate(prepared.routing)  # another replica, knowing this
 
     async def _fail_over(
         self,
@@ -524,24 +555,83 @@ class GatewayCore:
         if state is not None:
             state.finished(request_id)
 
+    async def _resume(
+        self,
+        prepared: _Prepared,
+        generated: list[int],
+        failed: Stream,
+        exc: Exception,
+        attempts: Attempts,
+    ) -> tuple[Stream, GenerationChunk]:
+        """Continue a request whose replica failed after ``generated`` tokens on another
+        replica (:mod:`firstlight.api.migration`); return the new stream and its first
+        chunk. Raises ``exc`` when migration is off, :class:`NoCapacityError` when the
+        attempts are used up."""
+        name, rid = prepared.model.name, prepared.generation.request_id
+        self._finish(name, rid)
+        await aclose(failed)
+        if not self.config.gateway.stream_migration:
+            raise exc
+        reason = f"{type(cause(exc)).__name__}: {cause(exc)}"
+        timeout_s = self.config.gateway.first_token_timeout_s
+        while attempts.another(reason):
+            request, routing = continuation(prepared.generation, generated, self._schemes[name])
+            _log.warning(
+                "%s: %s resumed after %d tokens (attempt %d): %s",
+                self.region,
+                rid,
+                len(generated),
+                attempts.used,
+                reason,
+            )
+            state = self.backend.state(name)
+            if state is not None:
+                state.dispatched(rid, routing.prompt_tokens)
+            chunks = self.backend.stream(name, request, routing, {})
+            try:
+                async with asyncio.timeout(timeout_s):
+                    _, first = await first_chunk(chunks)
+            except (ReplicaFailedError, TimeoutError) as again:
+                reason = str(again) or type(again).__name__
+                self._finish(name, rid)
+                await aclose(chunks)
+                continue
+            except BaseException:
+                self._finish(name, rid)
+                await aclose(chunks)
+                raise
+            return chunks, first
+        raise NoCapacityError(
+            f"the request failed mid-stream and could not be resumed: {attempts.summary()}"
+        ) from exc
+
     async def _collect(
         self, prepared: _Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
     ) -> dict[str, Any]:
         parts, last = [first.text], first
-        tokens = len(first.token_ids)
+        generated = list(first.token_ids)
+        attempts = Attempts(self.config.gateway.max_attempts)
         try:
-            if first.finish_reason is None:
-                async for chunk in chunks:
-                    if isinstance(chunk, GenerationChunk):
-                        parts.append(chunk.text)
-                        tokens += len(chunk.token_ids)
-                        last = chunk
+            chunk: GenerationChunk | None = first
+            while chunk is not None and chunk.finish_reason is None:
+                try:
+                    chunk = await next_chunk(chunks)
+                except Exception as exc:
+                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
+                if chunk is not None:
+                    parts.append(chunk.text)
+                    generated.extend(chunk.token_ids)
+                    last = chunk
         except Exception as exc:
             raise as_api_error(exc) from exc
         finally:
             self._finish(prepared.model.name, prepared.generation.request_id)
+            await aclose(chunks)
         obs.last_token_at = time.monotonic()
-        obs.output_tokens = last.usage.completion_tokens if last.usage else tokens
+        usage = last.usage
+        if attempts.used > 1:
+            usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
+        obs.output_tokens = usage.completion_tokens if usage else len(generated)
         return completion_body(
             prepared.kind,
             prepared.generation.request_id,
@@ -549,7 +639,7 @@ class GatewayCore:
             int(time.time()),
             "".join(parts),
             last.finish_reason,
-            last.usage,
+            usage,
         )
 
     async def _sse(
@@ -559,10 +649,13 @@ class GatewayCore:
         created = int(time.time())
         usage: Usage | None = None
         obs.output_tokens = 0
+        generated: list[int] = []
+        attempts = Attempts(self.config.gateway.max_attempts)
         try:
             chunk: GenerationChunk | None = first
             is_first = True
             while chunk is not None:
+                generated.extend(chunk.token_ids)
                 obs.output_tokens += len(chunk.token_ids)
                 obs.last_token_at = time.monotonic()
                 yield sse_event(
@@ -574,7 +667,12 @@ class GatewayCore:
                 usage = chunk.usage or usage
                 if chunk.finish_reason is not None:
                     break
-                chunk = await next_chunk(chunks)
+                try:
+                    chunk = await next_chunk(chunks)
+                except Exception as exc:  # the replica failed: resume elsewhere, or raise
+                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
+            if attempts.used > 1:
+                usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
             if prepared.include_usage and usage is not None:
                 yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
         except Exception as exc:  # after the headers went out: an error event, then DONE
@@ -636,13 +734,14 @@ class _ClosingStream(StreamingResponse):
             self._done()
 
 
-async def _read_body(request: Request) -> bytes:
+async def _read_body(request: Request, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
     declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-        raise RequestTooLargeError(f"the request body exceeds {MAX_BODY_BYTES} bytes")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestTooLargeError(f"the request body exceeds {limit} bytes")
     body = bytearray()
     async for piece in request.stream():
         body += piece
-        if len(body) > MAX_BODY_BYTES:
-            raise RequestTooLargeError(f"the request body exceeds {MAX_BODY_BYTES} bytes")
+        if len(body) > limit:
+            raise RequestTooLargeError(f"the request body exceeds {limit} bytes")
     return bytes(body)

@@ -27,6 +27,7 @@ __all__ = [
     "Stream",
     "aclose",
     "as_api_error",
+    "cause",
     "first_chunk",
     "next_chunk",
 ]

@@ -58,6 +58,11 @@ class GenerationRequest:
     sampling: SamplingSettings
     cache_salt: str | None = None
     """Per-tenant salt of the prefix cache (tenants share no cached block)."""
+    resumed_tokens: int = 0
+    """Output tokens an earlier attempt at this request already produced (the gateway
+    resumes a stream whose replica failed): the prompt ends with them, and a
+    deterministic engine continues at this output position (vLLM needs nothing more;
+    the simulator's filler output uses it)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,9 +42,11 @@ class Filler:
         self._texts = tuple(" " + word for word in _VOCABULARY.split())
         self._count = len(self._texts)
 
-    def offset(self, request_id: str) -> int:
-        """Where ``request_id`` starts in the word cycle (stable across processes)."""
-        return zlib.crc32(f"{self._seed}/{request_id}".encode()) % self._count
+    def offset(self, request_id: str, resumed_tokens: int = 0) -> int:
+        """Where ``request_id`` starts in the word cycle (stable across processes); a
+        request resumed after ``resumed_tokens`` outputs continues where it stopped."""
+        start = zlib.crc32(f"{self._seed}/{request_id}".encode())
+        return (start + resumed_tokens * _STRIDE) % self._count
 
     def token_id(self, offset: int, position: int) -> int:
         """Token id of output ``position`` of the request starting at ``offset``."""
