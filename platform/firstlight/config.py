@@ -280,6 +280,11 @@ class RouterConfig(_Section):
     """Policy-specific parameters, checked by the policy when the router is built."""
     spill_over_margin_ms: Annotated[float, Field(ge=0, le=60_000)] = 50.0
     """A peer region must beat the local predicted TTFT by this much to take a request."""
+    admission_wait_ms: Annotated[float | None, Field(gt=0, le=600_000)] = None
+    """Load shedding: the longest queueing wait (predicted, ms) a request may face on
+    the best local replica. Beyond it the request goes to a peer region that can take
+    it, or is refused at once with 503 and ``Retry-After`` instead of waiting, so the
+    admitted requests keep their latency. ``null`` admits everything."""
     slo: SloConfig = SloConfig()
     """Latency objectives."""
 
@@ -340,6 +345,9 @@ class GatewayConfig(_Section):
     max_concurrent_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 256
     """Requests one API key (or, with auth off, the whole endpoint) may have in flight
     at one gateway; more are refused with 429 and ``Retry-After``."""
+    max_in_flight: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
+    """Requests one gateway holds at once, all keys together (its queue bound); more
+    are refused at once with 503 and ``Retry-After``."""
     first_token_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
     """A request that has no first token after this long is abandoned with 503."""
     max_body_bytes: Annotated[int, Field(ge=1024, le=1_073_741_824)] = 4_194_304

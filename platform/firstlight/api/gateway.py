@@ -9,16 +9,24 @@ routes over it. Per request, on the event loop:
 
 ``auth → validate → tokenize (+ block hashes) → region decision → local or peer → respond``
 
-Peers are reached through :mod:`firstlight.api.forward`; replica streams are read with
-:mod:`firstlight.api.streams`. Every request fills a telemetry observation (route, first
-token, tokens, status) that ends in metrics, the request's trace and the dashboard.
+Peers are reached through :mod:`firstlight.api.forward`; requests kept here are served
+by :class:`~firstlight.api.local.LocalServer` (:mod:`firstlight.api.local`). Every
+request fills a telemetry observation (route, first token, tokens, status) that ends in
+metrics, the request's trace and the dashboard.
 
-The region decision: a forwarded request (hop header) is always served here; with no
-healthy local replica the request **fails over** to the usable peer with the lowest
-predicted TTFT; otherwise it **spills over** when that peer's prediction (round trip
-included) beats the local one by ``router.spill_over_margin_ms``. A peer that fails is
-skipped (its breaker counts it) and the next one is tried; when nothing can take the
-request the answer is 503 with ``Retry-After``.
+Admission: more than ``gateway.max_in_flight`` requests at this gateway, or more than
+``gateway.max_concurrent_per_key`` for one key, are refused at once (503 / 429 with
+``Retry-After``).
+
+The region decision: a forwarded request (hop header) is served here unless the region
+is overloaded; with no healthy local replica the request **fails over** to the usable
+peer with the lowest predicted TTFT; when the predicted queueing wait here exceeds
+``router.admission_wait_ms`` it **overflows** to a peer that predicts better, or is
+refused with 503 at once; otherwise it **spills over** when a peer's prediction (round
+trip included) beats the local one by ``router.spill_over_margin_ms``. A replica that
+fails before the first token is retried on another (``gateway.max_attempts``), then the
+peers are tried. A peer that fails is skipped (its breaker counts it) and the next one
+is tried; when nothing can take the request the answer is 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -29,8 +37,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 from fastapi import Request
@@ -40,34 +47,23 @@ from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
-from firstlight.api.migration import Attempts, continuation, merged_usage
+from firstlight.api.local import RETRY_AFTER_S as _RETRY_AFTER_S
+from firstlight.api.local import LocalBackend, LocalServer, Prepared
+from firstlight.api.migration import Attempts
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.responses import (
-    DONE_EVENT,
     Kind,
-    completion_body,
-    error_body,
     error_response,
-    sse_event,
-    stream_chunk,
 )
 from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest
 from firstlight.api.streams import (
     ReplicaFailedError,
-    Stream,
-    aclose,
-    as_api_error,
-    cause,
-    first_chunk,
-    next_chunk,
 )
-from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.config import PlatformConfig
 from firstlight.dashboard import dashboard_state
 from firstlight.engine.protocol import (
-    GenerationChunk,
     GenerationRequest,
     SamplingSettings,
-    Usage,
 )
 from firstlight.errors import (
     ApiError,
@@ -81,69 +77,11 @@ from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.regions.peers import Peer, PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, spills_over
 from firstlight.routing import Decision, RequestView
-from firstlight.serve.router_state import Route, RouterState, ServedBy
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
-from firstlight.telemetry.tracing import inject
 
 __all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend"]  # HOP_HEADER: from .forward
 
 _log = logging.getLogger(__name__)
-
-_RETRY_AFTER_S = 1.0
-
-
-_Stream = AsyncIterator[ServedBy | GenerationChunk]
-
-
-class LocalBackend(Protocol):
-    """The region's own model deployments, as the gateway uses them."""
-
-    def state(self, model: str) -> RouterState | None:
-        """The model's router state, ``None`` until its router exists."""
-        ...
-
-    def stream(
-        self,
-        model: str,
-        request: GenerationRequest,
-        routing: RequestView,
-        trace_context: dict[str, str],
-    ) -> AsyncIterator[ServedBy | GenerationChunk]:
-        """Send the request through the model's request router and stream what the
-        replica yields: a :class:`ServedBy`, then the chunks. ``trace_context`` carries
-        the route span to the replica (empty when traces are off)."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class _Prepared:
-    kind: Kind
-    model: ModelConfig
-    generation: GenerationRequest
-    routing: RequestView
-    stream: bool
-    include_usage: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _RouteInfo:
-    route: str
-    region: str
-    replica: str
-    predicted_ms: float | None
-    explanation: str | None = None
-
-    def headers(self) -> dict[str, str]:
-        out = {
-            "x-firstlight-route": self.route,
-            "x-firstlight-region": self.region,
-            "x-firstlight-replica": self.replica,
-        }
-        if self.predicted_ms is not None:
-            out["x-firstlight-predicted-ttft-ms"] = f"{self.predicted_ms:.1f}"
-        if self.explanation is not None:
-            out["x-firstlight-decision"] = self.explanation
-        return out
 
 
 class GatewayCore:
@@ -171,8 +109,10 @@ class GatewayCore:
         self._schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
         self._hot = {m.name: HotPrefixes() for m in config.models}
         self._forwarder = PeerForwarder(region, peers, client, telemetry)
+        self._local = LocalServer(config, region, backend, telemetry, self._schemes, self._hot)
         self._created = int(time.time())
         self._inflight: dict[str, int] = {}
+        self._total_inflight = 0
 
     # --- entry points (called by the FastAPI routes) ------------------------------------
 
@@ -183,6 +123,16 @@ class GatewayCore:
             caller = self.keys.check(request.headers.get("authorization"))
         except ApiError as exc:
             return self._refused(obs, exc)
+        if self._total_inflight >= self.config.gateway.max_in_flight:
+            return self._refused(
+                obs,
+                NoCapacityError(
+                    f"this gateway is at its limit of {self.config.gateway.max_in_flight} "
+                    "requests in flight (gateway.max_in_flight)",
+                    code="overloaded",
+                    retry_after_s=_RETRY_AFTER_S,
+                ),
+            )
         limit = self.config.gateway.max_concurrent_per_key
         if self._inflight.get(caller, 0) >= limit:
             return self._refused(
@@ -194,6 +144,7 @@ class GatewayCore:
                 ),
             )
         self._inflight[caller] = self._inflight.get(caller, 0) + 1
+        self._total_inflight += 1
         response: Response | None = None
         try:
             body = await _read_body(request, self.config.gateway.max_body_bytes)
@@ -232,6 +183,7 @@ class GatewayCore:
         return error_response(exc)
 
     def _release(self, caller: str) -> None:
+        self._total_inflight -= 1
         left = self._inflight.get(caller, 1) - 1
         if left > 0:
             self._inflight[caller] = left
@@ -289,7 +241,7 @@ class GatewayCore:
 
     # --- request preparation ------------------------------------------------------------
 
-    def _prepare(self, kind: Kind, body: bytes) -> _Prepared:
+    def _prepare(self, kind: Kind, body: bytes) -> Prepared:
         try:
             raw = json.loads(body)
         except ValueError as exc:
@@ -367,7 +319,7 @@ class GatewayCore:
             block_hashes=hint_hashes(prompt, scheme),
             block_size=scheme.block_size,
         )
-        return _Prepared(
+        return Prepared(
             kind,
             model,
             GenerationRequest(request_id, prompt, sampling),
@@ -379,7 +331,7 @@ class GatewayCore:
     # --- the region decision ------------------------------------------------------------
 
     async def _dispatch(
-        self, prepared: _Prepared, body: bytes, request: Request, hop: bool, obs: RequestObservation
+        self, prepared: Prepared, body: bytes, request: Request, hop: bool, obs: RequestObservation
     ) -> Response:
         state = self.backend.state(prepared.model.name)
         local = state.estimate(prepared.routing) if state is not None else None
@@ -391,28 +343,30 @@ class GatewayCore:
                     f"no healthy replica of {prepared.model.name!r} in region {self.region}",
                     retry_after_s=_RETRY_AFTER_S,
                 )
-            return await self._serve_local(prepared, "local", local, obs, "from_peer")
+            bound_ms = self.config.router.admission_wait_ms
+            if bound_ms is not None and local is not None and _wait_ms(local) > bound_ms:
+                raise NoCapacityError(
+                    f"region {self.region} is overloaded (predicted wait "
+                    f"{_wait_ms(local):.0f} ms > router.admission_wait_ms)",
+                    code="overloaded",
+                    retry_after_s=_RETRY_AFTER_S,
+                )
+            return await self._local.serve(prepared, "local", local, obs, "from_peer")
         ranked = self._forwarder.rank(prepared.model.name, prepared.routing, _ms_per_token(local))
         if not healthy:
             return await self._fail_over(ranked, prepared, body, request, obs)
+        bound_ms = self.config.router.admission_wait_ms
+        if bound_ms is not None and local is not None and _wait_ms(local) > bound_ms:
+            return await self._overflow(ranked, prepared, body, request, obs, local, bound_ms)
         best_peer_ms = ranked[0][1] if ranked else None
         if spills_over(local, best_peer_ms, self.config.router.spill_over_margin_ms):
-            spilled = await self._forwarder.forward_any(
-                ranked,
-                body,
-                request,
-                "spill-over",
-                obs,
-                prepared.stream,
-                prepared.routing.prompt_tokens,
-                local,
-            )
+            spilled = await self._spill(ranked, prepared, body, request, obs, local)
             if spilled is not None:
                 return spilled
         attempts = Attempts(self.config.gateway.max_attempts)
         while True:
             try:
-                return await self._serve_local(prepared, "local", local, obs, "local")
+                return await self._local.serve(prepared, "local", local, obs, "local")
             except ReplicaFailedError as exc:
                 _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
                 if obs.route_span is not None:
@@ -421,10 +375,57 @@ class GatewayCore:
                     return await self._fail_over(ranked, prepared, body, request, obs)
                 local = state.estimate(prepared.routing)  # another replica, knowing this
 
+    async def _spill(
+        self,
+        peers: list[tuple[Peer, float]],
+        prepared: Prepared,
+        body: bytes,
+        request: Request,
+        obs: RequestObservation,
+        local: Decision | None,
+    ) -> Response | None:
+        """Forward to the first of ``peers`` that answers (a spill-over); ``None`` if none."""
+        return await self._forwarder.forward_any(
+            peers,
+            body,
+            request,
+            "spill-over",
+            obs,
+            prepared.stream,
+            prepared.routing.prompt_tokens,
+            local,
+        )
+
+    async def _overflow(
+        self,
+        ranked: list[tuple[Peer, float]],
+        prepared: Prepared,
+        body: bytes,
+        request: Request,
+        obs: RequestObservation,
+        local: Decision,
+        bound_ms: float,
+    ) -> Response:
+        """The region is full for this request (``router.admission_wait_ms``): a peer
+        that predicts better takes it, or it is refused now rather than queued."""
+        wait_ms = _wait_ms(local)
+        local_ms = local.winner.predicted_ttft_ms or wait_ms
+        better = [(peer, ms) for peer, ms in ranked if ms < local_ms]
+        spilled = await self._spill(better, prepared, body, request, obs, local)
+        if spilled is not None:
+            return spilled
+        raise NoCapacityError(
+            f"region {self.region} is overloaded: the predicted queueing wait of "
+            f"{wait_ms:.0f} ms exceeds router.admission_wait_ms ({bound_ms:.0f} ms) and no "
+            "peer region could take the request",
+            code="overloaded",
+            retry_after_s=min(max(wait_ms / 1000.0, _RETRY_AFTER_S), 60.0),
+        )
+
     async def _fail_over(
         self,
         ranked: list[tuple[Peer, float]],
-        prepared: _Prepared,
+        prepared: Prepared,
         body: bytes,
         request: Request,
         obs: RequestObservation,
@@ -440,249 +441,11 @@ class GatewayCore:
             retry_after_s=_RETRY_AFTER_S,
         )
 
-    # --- serving locally ----------------------------------------------------------------
 
-    async def _serve_local(
-        self,
-        prepared: _Prepared,
-        route: str,
-        local: Decision | None,
-        obs: RequestObservation,
-        reason: str,
-    ) -> Response:
-        predicted_ms = local.winner.predicted_ttft_ms if local is not None else None
-        name = prepared.model.name
-        request_id = prepared.generation.request_id
-        span = self.telemetry.begin_route(obs, reason)
-        started = time.monotonic()
-        state = self.backend.state(name)
-        if state is not None:
-            cached = local.winner.cached_blocks * prepared.routing.block_size if local else 0
-            state.dispatched(request_id, max(prepared.routing.prompt_tokens - cached, 1))
-        chunks = self.backend.stream(name, prepared.generation, prepared.routing, inject(span))
-        timeout_s = self.config.gateway.first_token_timeout_s
-        try:
-            async with asyncio.timeout(timeout_s):
-                served_by, first = await first_chunk(chunks)
-        except TimeoutError:
-            self._finish(name, request_id)
-            await aclose(chunks)
-            raise NoCapacityError(
-                f"no first token within {timeout_s:.0f} s", retry_after_s=_RETRY_AFTER_S
-            ) from None
-        except BaseException:
-            self._finish(name, request_id)
-            await aclose(chunks)
-            raise
-        ttft_ms = (time.monotonic() - started) * 1000.0
-        info = self._route_info(state, request_id, route, predicted_ms, served_by)
-        routed = state.route_of(request_id) if state is not None else None
-        self._observe_first_token(obs, info, routed, ttft_ms)
-        if state is not None:
-            state.first_token(request_id, ttft_ms)
-        self._hot[name].add(prepared.routing.block_hashes)
-        headers = info.headers()
-        if prepared.model.engine == "sim":
-            headers["x-firstlight-simulated"] = "true"
-        if prepared.stream:
-            events = self._sse(prepared, first, chunks, obs)
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
-        try:
-            body = await self._collect(prepared, first, chunks, obs)
-            return JSONResponse(body, headers=headers)
-        except ApiError as exc:
-            return error_response(exc, headers)
-
-    def _observe_first_token(
-        self, obs: RequestObservation, info: _RouteInfo, routed: Route | None, ttft_ms: float
-    ) -> None:
-        """Metrics, the route span's decision terms and the dashboard's decision log."""
-        obs.served_region, obs.replica = self.region, info.replica
-        obs.predicted_ttft_ms, obs.explanation = info.predicted_ms, info.explanation
-        obs.observed_ttft_ms = ttft_ms  # from dispatch, as the prediction
-        span = obs.route_span
-        chosen = routed.chosen if routed is not None else None
-        if span is not None and span.is_recording():
-            span.set_attribute("firstlight.replica", info.replica)
-            if info.predicted_ms is not None:
-                span.set_attribute("firstlight.predicted_ttft_ms", info.predicted_ms)
-            span.set_attribute("firstlight.observed_ttft_ms", ttft_ms)
-            if chosen is not None and chosen.terms is not None:
-                for term in ("rtt_ms", "wait_ms", "prefill_ms", "overhead_ms"):
-                    span.set_attribute(f"firstlight.terms.{term}", getattr(chosen.terms, term))
-                span.set_attribute("firstlight.cached_tokens", chosen.terms.cached_tokens)
-                span.set_attribute("firstlight.uncached_tokens", chosen.terms.uncached_tokens)
-            if routed is not None and len(routed.decision.ranked) > 1:
-                runner_up = routed.decision.ranked[1]
-                span.set_attribute("firstlight.runner_up", runner_up.replica_id)
-                if runner_up.predicted_ttft_ms is not None:
-                    span.set_attribute("firstlight.runner_up_ttft_ms", runner_up.predicted_ttft_ms)
-        obs.first_token()
-        self.telemetry.routed(
-            obs.model,
-            routed.decision_s if routed is not None else None,
-            info.predicted_ms,
-            ttft_ms,
-        )
-
-    def _route_info(
-        self,
-        state: RouterState | None,
-        request_id: str,
-        route: str,
-        predicted: float | None,
-        served_by: str,
-    ) -> _RouteInfo:
-        routed = state.route_of(request_id) if state is not None else None
-        if routed is None or routed.chosen is None:
-            return _RouteInfo(route, self.region, served_by, predicted)
-        chosen = routed.chosen
-        if chosen.replica_id != served_by:
-            _log.warning(
-                "%s: %s was routed to %s but served by %s",
-                self.region,
-                request_id,
-                chosen.replica_id,
-                served_by,
-            )
-            return _RouteInfo(route, self.region, served_by, None)
-        terms_ms = chosen.terms.total_ms if chosen.terms is not None else predicted
-        explanation = routed.decision.explain().encode("ascii", "replace").decode()
-        return _RouteInfo(route, self.region, chosen.replica_id, terms_ms, explanation)
-
-    def _finish(self, model: str, request_id: str) -> None:
-        state = self.backend.state(model)
-        if state is not None:
-            state.finished(request_id)
-
-    async def _resume(
-        self,
-        prepared: _Prepared,
-        generated: list[int],
-        failed: Stream,
-        exc: Exception,
-        attempts: Attempts,
-    ) -> tuple[Stream, GenerationChunk]:
-        """Continue a request whose replica failed after ``generated`` tokens on another
-        replica (:mod:`firstlight.api.migration`); return the new stream and its first
-        chunk. Raises ``exc`` when migration is off, :class:`NoCapacityError` when the
-        attempts are used up."""
-        name, rid = prepared.model.name, prepared.generation.request_id
-        self._finish(name, rid)
-        await aclose(failed)
-        if not self.config.gateway.stream_migration:
-            raise exc
-        reason = f"{type(cause(exc)).__name__}: {cause(exc)}"
-        timeout_s = self.config.gateway.first_token_timeout_s
-        while attempts.another(reason):
-            request, routing = continuation(prepared.generation, generated, self._schemes[name])
-            _log.warning(
-                "%s: %s resumed after %d tokens (attempt %d): %s",
-                self.region,
-                rid,
-                len(generated),
-                attempts.used,
-                reason,
-            )
-            state = self.backend.state(name)
-            if state is not None:
-                state.dispatched(rid, routing.prompt_tokens)
-            chunks = self.backend.stream(name, request, routing, {})
-            try:
-                async with asyncio.timeout(timeout_s):
-                    _, first = await first_chunk(chunks)
-            except (ReplicaFailedError, TimeoutError) as again:
-                reason = str(again) or type(again).__name__
-                self._finish(name, rid)
-                await aclose(chunks)
-                continue
-            except BaseException:
-                self._finish(name, rid)
-                await aclose(chunks)
-                raise
-            return chunks, first
-        raise NoCapacityError(
-            f"the request failed mid-stream and could not be resumed: {attempts.summary()}"
-        ) from exc
-
-    async def _collect(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
-    ) -> dict[str, Any]:
-        parts, last = [first.text], first
-        generated = list(first.token_ids)
-        attempts = Attempts(self.config.gateway.max_attempts)
-        try:
-            chunk: GenerationChunk | None = first
-            while chunk is not None and chunk.finish_reason is None:
-                try:
-                    chunk = await next_chunk(chunks)
-                except Exception as exc:
-                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
-                if chunk is not None:
-                    parts.append(chunk.text)
-                    generated.extend(chunk.token_ids)
-                    last = chunk
-        except Exception as exc:
-            raise as_api_error(exc) from exc
-        finally:
-            self._finish(prepared.model.name, prepared.generation.request_id)
-            await aclose(chunks)
-        obs.last_token_at = time.monotonic()
-        usage = last.usage
-        if attempts.used > 1:
-            usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
-        obs.output_tokens = usage.completion_tokens if usage else len(generated)
-        return completion_body(
-            prepared.kind,
-            prepared.generation.request_id,
-            prepared.model.name,
-            int(time.time()),
-            "".join(parts),
-            last.finish_reason,
-            usage,
-        )
-
-    async def _sse(
-        self, prepared: _Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
-    ) -> AsyncIterator[bytes]:
-        kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.model.name
-        created = int(time.time())
-        usage: Usage | None = None
-        obs.output_tokens = 0
-        generated: list[int] = []
-        attempts = Attempts(self.config.gateway.max_attempts)
-        try:
-            chunk: GenerationChunk | None = first
-            is_first = True
-            while chunk is not None:
-                generated.extend(chunk.token_ids)
-                obs.output_tokens += len(chunk.token_ids)
-                obs.last_token_at = time.monotonic()
-                yield sse_event(
-                    stream_chunk(
-                        kind, rid, name, created, chunk.text, chunk.finish_reason, first=is_first
-                    )
-                )
-                is_first = False
-                usage = chunk.usage or usage
-                if chunk.finish_reason is not None:
-                    break
-                try:
-                    chunk = await next_chunk(chunks)
-                except Exception as exc:  # the replica failed: resume elsewhere, or raise
-                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
-            if attempts.used > 1:
-                usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
-            if prepared.include_usage and usage is not None:
-                yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
-        except Exception as exc:  # after the headers went out: an error event, then DONE
-            error = as_api_error(exc)
-            obs.status = error.status
-            yield sse_event(error_body(error))
-        finally:
-            self._finish(name, rid)
-            await aclose(chunks)
-        yield DONE_EVENT
+def _wait_ms(decision: Decision) -> float:
+    """The queueing wait predicted on the local winner (0 when unknown)."""
+    terms = decision.winner.terms
+    return terms.wait_ms if terms is not None else 0.0
 
 
 def _ms_per_token(decision: Decision | None) -> float | None:

@@ -1,0 +1,375 @@
+"""Serving a request on this region's own replicas, and writing the response.
+
+:class:`LocalServer` is built by :class:`~firstlight.api.gateway.GatewayCore` and called
+for every request the region decision keeps here (and every request a peer forwarded):
+it sends the request through the model's request router, waits for the first token
+(bounded by ``gateway.first_token_timeout_s``), records the route and its explanation,
+then streams server-sent events or collects a JSON body. A replica that fails after
+output started is resumed on another one (:mod:`firstlight.api.migration`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from firstlight.api.migration import Attempts, continuation, merged_usage
+from firstlight.api.responses import (
+    DONE_EVENT,
+    Kind,
+    completion_body,
+    error_body,
+    error_response,
+    sse_event,
+    stream_chunk,
+)
+from firstlight.api.streams import (
+    ReplicaFailedError,
+    Stream,
+    aclose,
+    as_api_error,
+    cause,
+    first_chunk,
+    next_chunk,
+)
+from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.engine.protocol import GenerationChunk, GenerationRequest, Usage
+from firstlight.errors import ApiError, NoCapacityError
+from firstlight.prefix import HashScheme
+from firstlight.regions.summary import HotPrefixes
+from firstlight.routing import Decision, RequestView
+from firstlight.serve.router_state import Route, RouterState, ServedBy
+from firstlight.telemetry import GatewayTelemetry, RequestObservation
+from firstlight.telemetry.tracing import inject
+
+__all__ = ["RETRY_AFTER_S", "LocalBackend", "LocalServer", "Prepared"]
+
+_log = logging.getLogger("firstlight.api.gateway")
+
+RETRY_AFTER_S = 1.0
+"""``Retry-After`` of refusals that have no better estimate."""
+
+_Stream = AsyncIterator[ServedBy | GenerationChunk]
+
+
+class LocalBackend(Protocol):
+    """The region's own model deployments, as the gateway uses them."""
+
+    def state(self, model: str) -> RouterState | None:
+        """The model's router state, ``None`` until its router exists."""
+        ...
+
+    def stream(
+        self,
+        model: str,
+        request: GenerationRequest,
+        routing: RequestView,
+        trace_context: dict[str, str],
+    ) -> AsyncIterator[ServedBy | GenerationChunk]:
+        """Send the request through the model's request router and stream what the
+        replica yields: a :class:`ServedBy`, then the chunks. ``trace_context`` carries
+        the route span to the replica (empty when traces are off)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    kind: Kind
+    model: ModelConfig
+    generation: GenerationRequest
+    routing: RequestView
+    stream: bool
+    include_usage: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _RouteInfo:
+    route: str
+    region: str
+    replica: str
+    predicted_ms: float | None
+    explanation: str | None = None
+
+    def headers(self) -> dict[str, str]:
+        out = {
+            "x-firstlight-route": self.route,
+            "x-firstlight-region": self.region,
+            "x-firstlight-replica": self.replica,
+        }
+        if self.predicted_ms is not None:
+            out["x-firstlight-predicted-ttft-ms"] = f"{self.predicted_ms:.1f}"
+        if self.explanation is not None:
+            out["x-firstlight-decision"] = self.explanation
+        return out
+
+
+class LocalServer:
+    """Serves requests on the region's replicas (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: PlatformConfig,
+        region: str,
+        backend: LocalBackend,
+        telemetry: GatewayTelemetry,
+        schemes: dict[str, HashScheme],
+        hot: dict[str, HotPrefixes],
+    ) -> None:
+        self.config = config
+        self.region = region
+        self.backend = backend
+        self.telemetry = telemetry
+        self._schemes = schemes
+        self._hot = hot
+
+    async def serve(
+        self,
+        prepared: Prepared,
+        route: str,
+        local: Decision | None,
+        obs: RequestObservation,
+        reason: str,
+    ) -> Response:
+        """Serve ``prepared`` here (``route`` and ``reason`` label it in headers and
+        metrics; ``local`` is the region decision's estimate). Raises
+        :class:`ReplicaFailedError` when the replica fails before any output (the gateway
+        may try another), :class:`NoCapacityError` after ``first_token_timeout_s``."""
+        predicted_ms = local.winner.predicted_ttft_ms if local is not None else None
+        name = prepared.model.name
+        request_id = prepared.generation.request_id
+        span = self.telemetry.begin_route(obs, reason)
+        started = time.monotonic()
+        state = self.backend.state(name)
+        if state is not None:
+            cached = local.winner.cached_blocks * prepared.routing.block_size if local else 0
+            state.dispatched(request_id, max(prepared.routing.prompt_tokens - cached, 1))
+        chunks = self.backend.stream(name, prepared.generation, prepared.routing, inject(span))
+        timeout_s = self.config.gateway.first_token_timeout_s
+        try:
+            async with asyncio.timeout(timeout_s):
+                served_by, first = await first_chunk(chunks)
+        except TimeoutError:
+            self._finish(name, request_id)
+            await aclose(chunks)
+            raise NoCapacityError(
+                f"no first token within {timeout_s:.0f} s", retry_after_s=RETRY_AFTER_S
+            ) from None
+        except BaseException:
+            self._finish(name, request_id)
+            await aclose(chunks)
+            raise
+        ttft_ms = (time.monotonic() - started) * 1000.0
+        info = self._route_info(state, request_id, route, predicted_ms, served_by)
+        routed = state.route_of(request_id) if state is not None else None
+        self._observe_first_token(obs, info, routed, ttft_ms)
+        if state is not None:
+            state.first_token(request_id, ttft_ms)
+        self._hot[name].add(prepared.routing.block_hashes)
+        headers = info.headers()
+        if prepared.model.engine == "sim":
+            headers["x-firstlight-simulated"] = "true"
+        if prepared.stream:
+            events = self._sse(prepared, first, chunks, obs)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        try:
+            body = await self._collect(prepared, first, chunks, obs)
+            return JSONResponse(body, headers=headers)
+        except ApiError as exc:
+            return error_response(exc, headers)
+
+    def _observe_first_token(
+        self, obs: RequestObservation, info: _RouteInfo, routed: Route | None, ttft_ms: float
+    ) -> None:
+        """Metrics, the route span's decision terms and the dashboard's decision log."""
+        obs.served_region, obs.replica = self.region, info.replica
+        obs.predicted_ttft_ms, obs.explanation = info.predicted_ms, info.explanation
+        obs.observed_ttft_ms = ttft_ms  # from dispatch, as the prediction
+        span = obs.route_span
+        chosen = routed.chosen if routed is not None else None
+        if span is not None and span.is_recording():
+            span.set_attribute("firstlight.replica", info.replica)
+            if info.predicted_ms is not None:
+                span.set_attribute("firstlight.predicted_ttft_ms", info.predicted_ms)
+            span.set_attribute("firstlight.observed_ttft_ms", ttft_ms)
+            if chosen is not None and chosen.terms is not None:
+                for term in ("rtt_ms", "wait_ms", "prefill_ms", "overhead_ms"):
+                    span.set_attribute(f"firstlight.terms.{term}", getattr(chosen.terms, term))
+                span.set_attribute("firstlight.cached_tokens", chosen.terms.cached_tokens)
+                span.set_attribute("firstlight.uncached_tokens", chosen.terms.uncached_tokens)
+            if routed is not None and len(routed.decision.ranked) > 1:
+                runner_up = routed.decision.ranked[1]
+                span.set_attribute("firstlight.runner_up", runner_up.replica_id)
+                if runner_up.predicted_ttft_ms is not None:
+                    span.set_attribute("firstlight.runner_up_ttft_ms", runner_up.predicted_ttft_ms)
+        obs.first_token()
+        self.telemetry.routed(
+            obs.model,
+            routed.decision_s if routed is not None else None,
+            info.predicted_ms,
+            ttft_ms,
+        )
+
+    def _route_info(
+        self,
+        state: RouterState | None,
+        request_id: str,
+        route: str,
+        predicted: float | None,
+        served_by: str,
+    ) -> _RouteInfo:
+        routed = state.route_of(request_id) if state is not None else None
+        if routed is None or routed.chosen is None:
+            return _RouteInfo(route, self.region, served_by, predicted)
+        chosen = routed.chosen
+        if chosen.replica_id != served_by:
+            _log.warning(
+                "%s: %s was routed to %s but served by %s",
+                self.region,
+                request_id,
+                chosen.replica_id,
+                served_by,
+            )
+            return _RouteInfo(route, self.region, served_by, None)
+        terms_ms = chosen.terms.total_ms if chosen.terms is not None else predicted
+        explanation = routed.decision.explain().encode("ascii", "replace").decode()
+        return _RouteInfo(route, self.region, chosen.replica_id, terms_ms, explanation)
+
+    def _finish(self, model: str, request_id: str) -> None:
+        state = self.backend.state(model)
+        if state is not None:
+            state.finished(request_id)
+
+    async def _resume(
+        self,
+        prepared: Prepared,
+        generated: list[int],
+        failed: Stream,
+        exc: Exception,
+        attempts: Attempts,
+    ) -> tuple[Stream, GenerationChunk]:
+        """Continue a request whose replica failed after ``generated`` tokens on another
+        replica (:mod:`firstlight.api.migration`); return the new stream and its first
+        chunk. Raises ``exc`` when migration is off, :class:`NoCapacityError` when the
+        attempts are used up."""
+        name, rid = prepared.model.name, prepared.generation.request_id
+        self._finish(name, rid)
+        await aclose(failed)
+        if not self.config.gateway.stream_migration:
+            raise exc
+        reason = f"{type(cause(exc)).__name__}: {cause(exc)}"
+        timeout_s = self.config.gateway.first_token_timeout_s
+        while attempts.another(reason):
+            request, routing = continuation(prepared.generation, generated, self._schemes[name])
+            _log.warning(
+                "%s: %s resumed after %d tokens (attempt %d): %s",
+                self.region,
+                rid,
+                len(generated),
+                attempts.used,
+                reason,
+            )
+            state = self.backend.state(name)
+            if state is not None:
+                state.dispatched(rid, routing.prompt_tokens)
+            chunks = self.backend.stream(name, request, routing, {})
+            try:
+                async with asyncio.timeout(timeout_s):
+                    _, first = await first_chunk(chunks)
+            except (ReplicaFailedError, TimeoutError) as again:
+                reason = str(again) or type(again).__name__
+                self._finish(name, rid)
+                await aclose(chunks)
+                continue
+            except BaseException:
+                self._finish(name, rid)
+                await aclose(chunks)
+                raise
+            return chunks, first
+        raise NoCapacityError(
+            f"the request failed mid-stream and could not be resumed: {attempts.summary()}"
+        ) from exc
+
+    async def _collect(
+        self, prepared: Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
+    ) -> dict[str, Any]:
+        parts, last = [first.text], first
+        generated = list(first.token_ids)
+        attempts = Attempts(self.config.gateway.max_attempts)
+        try:
+            chunk: GenerationChunk | None = first
+            while chunk is not None and chunk.finish_reason is None:
+                try:
+                    chunk = await next_chunk(chunks)
+                except Exception as exc:
+                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
+                if chunk is not None:
+                    parts.append(chunk.text)
+                    generated.extend(chunk.token_ids)
+                    last = chunk
+        except Exception as exc:
+            raise as_api_error(exc) from exc
+        finally:
+            self._finish(prepared.model.name, prepared.generation.request_id)
+            await aclose(chunks)
+        obs.last_token_at = time.monotonic()
+        usage = last.usage
+        if attempts.used > 1:
+            usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
+        obs.output_tokens = usage.completion_tokens if usage else len(generated)
+        return completion_body(
+            prepared.kind,
+            prepared.generation.request_id,
+            prepared.model.name,
+            int(time.time()),
+            "".join(parts),
+            last.finish_reason,
+            usage,
+        )
+
+    async def _sse(
+        self, prepared: Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
+    ) -> AsyncIterator[bytes]:
+        kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.model.name
+        created = int(time.time())
+        usage: Usage | None = None
+        obs.output_tokens = 0
+        generated: list[int] = []
+        attempts = Attempts(self.config.gateway.max_attempts)
+        try:
+            chunk: GenerationChunk | None = first
+            is_first = True
+            while chunk is not None:
+                generated.extend(chunk.token_ids)
+                obs.output_tokens += len(chunk.token_ids)
+                obs.last_token_at = time.monotonic()
+                yield sse_event(
+                    stream_chunk(
+                        kind, rid, name, created, chunk.text, chunk.finish_reason, first=is_first
+                    )
+                )
+                is_first = False
+                usage = chunk.usage or usage
+                if chunk.finish_reason is not None:
+                    break
+                try:
+                    chunk = await next_chunk(chunks)
+                except Exception as exc:  # the replica failed: resume elsewhere, or raise
+                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
+            if attempts.used > 1:
+                usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
+            if prepared.include_usage and usage is not None:
+                yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
+        except Exception as exc:  # after the headers went out: an error event, then DONE
+            error = as_api_error(exc)
+            obs.status = error.status
+            yield sse_event(error_body(error))
+        finally:
+            self._finish(name, rid)
+            await aclose(chunks)
+        yield DONE_EVENT
