@@ -159,6 +159,9 @@ class GatewayCore:
         except asyncio.CancelledError:
             obs.status = CLIENT_CLOSED  # the client went away: not a server error
             raise
+        except Exception:  # a bug, not the client's fault: still OpenAI's error shape
+            _log.exception("%s: unexpected error while handling a request", self.region)
+            response = error_response(ApiError("internal error; it has been logged"))
         finally:
             if response is None or not isinstance(response, StreamingResponse):
                 self._release(caller)
@@ -246,6 +249,8 @@ class GatewayCore:
             raw = json.loads(body)
         except ValueError as exc:
             raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
+        except RecursionError as exc:  # json's recursive parser on deeply nested input
+            raise BadRequestError("the body's JSON nests too deeply") from exc
         schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
         try:
             parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(raw)
@@ -270,9 +275,10 @@ class GatewayCore:
                     "accepted (gateway.max_messages)",
                     param="messages",
                 )
-            prompt = encoder.chat(parsed.messages)
+            prompt = _encoded(lambda: encoder.chat(parsed.messages), "messages")
         elif isinstance(parsed.prompt, str):
-            prompt = encoder.text(parsed.prompt)
+            text = parsed.prompt
+            prompt = _encoded(lambda: encoder.text(text), "prompt")
         else:
             prompt = tuple(parsed.prompt)
         if limits.max_prompt_tokens is not None and len(prompt) > limits.max_prompt_tokens:
@@ -440,6 +446,18 @@ class GatewayCore:
             "and no peer region could take the request",
             retry_after_s=_RETRY_AFTER_S,
         )
+
+
+def _encoded(encode: Callable[[], tuple[int, ...]], param: str) -> tuple[int, ...]:
+    """Tokenize, turning text that is not valid Unicode (JSON allows lone surrogates
+    such as ``"\\ud800"``; UTF-8 and tokenizers do not) into a 400."""
+    try:
+        return encode()
+    except UnicodeError as exc:
+        raise BadRequestError(
+            f"{param}: the text is not valid Unicode ({getattr(exc, 'reason', exc)})",
+            param=param,
+        ) from exc
 
 
 def _wait_ms(decision: Decision) -> float:

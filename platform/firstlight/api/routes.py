@@ -3,16 +3,24 @@ for operators ``/metrics`` and the dashboard.
 
 Built once per gateway replica by the ingress deployment
 (:class:`firstlight.serve.gateway_deployment.Gateway`) over its
-:class:`~firstlight.api.gateway.GatewayCore`.
+:class:`~firstlight.api.gateway.GatewayCore`. The handlers read raw bodies (so bad
+JSON gets OpenAI's error shape, not FastAPI's), so the OpenAPI document at
+``/openapi.json`` is given the request schemas explicitly: clients and the fuzz tests
+(schemathesis) see what the gateway validates.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from pydantic import BaseModel
 
 from firstlight.api.gateway import GatewayCore
 from firstlight.api.responses import error_response
+from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest
 from firstlight.dashboard import page
 from firstlight.errors import ApiError
 
@@ -23,11 +31,11 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
     """The gateway's HTTP routes over ``core`` (called by the ingress deployment)."""
     app = FastAPI(title=f"Firstlight gateway ({core.region})", docs_url=None, redoc_url=None)
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=_json_body(ChatCompletionRequest))
     async def chat(request: Request) -> Response:
         return await core.completions("chat", request)
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=_json_body(CompletionRequest))
     async def completions(request: Request) -> Response:
         return await core.completions("text", request)
 
@@ -67,4 +75,25 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
             return error_response(exc)
         return JSONResponse(core.summary().to_json())
 
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version="1", routes=app.routes)
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            for model in (ChatCompletionRequest, CompletionRequest):
+                schema = model.model_json_schema(ref_template=_REF)
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+_REF = "#/components/schemas/{model}"
+
+
+def _json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """An operation's JSON request body, referring to ``model``'s schema component."""
+    schema = {"$ref": _REF.format(model=model.__name__)}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
