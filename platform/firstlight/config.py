@@ -32,6 +32,7 @@ from firstlight.errors import ConfigError, ConfigProblem
 
 __all__ = [
     "ENV_PREFIX",
+    "ApiKeyRef",
     "AuthConfig",
     "GatewayConfig",
     "HintsConfig",
@@ -307,19 +308,38 @@ class HintsConfig(_Section):
     gateways must agree or no hint will ever match."""
 
 
+class ApiKeyRef(SecretRef):
+    """An API key by reference, and the tenant it belongs to."""
+
+    tenant: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] = None
+    """Tenant of the key's callers; keys without one are each their own tenant when
+    tenant isolation is on."""
+
+
 class AuthConfig(_Section):
     """API keys for the OpenAI-compatible endpoints."""
 
     enabled: bool = False
     """Require a Bearer API key. May be off only in ``local`` mode."""
-    api_keys: tuple[SecretRef, ...] = ()
-    """Accepted keys, by reference."""
+    api_keys: tuple[ApiKeyRef, ...] = ()
+    """Accepted keys, by reference, each optionally with its ``tenant``."""
+    tenant_isolation: bool | None = None
+    """Salt the prefix cache and its hints per tenant, so no tenant reuses or can
+    time-probe another tenant's cached prompts. ``null``: on when any key names a
+    tenant."""
 
     @model_validator(mode="after")
     def _keys_when_enabled(self) -> Self:
         if self.enabled and not self.api_keys:
             raise FieldValueError("api_keys", [], "auth is enabled but no API key is configured")
         return self
+
+    @property
+    def isolates_tenants(self) -> bool:
+        """Whether requests carry their tenant's cache salt (the gateway reads this)."""
+        if self.tenant_isolation is not None:
+            return self.tenant_isolation
+        return any(key.tenant is not None for key in self.api_keys)
 
 
 class TelemetryConfig(_Section):

@@ -7,28 +7,32 @@ from pathlib import Path
 
 import pytest
 
-from firstlight.api.auth import ApiKeys
-from firstlight.config import AuthConfig, SecretRef
+from firstlight.api.auth import ApiKeys, Caller
+from firstlight.config import ApiKeyRef, AuthConfig
 from firstlight.errors import AuthenticationError
 
 KEY_A = "sk-firstlight-aaaaaaaaaaaaaaaa"
 KEY_B = "sk-firstlight-bbbbbbbbbbbbbbbb"
 
 
-def _keys(tmp_path: Path, *keys: str) -> ApiKeys:
+def _keys(
+    tmp_path: Path, *keys: str, tenants: tuple[str | None, ...] = (), isolate: bool | None = None
+) -> ApiKeys:
     refs = []
     for i, key in enumerate(keys):
         path = tmp_path / f"key-{i}"
         path.write_text(f"  {key}\n", encoding="utf-8")  # files from Secrets often end in a newline
-        refs.append(SecretRef(file=path))
-    return ApiKeys(AuthConfig(enabled=True, api_keys=tuple(refs)))
+        tenant = tenants[i] if i < len(tenants) else None
+        refs.append(ApiKeyRef(file=path, tenant=tenant))
+    auth = AuthConfig(enabled=True, api_keys=tuple(refs), tenant_isolation=isolate)
+    return ApiKeys(auth)
 
 
 @pytest.mark.parametrize("authorization", [None, "", "Bearer nothing-configured", "garbage"])
 def test_auth_off_accepts_everything_as_anonymous(authorization: str | None) -> None:
     keys = ApiKeys(AuthConfig(enabled=False))
     assert not keys.enabled
-    assert keys.check(authorization) == "anonymous"
+    assert keys.check(authorization) == Caller("anonymous")
 
 
 @pytest.mark.parametrize(
@@ -62,9 +66,9 @@ def test_refusals_are_authentication_errors(tmp_path: Path, authorization: str |
 )
 def test_an_accepted_key_returns_a_stable_identity(tmp_path: Path, authorization: str) -> None:
     keys = _keys(tmp_path, KEY_A)
-    identity = keys.check(authorization)
+    identity = keys.check(authorization).identity
     assert re.fullmatch(r"[0-9a-f]{16}", identity)
-    assert keys.check(f"Bearer {KEY_A}") == identity
+    assert keys.check(f"Bearer {KEY_A}").identity == identity
     assert KEY_A not in identity
 
 
@@ -73,13 +77,13 @@ def test_identity_is_the_same_across_gateways(tmp_path: Path) -> None:
     (tmp_path / "two").mkdir()
     first = _keys(tmp_path / "one", KEY_A)
     second = _keys(tmp_path / "two", KEY_B, KEY_A)
-    assert first.check(f"Bearer {KEY_A}") == second.check(f"Bearer {KEY_A}")
+    assert first.check(f"Bearer {KEY_A}").identity == second.check(f"Bearer {KEY_A}").identity
 
 
 def test_every_configured_key_is_accepted_with_its_own_identity(tmp_path: Path) -> None:
     keys = _keys(tmp_path, KEY_A, KEY_B)
-    identity_a = keys.check(f"Bearer {KEY_A}")
-    identity_b = keys.check(f"Bearer {KEY_B}")
+    identity_a = keys.check(f"Bearer {KEY_A}").identity
+    identity_b = keys.check(f"Bearer {KEY_B}").identity
     assert identity_a != identity_b
     assert re.fullmatch(r"[0-9a-f]{16}", identity_b)
 
@@ -87,6 +91,39 @@ def test_every_configured_key_is_accepted_with_its_own_identity(tmp_path: Path) 
 def test_keys_are_read_at_start_up_only(tmp_path: Path) -> None:
     keys = _keys(tmp_path, KEY_A)
     (tmp_path / "key-0").write_text(KEY_B)
-    assert re.fullmatch(r"[0-9a-f]{16}", keys.check(f"Bearer {KEY_A}"))
+    assert re.fullmatch(r"[0-9a-f]{16}", keys.check(f"Bearer {KEY_A}").identity)
     with pytest.raises(AuthenticationError):
         keys.check(f"Bearer {KEY_B}")
+
+
+KEY_C = "sk-firstlight-cccccccccccccccc"
+
+
+def test_without_tenants_there_is_no_cache_salt(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, KEY_A, KEY_B)
+    assert keys.check(f"Bearer {KEY_A}").cache_salt is None
+    assert keys.check(f"Bearer {KEY_B}").cache_salt is None
+
+
+def test_keys_of_one_tenant_share_a_salt_and_tenants_differ(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, KEY_A, KEY_B, KEY_C, tenants=("acme", "acme", "globex"))
+    a, b, c = (keys.check(f"Bearer {k}").cache_salt for k in (KEY_A, KEY_B, KEY_C))
+    assert a is not None
+    assert c is not None
+    assert a == b != c
+    assert "acme" not in a
+    assert KEY_A not in a
+    # The salt depends on the tenant only: every gateway and region computes the same.
+    (tmp_path / "other").mkdir()
+    other = _keys(tmp_path / "other", KEY_C, tenants=("acme",))
+    assert other.check(f"Bearer {KEY_C}").cache_salt == a
+
+
+def test_isolation_can_be_forced_on_for_keys_without_tenants(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, KEY_A, KEY_B, isolate=True)
+    a, b = (keys.check(f"Bearer {k}").cache_salt for k in (KEY_A, KEY_B))
+    assert a is not None
+    assert b is not None
+    assert a != b  # each key its own tenant
+    off = _keys(tmp_path, KEY_A, tenants=("acme",), isolate=False)
+    assert off.check(f"Bearer {KEY_A}").cache_salt is None

@@ -191,3 +191,36 @@ def test_cli_reports_a_config_without_peer_urls() -> None:
     )
     assert result.exit_code == 2
     assert "peers[0].url" in result.stderr
+
+
+def test_tenants_reach_the_application_config() -> None:
+    values = _with(
+        auth={
+            "enabled": True,
+            "apiKeys": {
+                "existingSecret": "keys",
+                "keys": ["api-key-0", "api-key-1"],
+                "tenants": {"api-key-1": "globex"},
+            },
+            "tenant_isolation": True,
+        }
+    )
+    auth = parse_config(app_args(render(values))["config"]).auth
+    assert [key.tenant for key in auth.api_keys] == [None, "globex"]
+    assert auth.tenant_isolation is True
+    assert auth.isolates_tenants
+    default = parse_config(app_args(render({}))["config"]).auth
+    assert default.tenant_isolation is None
+    assert not default.isolates_tenants
+
+
+def test_to_helm_values_carries_tenants() -> None:
+    config = load_config(REPO / "examples/kubernetes-us-east.yaml", environ={})
+    keys = [{"file": "/k/a", "tenant": "acme"}, {"file": "/k/b"}]
+    config = parse_config(
+        {**config.model_dump(mode="json"), "auth": {"enabled": True, "api_keys": keys}}
+    )
+    values = to_helm_values(config).values
+    assert values["auth"]["apiKeys"]["tenants"] == {"api-key-0": "acme"}
+    back = parse_config(app_args(render(values))["config"]).auth
+    assert [key.tenant for key in back.api_keys] == ["acme", None]

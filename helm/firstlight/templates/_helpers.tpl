@@ -72,8 +72,17 @@ file onto these values; the chart tests check the round trip. */}}
 {{- $_ := set $hints "password" (dict "file" (printf "%s/redis/%s" $secrets (include "firstlight.redisPasswordKey" .))) -}}
 {{- end -}}
 {{- $keys := list -}}
+{{- $tenants := $v.auth.apiKeys.tenants | default dict -}}
 {{- range $v.auth.apiKeys.keys -}}
-{{- $keys = append $keys (dict "file" (printf "%s/api-keys/%s" $secrets .)) -}}
+{{- $entry := dict "file" (printf "%s/api-keys/%s" $secrets .) -}}
+{{- with index $tenants . -}}
+{{- $_ := set $entry "tenant" . -}}
+{{- end -}}
+{{- $keys = append $keys $entry -}}
+{{- end -}}
+{{- $auth := dict "enabled" true "api_keys" $keys -}}
+{{- if not (kindIs "invalid" $v.auth.tenant_isolation) -}}
+{{- $_ := set $auth "tenant_isolation" $v.auth.tenant_isolation -}}
 {{- end -}}
 {{- $config := dict
   "mode" "kubernetes"
@@ -82,7 +91,7 @@ file onto these values; the chart tests check the round trip. */}}
   "models" $v.models
   "router" $v.router
   "hints" $hints
-  "auth" (dict "enabled" true "api_keys" $keys)
+  "auth" $auth
   "telemetry" $v.telemetry
   "gateway" (merge (dict "host" "0.0.0.0" "port" 8000) (deepCopy $v.gateway))
 -}}

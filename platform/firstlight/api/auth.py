@@ -1,20 +1,36 @@
-"""API keys: Bearer tokens checked in constant time.
+"""API keys: Bearer tokens checked in constant time, and the tenant each belongs to.
 
 Built once per gateway from ``auth`` (keys resolved from their secret references at
 start-up) and called on every request. Keys are kept only as SHA-256 digests, so a
 memory dump or a log line never shows one; comparison uses ``hmac.compare_digest``
 against every accepted digest, so the time taken says nothing about how close a guess was.
+
+With tenant isolation (``auth.tenant_isolation``, on when keys name tenants) every
+request carries a **cache salt** derived from its tenant: the engines mix it into the
+first prefix block's hash, and the gateway into its hint hashes, so one tenant's
+prompts never hit, and cannot be timed against, another tenant's cache. The salt is a
+keyed digest of the tenant name (never the key), stable across gateways and regions.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from dataclasses import dataclass
 
 from firstlight.config import AuthConfig
 from firstlight.errors import AuthenticationError
 
-__all__ = ["ApiKeys"]
+__all__ = ["ApiKeys", "Caller"]
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request: ``identity`` for per-key limits (a digest prefix of the key,
+    or ``anonymous``), and the prefix-cache salt of its tenant (``None``: shared)."""
+
+    identity: str
+    cache_salt: str | None = None
 
 
 class ApiKeys:
@@ -22,14 +38,18 @@ class ApiKeys:
 
     def __init__(self, config: AuthConfig) -> None:
         self.enabled = config.enabled
-        self._digests = tuple(_digest(ref.resolve()) for ref in config.api_keys)
+        isolate = config.isolates_tenants
+        self._keys: tuple[tuple[bytes, str | None], ...] = tuple(
+            (digest, _salt(ref.tenant or digest.hex()) if isolate else None)
+            for ref in config.api_keys
+            for digest in (_digest(ref.resolve()),)
+        )
 
-    def check(self, authorization: str | None) -> str:
-        """Return the caller's identity for limits (a digest prefix of its key, or
-        ``anonymous`` with auth off); raise :class:`AuthenticationError` unless
+    def check(self, authorization: str | None) -> Caller:
+        """Return the caller; raise :class:`AuthenticationError` unless
         ``authorization`` is ``Bearer <accepted key>``."""
         if not self.enabled:
-            return "anonymous"
+            return Caller("anonymous")
         if not authorization:
             raise AuthenticationError(
                 "missing API key: send it as 'Authorization: Bearer <key>'",
@@ -43,13 +63,18 @@ class ApiKeys:
                 code="invalid_api_key",
             )
         candidate = _digest(token)
-        matched = False
-        for digest in self._digests:
-            matched |= hmac.compare_digest(candidate, digest)
-        if not matched:
+        found: Caller | None = None
+        for digest, salt in self._keys:  # every key compared: constant time
+            if hmac.compare_digest(candidate, digest):
+                found = Caller(candidate.hex()[:16], salt)
+        if found is None:
             raise AuthenticationError("incorrect API key provided", code="invalid_api_key")
-        return candidate.hex()[:16]
+        return found
 
 
 def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+def _salt(tenant: str) -> str:
+    return hashlib.sha256(b"firstlight-tenant/" + tenant.encode("utf-8")).hexdigest()[:32]

@@ -134,7 +134,7 @@ class GatewayCore:
                 ),
             )
         limit = self.config.gateway.max_concurrent_per_key
-        if self._inflight.get(caller, 0) >= limit:
+        if self._inflight.get(caller.identity, 0) >= limit:
             return self._refused(
                 obs,
                 RateLimitedError(
@@ -143,12 +143,12 @@ class GatewayCore:
                     retry_after_s=_RETRY_AFTER_S,
                 ),
             )
-        self._inflight[caller] = self._inflight.get(caller, 0) + 1
+        self._inflight[caller.identity] = self._inflight.get(caller.identity, 0) + 1
         self._total_inflight += 1
         response: Response | None = None
         try:
             body = await _read_body(request, self.config.gateway.max_body_bytes)
-            prepared = self._prepare(kind, body)
+            prepared = self._prepare(kind, body, caller.cache_salt)
             obs.model = prepared.model.name
             obs.request_id = prepared.generation.request_id
             obs.input_tokens = prepared.routing.prompt_tokens
@@ -164,7 +164,7 @@ class GatewayCore:
             response = error_response(ApiError("internal error; it has been logged"))
         finally:
             if response is None or not isinstance(response, StreamingResponse):
-                self._release(caller)
+                self._release(caller.identity)
                 if response is not None:
                     obs.status = response.status_code
                 elif obs.status == 200:
@@ -173,7 +173,7 @@ class GatewayCore:
         if isinstance(response, StreamingResponse):
 
             def release() -> None:
-                self._release(caller)
+                self._release(caller.identity)
                 self.telemetry.finish(obs)
 
             done = _once(release)
@@ -244,7 +244,7 @@ class GatewayCore:
 
     # --- request preparation ------------------------------------------------------------
 
-    def _prepare(self, kind: Kind, body: bytes) -> Prepared:
+    def _prepare(self, kind: Kind, body: bytes, cache_salt: str | None = None) -> Prepared:
         try:
             raw = json.loads(body)
         except ValueError as exc:
@@ -322,13 +322,13 @@ class GatewayCore:
         routing = RequestView(
             request_id=request_id,
             prompt_tokens=len(prompt),
-            block_hashes=hint_hashes(prompt, scheme),
+            block_hashes=hint_hashes(prompt, scheme, cache_salt=cache_salt),
             block_size=scheme.block_size,
         )
         return Prepared(
             kind,
             model,
-            GenerationRequest(request_id, prompt, sampling),
+            GenerationRequest(request_id, prompt, sampling, cache_salt=cache_salt),
             routing,
             parsed.stream,
             parsed.include_usage,

@@ -129,6 +129,15 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             "description": "Keys of that Secret, one API key each; the first is also "
             "sent to peer regions on forwards.",
         },
+        tenants={
+            "type": "object",
+            "additionalProperties": {
+                "type": "string",
+                "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$",
+            },
+            "description": "Tenant of each key (key name -> tenant); with tenant isolation "
+            "tenants share no cached prefix.",
+        },
     ),
     "redis": _obj(
         "In-chart Redis for prefix-cache hints (AUTH, no persistence: it holds hints).",

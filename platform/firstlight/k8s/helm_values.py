@@ -108,4 +108,12 @@ def _auth(config: PlatformConfig, notes: list[str]) -> dict[str, Any]:
         f"(the same first key in every region): kubectl create secret generic "
         f"{API_KEYS_SECRET} {literals}"
     )
-    return {"enabled": True, "apiKeys": {"existingSecret": API_KEYS_SECRET, "keys": keys}}
+    api_keys: dict[str, Any] = {"existingSecret": API_KEYS_SECRET, "keys": keys}
+    pairs = zip(keys, config.auth.api_keys, strict=False)  # keys has one even without refs
+    tenants = {name: ref.tenant for name, ref in pairs if ref.tenant}
+    if tenants:
+        api_keys["tenants"] = tenants
+    auth: dict[str, Any] = {"enabled": True, "apiKeys": api_keys}
+    if config.auth.tenant_isolation is not None:
+        auth["tenant_isolation"] = config.auth.tenant_isolation
+    return auth
