@@ -364,7 +364,12 @@ class GatewayConfig(_Section):
     """HTTP port."""
     max_concurrent_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 256
     """Requests one API key (or, with auth off, the whole endpoint) may have in flight
-    at one gateway; more are refused with 429 and ``Retry-After``."""
+    across all gateways of the region (shared through the hints Redis; each gateway
+    alone while Redis is unreachable); more are refused with 429 and ``Retry-After``."""
+    max_requests_per_minute_per_key: Annotated[int | None, Field(ge=1, le=100_000_000)] = None
+    """Requests one API key may start per minute, across all gateways of the region
+    (shared through the hints Redis); more are refused with 429 and ``Retry-After``.
+    ``null``: no rate limit."""
     max_in_flight: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
     """Requests one gateway holds at once, all keys together (its queue bound); more
     are refused at once with 503 and ``Retry-After``."""

@@ -47,6 +47,7 @@ from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
+from firstlight.api.limits import KeyLimits, Lease
 from firstlight.api.local import RETRY_AFTER_S as _RETRY_AFTER_S
 from firstlight.api.local import LocalBackend, LocalServer, Prepared
 from firstlight.api.migration import Attempts
@@ -70,7 +71,6 @@ from firstlight.errors import (
     BadRequestError,
     ModelNotServedError,
     NoCapacityError,
-    RateLimitedError,
     RequestTooLargeError,
 )
 from firstlight.prefix import HashScheme, hint_hashes
@@ -96,6 +96,7 @@ class GatewayCore:
         peers: PeerTable,
         client: httpx.AsyncClient,
         telemetry: GatewayTelemetry,
+        limits: KeyLimits | None = None,
     ) -> None:
         self.config = config
         self.telemetry = telemetry
@@ -111,7 +112,10 @@ class GatewayCore:
         self._forwarder = PeerForwarder(region, peers, client, telemetry)
         self._local = LocalServer(config, region, backend, telemetry, self._schemes, self._hot)
         self._created = int(time.time())
-        self._inflight: dict[str, int] = {}
+        gateway = config.gateway
+        self._limits = limits or KeyLimits(
+            gateway.max_concurrent_per_key, gateway.max_requests_per_minute_per_key
+        )
         self._total_inflight = 0
 
     # --- entry points (called by the FastAPI routes) ------------------------------------
@@ -133,18 +137,14 @@ class GatewayCore:
                     retry_after_s=_RETRY_AFTER_S,
                 ),
             )
-        limit = self.config.gateway.max_concurrent_per_key
-        if self._inflight.get(caller.identity, 0) >= limit:
-            return self._refused(
-                obs,
-                RateLimitedError(
-                    f"too many concurrent requests for this API key (limit {limit})",
-                    code="rate_limit_exceeded",
-                    retry_after_s=_RETRY_AFTER_S,
-                ),
-            )
-        self._inflight[caller.identity] = self._inflight.get(caller.identity, 0) + 1
-        self._total_inflight += 1
+        self._total_inflight += 1  # before the limiter's await: concurrent arrivals see it
+        try:
+            lease = await self._limits.acquire(caller.identity)
+        except BaseException as exc:
+            self._total_inflight -= 1
+            if isinstance(exc, ApiError):
+                return self._refused(obs, exc)
+            raise
         response: Response | None = None
         try:
             body = await _read_body(request, self.config.gateway.max_body_bytes)
@@ -164,7 +164,7 @@ class GatewayCore:
             response = error_response(ApiError("internal error; it has been logged"))
         finally:
             if response is None or not isinstance(response, StreamingResponse):
-                self._release(caller.identity)
+                self._release(lease)
                 if response is not None:
                     obs.status = response.status_code
                 elif obs.status == 200:
@@ -173,7 +173,7 @@ class GatewayCore:
         if isinstance(response, StreamingResponse):
 
             def release() -> None:
-                self._release(caller.identity)
+                self._release(lease)
                 self.telemetry.finish(obs)
 
             done = _once(release)
@@ -185,13 +185,9 @@ class GatewayCore:
         self.telemetry.finish(obs)
         return error_response(exc)
 
-    def _release(self, caller: str) -> None:
+    def _release(self, lease: Lease) -> None:
         self._total_inflight -= 1
-        left = self._inflight.get(caller, 1) - 1
-        if left > 0:
-            self._inflight[caller] = left
-        else:
-            self._inflight.pop(caller, None)
+        self._limits.release(lease)
 
     def models(self, request: Request) -> Response:
         try:

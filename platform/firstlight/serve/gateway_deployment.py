@@ -20,12 +20,16 @@ from fastapi import FastAPI
 from ray.serve.handle import DeploymentHandle
 
 from firstlight.api.gateway import GatewayCore
+from firstlight.api.limits import KeyLimits
 from firstlight.api.prompts import build_encoder
 from firstlight.api.routes import build_fastapi
 from firstlight.config import PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest
+from firstlight.errors import FirstlightError
+from firstlight.hints._redis import redis_client
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
+from firstlight.serve.model_server import hint_key_prefix
 from firstlight.serve.router_state import RouterState, ServedBy, router_state
 from firstlight.telemetry import GatewayTelemetry
 
@@ -53,6 +57,23 @@ def peer_table(config: PlatformConfig, region: str, client: httpx.AsyncClient) -
     return PeerTable(peers, client, headers=headers)
 
 
+def _shared_limits(config: PlatformConfig, region: str) -> KeyLimits:
+    """Per-key limits shared with the region's other gateways through the hints Redis
+    (each gateway enforces them alone while Redis is unreachable)."""
+    gateway = config.gateway
+    try:
+        client = redis_client(config.hints, connect_timeout_s=0.05)
+    except FirstlightError as exc:  # the password reference cannot be resolved
+        _log.warning("region %s: per-key limits stay local: %s", region, exc)
+        client = None
+    return KeyLimits(
+        gateway.max_concurrent_per_key,
+        gateway.max_requests_per_minute_per_key,
+        client,
+        key_prefix=hint_key_prefix(config, region),
+    )
+
+
 class Gateway:
     """One gateway replica of one region (see the module docstring)."""
 
@@ -76,7 +97,14 @@ class Gateway:
             self._peers,
         )
         self._core = GatewayCore(
-            self._config, region, self, encoders, self._peers, self._client, self._telemetry
+            self._config,
+            region,
+            self,
+            encoders,
+            self._peers,
+            self._client,
+            self._telemetry,
+            _shared_limits(self._config, region),
         )
         self._probe_task: asyncio.Task[None] | None = None
         if not self._config.auth.enabled:

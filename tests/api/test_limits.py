@@ -1,0 +1,117 @@
+"""Per-key limits shared by a region's gateways through the real Redis (two limiters
+stand for two gateway replicas), their expiry, and the local fallback when Redis is
+unreachable."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from uuid import uuid4
+
+import pytest
+from redis.asyncio import Redis
+
+from firstlight.api.limits import KeyLimits
+from firstlight.errors import RateLimitedError
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    name = f"fltest:limits:{uuid4().hex[:8]}:"
+    yield name
+    client = Redis.from_url(REDIS_URL)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{name}*")]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[Redis]]:
+    made: list[Redis] = []
+    yield made
+    for client in made:
+        await client.aclose()
+
+
+def _limits(
+    clients: list[Redis], prefix: str, clock: Clock, concurrent: int, per_minute: int | None
+) -> KeyLimits:
+    client = Redis.from_url(REDIS_URL)
+    clients.append(client)
+    return KeyLimits(concurrent, per_minute, client, key_prefix=prefix, clock=clock)
+
+
+async def test_concurrency_is_shared_by_the_gateways(clients: list[Redis], prefix: str) -> None:
+    clock = Clock()
+    one, two = (_limits(clients, prefix, clock, 3, None) for _ in range(2))
+    leases = [await one.acquire("key-a"), await two.acquire("key-a"), await one.acquire("key-a")]
+    assert all(lease.shared for lease in leases)
+    with pytest.raises(RateLimitedError, match=r"concurrent requests .*limit 3") as refused:
+        await two.acquire("key-a")
+    assert refused.value.status == 429
+    assert refused.value.retry_after_s is not None
+    await two.acquire("key-b")  # another key is not affected
+    one.release(leases[0])
+    await one.aclose()
+    assert (await two.acquire("key-a")).shared
+
+
+async def test_the_request_rate_is_shared_per_minute(clients: list[Redis], prefix: str) -> None:
+    clock = Clock()
+    clock.now = 60 * 20_000 + 10  # 10 s into a minute
+    one, two = (_limits(clients, prefix, clock, 100, 4) for _ in range(2))
+    for limiter in (one, two, one, two):
+        one.release(await limiter.acquire("key-a"))
+    with pytest.raises(RateLimitedError, match="requests per minute") as refused:
+        await two.acquire("key-a")
+    assert refused.value.retry_after_s == pytest.approx(50)
+    clock.now += 60  # the next minute
+    assert (await one.acquire("key-a")).shared
+
+
+async def test_a_dead_gateways_leases_expire(clients: list[Redis], prefix: str) -> None:
+    clock = Clock()
+    dead, alive = (_limits(clients, prefix, clock, 1, None) for _ in range(2))
+    await dead.acquire("key-a")  # never released: its gateway died
+    with pytest.raises(RateLimitedError):
+        await alive.acquire("key-a")
+    clock.now += 3601
+    assert (await alive.acquire("key-a")).shared
+
+
+async def test_without_redis_each_gateway_enforces_the_limits_alone(prefix: str) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    client = Redis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.05)
+    clock = Clock()
+    limits = KeyLimits(2, 3, client, key_prefix=prefix, clock=clock)
+    try:
+        first = await limits.acquire("key-a")
+        assert not first.shared
+        assert not limits.shared  # Redis is skipped for a while after a failure
+        await limits.acquire("key-a")
+        with pytest.raises(RateLimitedError, match="concurrent"):
+            await limits.acquire("key-a")
+        limits.release(first)
+        await limits.acquire("key-a")  # third request this minute: still allowed
+        limits.release(first)
+        with pytest.raises(RateLimitedError, match="per minute"):
+            await limits.acquire("key-a")
+        clock.now += 6
+        assert limits.shared  # Redis is tried again
+    finally:
+        await client.aclose()
