@@ -45,6 +45,7 @@ def platform(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
                 "max_body_bytes": 1_000_000,
                 "max_messages": 64,
                 "max_output_tokens": 1021,
+                "max_prompt_tokens": 900,
             },
             # Spill-over is tested in test_routing; here every answer comes from api-east.
             "router": {"spill_over_margin_ms": 60_000},
@@ -239,8 +240,10 @@ def test_oversized_body_is_413(platform: LocalPlatform) -> None:
             "gateway.max_messages",
         ),
         (_chat(max_tokens=1022), 400, "max_tokens", "gateway.max_output_tokens"),
+        # ~970 tokens: fits the 1024-token context, not gateway.max_prompt_tokens (900).
+        (_chat("w" * 950), 400, "messages", "gateway.max_prompt_tokens"),
     ],
-    ids=["body-bytes", "messages", "output-tokens"],
+    ids=["body-bytes", "messages", "output-tokens", "prompt-tokens"],
 )
 def test_request_bounds_come_from_the_config(
     platform: LocalPlatform, body: dict[str, object], status: int, param: str | None, says: str

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
-from tests.serve.cluster import API_KEY, platform_config
+from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-fuzz"
 AUTH = {"authorization": f"Bearer {API_KEY}"}
@@ -40,7 +40,7 @@ def fuzzed(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
     config = platform_config(
         serve_port,
         [{"name": "fz-east"}],
-        [{"name": MODEL, "engine": "sim", "replicas": 1, "resources": {"num_cpus": 0}}],
+        [sim_model(MODEL)],
         key_file=key_file,
         extra={
             "gateway": {

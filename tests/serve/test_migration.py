@@ -20,7 +20,7 @@ import pytest
 
 from firstlight.engine.sim._filler import Filler
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
-from tests.serve.cluster import API_KEY, platform_config
+from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-migrate"
 STREAMS = 20
@@ -54,15 +54,7 @@ def _platform(serve_port: int, key_file: Path, region: str, migration: bool) -> 
     config = platform_config(
         serve_port,
         [{"name": region}],
-        [
-            {
-                "name": MODEL,
-                "engine": "sim",
-                "replicas": 2,
-                "max_model_len": 2048,
-                "resources": {"num_cpus": 0},
-            }
-        ],
+        [sim_model(MODEL, replicas=2)],
         key_file=key_file,
         extra={
             "gateway": {

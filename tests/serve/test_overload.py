@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
-from tests.serve.cluster import API_KEY, platform_config
+from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-overload"
 BOUND_MS = 1000.0
@@ -40,15 +40,7 @@ def overloaded(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
     config = platform_config(
         serve_port,
         [{"name": "ovl-east"}],
-        [
-            {
-                "name": MODEL,
-                "engine": "sim",
-                "replicas": 1,
-                "max_model_len": 2048,
-                "resources": {"num_cpus": 0},
-            }
-        ],
+        [sim_model(MODEL, replicas=1)],
         key_file=key_file,
         extra={
             "router": {"admission_wait_ms": BOUND_MS},
@@ -122,7 +114,7 @@ def small_gateway(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
     config = platform_config(
         serve_port,
         [{"name": "ovl-small"}],
-        [{"name": MODEL, "engine": "sim", "replicas": 1, "resources": {"num_cpus": 0}}],
+        [sim_model(MODEL)],
         key_file=key_file,
         extra={"gateway": {"host": "127.0.0.1", "port": serve_port, "max_in_flight": 4}},
     )

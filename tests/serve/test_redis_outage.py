@@ -15,7 +15,7 @@ import pytest
 
 from firstlight.serve.local import start_local, stop_local
 from tests.hints.conftest import RedisServer
-from tests.serve.cluster import API_KEY, platform_config
+from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-outage"
 WORKERS = 3
@@ -59,7 +59,7 @@ async def test_no_request_fails_while_redis_is_down_and_hints_resync(
     config = platform_config(
         serve_port,
         [{"name": "rd-east"}],
-        [{"name": MODEL, "engine": "sim", "replicas": 2, "resources": {"num_cpus": 0}}],
+        [sim_model(MODEL, replicas=2)],
         key_file=key_file,
         extra={"hints": {"redis_url": redis.url, "key_prefix": f"fltest.{uuid.uuid4().hex[:8]}."}},
     )

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
-from tests.serve.cluster import platform_config
+from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-tenants"
 KEYS = {"acme": "sk-tenant-acme-0123456789abcdef", "globex": "sk-tenant-globex-0123456789abc"}
@@ -29,7 +29,7 @@ def tenanted(serve_port: int, tmp_path_factory: pytest.TempPathFactory) -> Itera
     config = platform_config(
         serve_port,
         [{"name": "tn-east"}],
-        [{"name": MODEL, "engine": "sim", "replicas": 1, "resources": {"num_cpus": 0}}],
+        [sim_model(MODEL)],
         extra={"auth": {"enabled": True, "api_keys": keys}},
     )
     assert config.auth.isolates_tenants  # on by default once keys name tenants

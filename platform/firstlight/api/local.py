@@ -50,7 +50,7 @@ from firstlight.telemetry.tracing import inject
 
 __all__ = ["RETRY_AFTER_S", "LocalBackend", "LocalServer", "Prepared"]
 
-_log = logging.getLogger("firstlight.api.gateway")
+_log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1.0
 """``Retry-After`` of refusals that have no better estimate."""
