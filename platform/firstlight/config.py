@@ -149,7 +149,8 @@ class PeerConfig(_Section):
     """Name of the peer region; must be one of ``regions[].name``."""
     url: HttpUrl | None = None
     """Base URL of the peer's gateway (``https://eu-west.llm.example.com``). Required in
-    ``kubernetes`` mode; in ``local`` mode the peer is reached inside the Ray cluster."""
+    ``kubernetes`` mode; in ``local`` mode the peer is reached on the shared HTTP proxy
+    unless a URL is given (a proxy or fault injector in front of it, in tests)."""
     rtt_ms: Annotated[float, Field(ge=0, le=10_000)]
     """Round-trip time to the peer in milliseconds: the prior used until probes measure
     it, and the delay added to forwards when ``local`` mode emulates regions."""
@@ -286,6 +287,12 @@ class RouterConfig(_Section):
     the best local replica. Beyond it the request goes to a peer region that can take
     it, or is refused at once with 503 and ``Retry-After`` instead of waiting, so the
     admitted requests keep their latency. ``null`` admits everything."""
+    peer_timeout_s: Annotated[float, Field(gt=0, le=600)] = 10.0
+    """Longest a request forwarded to a peer region waits for the peer's first token
+    (forwards always stream, so this is the wait for its first bytes) and for each
+    later chunk. Past it the peer counts as failed (its breaker sees it) and the request
+    goes to the next peer or is served here. A peer that stops answering its probes is
+    given up on at once, without waiting for this bound."""
     slo: SloConfig = SloConfig()
     """Latency objectives."""
 

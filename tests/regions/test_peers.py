@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable, stop
 from firstlight.regions.summary import ModelSummary, RegionSummary
 from tests.conftest import FakeClock
+from tests.regions.peer_server import PeerServer
 
 SUMMARY_PATH = "/v1/firstlight/summary"
 
@@ -97,60 +97,6 @@ def test_a_failed_trial_reopens_for_a_full_cooldown() -> None:
 
 
 # --- a real HTTP peer ------------------------------------------------------------------
-
-
-class PeerServer:
-    """A tiny HTTP/1.1 server on a free loopback port that answers every request with
-    the current ``status`` and ``body``; ``hang`` makes it never answer."""
-
-    def __init__(self) -> None:
-        self.status = 200
-        self.body = b"{}"
-        self.hang = False
-        self.on_request: Callable[[], None] | None = None
-        self.requests: list[tuple[str, dict[str, str]]] = []
-        self._release = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self.url = ""
-
-    def serve_summary(self, summary: RegionSummary) -> None:
-        self.status = 200
-        self.body = json.dumps(summary.to_json()).encode()
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    async def close(self) -> None:
-        self._release.set()
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request_line = (await reader.readline()).decode()
-            headers: dict[str, str] = {}
-            while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
-                name, _, value = line.decode().partition(":")
-                headers[name.strip().lower()] = value.strip()
-            method, path, _ = request_line.split(" ", 2)
-            self.requests.append((f"{method} {path}", headers))
-            if self.on_request is not None:
-                self.on_request()
-            if self.hang:
-                await self._release.wait()
-                return
-            head = (
-                f"HTTP/1.1 {self.status} X\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(self.body)}\r\nConnection: close\r\n\r\n"
-            )
-            writer.write(head.encode() + self.body)
-            await writer.drain()
-        finally:
-            writer.close()
-            await writer.wait_closed()
 
 
 @pytest.fixture
@@ -334,7 +280,7 @@ async def test_a_peer_that_never_answers_times_out(
     assert peer.breaker.state == "open"
 
 
-async def test_an_open_breaker_hides_a_fresh_peer_until_it_half_opens(
+async def test_a_failed_probe_hides_a_fresh_peer_until_a_probe_succeeds(
     server: PeerServer, client: httpx.AsyncClient
 ) -> None:
     clock = FakeClock()
@@ -345,10 +291,12 @@ async def test_an_open_breaker_hides_a_fresh_peer_until_it_half_opens(
     rtt_after_success = peer.rtt_ms
 
     server.status, server.body = 500, b"{}"
+    await table.probe(peer)
+    assert peer.breaker.state == "closed", "one failure: the breaker is still closed"
+    assert table.usable("SmolLM2") == [], "but a failed probe hides the peer at once"
+    assert not table.is_up(peer)
     for _ in range(2):
         await table.probe(peer)
-    assert table.usable("SmolLM2") == [peer], "two failures: still closed"
-    await table.probe(peer)
     assert peer.breaker.state == "open"
     assert table.usable("SmolLM2") == [], "open, although its summary is fresh"
     assert peer.summary == _summary(), "the last good summary is kept"
@@ -358,12 +306,14 @@ async def test_an_open_breaker_hides_a_fresh_peer_until_it_half_opens(
 
     clock.advance(5.0)
     assert peer.breaker.state == "half-open"
-    assert table.usable("SmolLM2") == [peer], "half-open peers are offered for a trial"
+    assert table.usable("SmolLM2") == [], "half-open: a probe tries it, not a request"
 
     server.serve_summary(_summary())
     await table.probe(peer)
     assert peer.breaker.state == "closed"
     assert peer.last_error is None
+    assert table.usable("SmolLM2") == [peer]
+    assert table.is_up(peer)
 
 
 async def test_forward_outcomes_drive_the_breaker(
@@ -410,6 +360,47 @@ async def test_run_probes_every_peer_and_survives_their_faults(
     assert not task.done(), "a peer's fault does not end the probe loop"
     await stop(task)
     assert task.cancelled()
+
+
+async def test_a_peer_that_never_answers_does_not_delay_the_others_probes(
+    server: PeerServer, client: httpx.AsyncClient
+) -> None:
+    clock = FakeClock()
+    server.serve_summary(_summary())
+    probed_three_times = asyncio.Event()
+    server.on_request = lambda: len(server.requests) >= 3 and probed_three_times.set()
+    hole = PeerServer()
+    await hole.start()
+    hole.hang = True
+    good = _peer(server.url, clock)
+    dark = Peer("ap-south", hole.url, 200.0, 0.0, CircuitBreaker(3, 5.0, clock))
+    table = PeerTable([good, dark], client, probe_interval_s=0.01, probe_timeout_s=60.0)
+    task = asyncio.create_task(table.run())
+    try:
+        async with asyncio.timeout(30):
+            await probed_three_times.wait()
+        assert len(hole.requests) == 1, "the dark peer's first probe is still waiting"
+        assert table.usable("SmolLM2") == [good]
+    finally:
+        await stop(task)
+        await hole.close()
+
+
+async def test_a_failed_probe_releases_the_forwards_waiting_on_the_peer(
+    server: PeerServer, client: httpx.AsyncClient
+) -> None:
+    clock = FakeClock()
+    server.serve_summary(_summary())
+    peer = _peer(server.url, clock)
+    table = PeerTable([peer], client, probe_timeout_s=0.2, clock=clock)
+    await table.probe(peer)
+    waiting = peer.failed()
+    table.record_failure(peer, "HTTP 503")
+    assert not waiting.is_set(), "a forward's failure: the peer answered, it is alive"
+    server.hang = True
+    await table.probe(peer)
+    assert waiting.is_set()
+    assert not peer.failed().is_set(), "the next failure gets a new event"
 
 
 NON_FINITE_ANSWERS = [

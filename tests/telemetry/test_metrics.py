@@ -308,7 +308,8 @@ def test_decision_log_keeps_the_newest_30_newest_first(telemetry: GatewayTelemet
     assert newest.observed_ttft_ms == pytest.approx(300.0)
 
 
-def test_every_catalog_metric_is_exported(clock: FakeClock) -> None:
+async def test_every_catalog_metric_is_exported(clock: FakeClock) -> None:
+    # async: the asyncio-tasks gauge counts the running loop's tasks, as on a gateway
     mirror = HintMirror(ttl_s=60.0, clock=clock)
     mirror.apply(BlockEvent("r-a", 0, stored=(11, 12, 13), removed=()))
     feed = SubscriberStatus(False, WALL - 5.0, 0, 1, None, 0, 0, "connection refused")
@@ -327,4 +328,19 @@ def test_every_catalog_metric_is_exported(clock: FakeClock) -> None:
     assert value(samples, "firstlight_hints_staleness_seconds", model=MODEL) == 5.0
     assert value(samples, "firstlight_hints_redis_up") == 0
     assert value(samples, "firstlight_hints_mirror_blocks", model=MODEL) == 3
+    assert value(samples, "firstlight_gateway_asyncio_tasks") >= 1, "this test's own task"
+    telemetry.shutdown()
+
+
+def test_migrations_count_by_model_and_outcome_from_zero(clock: FakeClock) -> None:
+    telemetry = make_telemetry(clock, {MODEL: None, IDLE_MODEL: None})
+    telemetry.migrated(MODEL, "resumed")
+    telemetry.migrated(MODEL, "resumed")
+    telemetry.migrated(MODEL, "gave_up")
+    samples = scrape(telemetry)
+    name = "firstlight_request_migrations_total"
+    assert value(samples, name, model=MODEL, outcome="resumed") == 2
+    assert value(samples, name, model=MODEL, outcome="gave_up") == 1
+    assert value(samples, name, model=MODEL, outcome="retried") == 0
+    assert value(samples, name, model=IDLE_MODEL, outcome="retried") == 0, "exported at 0"
     telemetry.shutdown()

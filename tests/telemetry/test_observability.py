@@ -226,6 +226,7 @@ def test_no_high_cardinality_labels(traffic: LocalPlatform) -> None:
         "policy",
         "state",
         "direction",
+        "outcome",
         "error_type",
         "gen_ai_operation_name",
         "gen_ai_token_type",

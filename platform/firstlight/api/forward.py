@@ -8,19 +8,30 @@ peer whose breaker allows it, streamed back as it arrives, with :data:`HOP_HEADE
 peer never forwards it again and the route span's ``traceparent`` so the trace continues
 there. A peer that fails before answering is recorded (its breaker counts it) and the next
 one is tried; in local mode the configured RTT is waited out first (emulation).
+
+Forwards always stream from the peer, also for a client that asked for one JSON body
+(the chunks are put together here), so ``router.peer_timeout_s`` bounds the wait for
+the peer's first token and for each later chunk, and a peer that stops answering its
+probes is abandoned while the forward still waits for it. A non-streamed answer that
+failed part-way has sent nothing to the client yet: it counts as a failed attempt and
+the next peer (or this region) serves the request instead.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import contextlib
+import json
+import time
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import httpx
 from fastapi import Request
-from fastapi.responses import Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 
-from firstlight.api.responses import DONE_EVENT, error_body, sse_event
+from firstlight.api.responses import DONE_EVENT, Kind, completion_body, error_body, sse_event
 from firstlight.errors import NoCapacityError
 from firstlight.regions.peers import Peer, PeerTable
 from firstlight.regions.summary import predict_peer_ttft
@@ -44,11 +55,13 @@ class PeerForwarder:
         peers: PeerTable,
         client: httpx.AsyncClient,
         telemetry: GatewayTelemetry,
+        timeout_s: float = 10.0,
     ) -> None:
         self.region = region
         self.peers = peers
         self.telemetry = telemetry
         self._client = client
+        self._timeout = httpx.Timeout(connect=2.0, read=timeout_s, write=10.0, pool=5.0)
 
     def rank(
         self, model: str, routing: RequestView, local_ms_per_token: float | None
@@ -73,6 +86,7 @@ class PeerForwarder:
         request: Request,
         route: str,
         obs: RequestObservation,
+        kind: Kind,
         stream: bool,
         prompt_tokens: int,
         local: Decision | None = None,
@@ -92,7 +106,9 @@ class PeerForwarder:
             span.set_attribute("firstlight.peer", peer.region)
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
             span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
-            response = await self._forward(peer, predicted_ms, body, request, route, obs, stream)
+            response = await self._forward(
+                peer, predicted_ms, body, request, route, obs, kind, stream
+            )
             if response is not None:
                 peer.forwarded_tokens += prompt_tokens
                 return response
@@ -106,10 +122,11 @@ class PeerForwarder:
         request: Request,
         route: str,
         obs: RequestObservation,
+        kind: Kind,
         stream: bool,
     ) -> Response | None:
-        """Stream the request through ``peer``; ``None`` when the peer failed before
-        answering (the caller tries the next one)."""
+        """Send the request to ``peer``; ``None`` when the peer failed before anything
+        reached the client (the caller tries the next one)."""
         headers = {
             "content-type": "application/json",
             HOP_HEADER: self.region,
@@ -122,13 +139,20 @@ class PeerForwarder:
         path = request.url.path.removeprefix(request.scope.get("root_path", ""))
         if peer.emulated_ms:
             await asyncio.sleep(peer.emulated_ms / 1000.0)
+        outgoing = self._client.build_request(
+            "POST",
+            f"{peer.url}{path}",
+            content=body if stream else _as_stream(body),
+            headers=headers,
+            timeout=self._timeout,
+        )
         try:
-            outgoing = self._client.build_request(
-                "POST", f"{peer.url}{path}", content=body, headers=headers
-            )
-            upstream = await self._client.send(outgoing, stream=True)
+            upstream = await _answer_or_failure(self._client.send(outgoing, stream=True), peer)
         except httpx.HTTPError as exc:
             self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
+            return None
+        if upstream is None:
+            self._failed(peer, obs, peer.last_error or "stopped answering its probes")
             return None
         if upstream.status_code >= 500:
             await upstream.aclose()
@@ -136,10 +160,8 @@ class PeerForwarder:
             return None
         self.peers.record_success(peer)
         obs.status = upstream.status_code
-        if stream and upstream.status_code < 400:
-            # A streaming peer answers once its first token exists; a non-streaming one
-            # only at the end, so its TTFT is the peer's to record, not ours.
-            obs.first_token()
+        if upstream.status_code < 400:
+            obs.first_token()  # the peer streams: its headers come with the first token
         obs.replica = upstream.headers.get("x-firstlight-replica")
         out_headers = {k: v for k, v in upstream.headers.items() if k in _FORWARDED_HEADERS}
         out_headers.update(
@@ -151,6 +173,15 @@ class PeerForwarder:
             out_headers["x-firstlight-decision"] = obs.explanation.encode(
                 "ascii", "replace"
             ).decode()
+        if not stream and upstream.status_code < 400:
+            return await self._collected(peer, upstream, kind, obs, out_headers)
+        if not stream:  # the peer refused it (4xx): its JSON error, as it is
+            content = await _read_or_none(upstream)
+            if content is None:
+                self._failed(peer, obs, "the peer's error answer broke off")
+                return None
+            out_headers.pop("content-type", None)
+            return Response(content, upstream.status_code, out_headers, "application/json")
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -166,6 +197,31 @@ class PeerForwarder:
 
         return StreamingResponse(relay(), status_code=upstream.status_code, headers=out_headers)
 
+    async def _collected(
+        self,
+        peer: Peer,
+        upstream: httpx.Response,
+        kind: Kind,
+        obs: RequestObservation,
+        headers: dict[str, str],
+    ) -> Response | None:
+        """The peer's stream put together into one JSON body for a client that asked
+        for one; ``None`` when the stream broke off or ended in an error (the client has
+        seen nothing yet, so the caller may serve the request elsewhere)."""
+        try:
+            answer = await _collect_stream(upstream, kind)
+        except httpx.HTTPError as exc:
+            self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
+            return None
+        finally:
+            await upstream.aclose()
+        if isinstance(answer, str):
+            self._failed(peer, obs, answer)
+            return None
+        obs.last_token_at = time.monotonic()
+        headers.pop("content-type", None)
+        return JSONResponse(answer, headers=headers)
+
     def _failed(self, peer: Peer, obs: RequestObservation, error: str) -> None:
         """The attempt on ``peer`` failed before it answered: its breaker counts it and
         the attempt's route span says why."""
@@ -173,3 +229,83 @@ class PeerForwarder:
         span = obs.route_span
         if span is not None:
             span.set_status(trace.StatusCode.ERROR, error)
+
+
+def _as_stream(body: bytes) -> bytes:
+    """A non-streaming request body asking for a stream with usage instead (the body
+    was validated already, so it is a JSON object)."""
+    data = json.loads(body)
+    data["stream"] = True
+    data["stream_options"] = {"include_usage": True}
+    return json.dumps(data).encode()
+
+
+async def _answer_or_failure(
+    sending: Coroutine[Any, Any, httpx.Response], peer: Peer
+) -> httpx.Response | None:
+    """The peer's response to ``sending`` (an awaitable), or ``None`` as soon as the
+    peer stops answering its probes (the send is cancelled then). Raises what the send
+    raises (``httpx.HTTPError``, a timeout included)."""
+    send = asyncio.ensure_future(sending)
+    dark = asyncio.ensure_future(peer.failed().wait())
+    waiting: set[asyncio.Future[Any]] = {send, dark}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # cancelled (the client left): nothing may stay open
+        send.cancel()
+        with contextlib.suppress(BaseException):
+            await (await send).aclose()
+        raise
+    finally:
+        dark.cancel()
+    if send.done():
+        return send.result()
+    send.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await send
+    return None
+
+
+async def _read_or_none(upstream: httpx.Response) -> bytes | None:
+    try:
+        return await upstream.aread()
+    except httpx.HTTPError:
+        return None
+    finally:
+        await upstream.aclose()
+
+
+async def _collect_stream(upstream: httpx.Response, kind: Kind) -> dict[str, Any] | str:
+    """A whole ``chat.completion`` / ``text_completion`` from the peer's server-sent
+    events, or the reason it is not one (an error event, a malformed event, or no
+    ``[DONE]``). Raises ``httpx.HTTPError`` when the stream breaks off."""
+    parts: list[str] = []
+    request_id, model, created = "", "", int(time.time())
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    async for line in upstream.aiter_lines():
+        if not line.startswith("data: "):
+            continue
+        data = line.removeprefix("data: ")
+        if data == "[DONE]":
+            body = completion_body(
+                kind, request_id, model, created, "".join(parts), finish_reason, None
+            )
+            if usage is not None:
+                body["usage"] = usage
+            return body
+        try:
+            event = json.loads(data)
+            if "error" in event:
+                return f"the peer's stream ended in an error: {event['error'].get('message')}"
+            request_id = str(event.get("id", request_id))
+            model = str(event.get("model", model))
+            created = int(event.get("created", created))
+            usage = event.get("usage") or usage
+            for choice in event.get("choices") or ():
+                piece = choice["delta"].get("content") if kind == "chat" else choice.get("text")
+                parts.append(str(piece or ""))
+                finish_reason = choice.get("finish_reason") or finish_reason
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return f"the peer sent a malformed event: {type(exc).__name__}: {exc}"
+    return "the peer's stream ended before [DONE]"

@@ -109,7 +109,9 @@ class GatewayCore:
         self._models = {m.name: m for m in config.models}
         self._schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
         self._hot = {m.name: HotPrefixes() for m in config.models}
-        self._forwarder = PeerForwarder(region, peers, client, telemetry)
+        self._forwarder = PeerForwarder(
+            region, peers, client, telemetry, config.router.peer_timeout_s
+        )
         self._local = LocalServer(config, region, backend, telemetry, self._schemes, self._hot)
         self._created = int(time.time())
         gateway = config.gateway
@@ -374,7 +376,9 @@ class GatewayCore:
                 if obs.route_span is not None:
                     obs.route_span.set_status(trace.StatusCode.ERROR, str(exc))
                 if state is None or state.healthy_replicas == 0 or not attempts.another(str(exc)):
+                    self.telemetry.migrated(prepared.model.name, "gave_up")
                     return await self._fail_over(ranked, prepared, body, request, obs)
+                self.telemetry.migrated(prepared.model.name, "retried")
                 local = state.estimate(prepared.routing)  # another replica, knowing this
 
     async def _spill(
@@ -393,6 +397,7 @@ class GatewayCore:
             request,
             "spill-over",
             obs,
+            prepared.kind,
             prepared.stream,
             prepared.routing.prompt_tokens,
             local,
@@ -433,7 +438,14 @@ class GatewayCore:
         obs: RequestObservation,
     ) -> Response:
         response = await self._forwarder.forward_any(
-            ranked, body, request, "fail-over", obs, prepared.stream, prepared.routing.prompt_tokens
+            ranked,
+            body,
+            request,
+            "fail-over",
+            obs,
+            prepared.kind,
+            prepared.stream,
+            prepared.routing.prompt_tokens,
         )
         if response is not None:
             return response

@@ -265,6 +265,7 @@ class LocalServer:
         reason = f"{type(cause(exc)).__name__}: {cause(exc)}"
         timeout_s = self.config.gateway.first_token_timeout_s
         while attempts.another(reason):
+            self.telemetry.migrated(name, "resumed")
             request, routing = continuation(prepared.generation, generated, self._schemes[name])
             _log.warning(
                 "%s: %s resumed after %d tokens (attempt %d): %s",
@@ -291,6 +292,7 @@ class LocalServer:
                 await aclose(chunks)
                 raise
             return chunks, first
+        self.telemetry.migrated(name, "gave_up")
         raise NoCapacityError(
             f"the request failed mid-stream and could not be resumed: {attempts.summary()}"
         ) from exc

@@ -2,10 +2,17 @@
 
 A :class:`PeerTable` is built by the gateway from ``regions[].peers`` and runs
 :meth:`PeerTable.run` as a background task: every ``probe_interval_s`` it fetches each
-peer's summary (``GET {url}/v1/firstlight/summary``) and takes the round trip of that
-request as an RTT sample (EWMA; the configured ``rtt_ms`` is the prior). On the hot path
-the gateway calls :meth:`PeerTable.usable` (no I/O) and reports each forward's outcome
-with :meth:`record_success` / :meth:`record_failure`, which drive the breaker.
+peer's summary (``GET {url}/v1/firstlight/summary``, at most ``probe_timeout_s``) and
+takes the round trip of that request as an RTT sample (EWMA; the configured ``rtt_ms``
+is the prior). Each peer is probed on its own loop, so a peer that never answers does
+not delay the others' probes. On the hot path the gateway calls :meth:`PeerTable.usable`
+(no I/O) and reports each forward's outcome with :meth:`record_success` /
+:meth:`record_failure`, which drive the breaker.
+
+A peer whose last probe or forward failed is not offered again until a probe succeeds,
+and a failed probe fires :meth:`Peer.failed`, which forwards still waiting for that
+peer's first bytes race against: a peer that goes dark costs the requests already sent
+there at most about one probe interval and timeout, not their whole deadline.
 
 In local mode the regions share one host, so the configured RTT is *emulated*: it is
 added to every measured sample and every forward waits it out (:attr:`Peer.emulated_ms`).
@@ -18,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -94,6 +101,20 @@ class Peer:
     forwarded_tokens: int = 0
     """Uncached prompt tokens this gateway forwarded to the peer since its last summary
     (the summary does not show them yet); reset when a new summary arrives."""
+    _failure: asyncio.Event | None = field(default=None, repr=False)
+
+    def failed(self) -> asyncio.Event:
+        """An event set when the peer next fails a probe (it does not even answer for
+        its summary); a forward waiting for the peer's answer waits on it too. Call it
+        on the event loop."""
+        if self._failure is None:
+            self._failure = asyncio.Event()
+        return self._failure
+
+    def _signal_failure(self) -> None:
+        if self._failure is not None:
+            self._failure.set()
+            self._failure = None
 
 
 class PeerTable:
@@ -122,11 +143,21 @@ class PeerTable:
         self._probed = asyncio.Event()
 
     async def run(self) -> None:
-        """Probe every peer forever (cancel to stop); never raises for a peer's fault."""
-        while True:
-            await asyncio.gather(*(self.probe(p) for p in self.peers.values()))
+        """Probe every peer forever, each on its own loop (cancel to stop); never raises
+        for a peer's fault."""
+        pending = set(self.peers)
+        if not pending:
             self._probed.set()
-            await asyncio.sleep(self._interval_s)
+
+        async def probe_forever(peer: Peer) -> None:
+            while True:
+                await self.probe(peer)
+                pending.discard(peer.region)
+                if not pending:
+                    self._probed.set()
+                await asyncio.sleep(self._interval_s)
+
+        await asyncio.gather(*(probe_forever(p) for p in self.peers.values()))
 
     async def wait_probed(self) -> None:
         """Until the first round of probes finished (start-up, tests)."""
@@ -144,8 +175,8 @@ class PeerTable:
             response.raise_for_status()
             summary = RegionSummary.from_json(response.json())
         except Exception as exc:  # a peer's fault never stops the probe loop
-            peer.last_error = f"{type(exc).__name__}: {exc}"
-            peer.breaker.failure()
+            self.record_failure(peer, f"{type(exc).__name__}: {exc}")
+            peer._signal_failure()  # not even its summary answers: forwards waiting give up
             return
         sample = (self._clock() - started) * 1000.0 + peer.emulated_ms
         peer.rtt_ms = (1 - self._alpha) * peer.rtt_ms + self._alpha * sample
@@ -156,11 +187,14 @@ class PeerTable:
         peer.breaker.success()
 
     def usable(self, model: str) -> list[Peer]:
-        """Peers whose fresh summary shows a healthy ``model`` and whose breaker is not
-        open (no I/O; called per request)."""
+        """Peers whose fresh summary shows a healthy ``model``, whose last probe or
+        forward did not fail and whose breaker is not open (no I/O; called per
+        request)."""
         now = self._clock()
         found = []
         for peer in self.peers.values():
+            if peer.last_error is not None:
+                continue
             summary = peer.summary
             if summary is None or peer.summary_received_at is None:
                 continue
@@ -175,11 +209,11 @@ class PeerTable:
         return found
 
     def is_up(self, peer: Peer) -> bool:
-        """Whether ``peer`` answers: a fresh summary and a breaker that is not open
-        (metrics and the dashboard; no I/O)."""
+        """Whether ``peer`` answers: a fresh summary, no failure since, and a breaker
+        that is not open (metrics and the dashboard; no I/O)."""
         received = peer.summary_received_at
         fresh = received is not None and self._clock() - received <= self._max_age_s
-        return fresh and peer.breaker.state != "open"
+        return fresh and peer.last_error is None and peer.breaker.state != "open"
 
     def summary_age_s(self, peer: Peer) -> float | None:
         """Seconds since ``peer``'s last summary arrived; ``None`` if none ever did."""
@@ -187,9 +221,14 @@ class PeerTable:
         return None if received is None else self._clock() - received
 
     def record_success(self, peer: Peer) -> None:
+        """A forward to ``peer`` was answered: proof of life, like a good probe."""
+        peer.last_error = None
         peer.breaker.success()
 
     def record_failure(self, peer: Peer, error: str) -> None:
+        """A probe or a forward to ``peer`` failed: the breaker counts it and the peer
+        is not offered until a probe succeeds. (A forward's failure does not abandon the
+        other forwards waiting on the peer: it answered, so it is alive.)"""
         peer.last_error = error
         peer.breaker.failure()
 

@@ -39,17 +39,19 @@ _log = logging.getLogger(__name__)
 
 
 def peer_table(config: PlatformConfig, region: str, client: httpx.AsyncClient) -> PeerTable:
-    """The peers of ``region``: real URLs in kubernetes mode; in local mode the peer's
-    route prefix on the shared HTTP proxy, with the configured RTT emulated."""
+    """The peers of ``region`` at their configured URLs; in local mode a peer without one
+    is the peer's route prefix on the shared HTTP proxy, and the configured RTT is
+    emulated (a URL there points at something in between, such as a fault injector)."""
     entry = next(r for r in config.regions if r.name == region)
     peers = []
     for p in entry.peers:
-        if config.mode == "local" or p.url is None:
+        if p.url is not None:
+            url = str(p.url).rstrip("/")
+        else:
             host = config.gateway.host
             host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-            url, emulated = f"http://{host}:{config.gateway.port}/{p.region}", p.rtt_ms
-        else:
-            url, emulated = str(p.url).rstrip("/"), 0.0
+            url = f"http://{host}:{config.gateway.port}/{p.region}"
+        emulated = p.rtt_ms if config.mode == "local" else 0.0
         peers.append(Peer(p.region, url, p.rtt_ms, emulated, CircuitBreaker()))
     headers = {}
     if config.auth.enabled and config.auth.api_keys:

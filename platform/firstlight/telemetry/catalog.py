@@ -13,7 +13,7 @@ and ``_total`` to counters: :attr:`MetricSpec.prometheus_name`.
 
 Attributes are bounded: ``region``, ``model`` (a configured model name, or ``unknown``),
 ``replica`` (a Ray replica id), ``peer`` (a configured region), ``route``, ``reason``,
-``policy``, ``state``, ``direction``, ``error.type`` (an HTTP status) and the GenAI
+``policy``, ``state``, ``direction``, ``outcome``, ``error.type`` (an HTTP status) and the GenAI
 conventions' ``gen_ai.operation.name`` and ``gen_ai.token.type``. Never a request id,
 a prompt or an API key.
 """
@@ -228,6 +228,24 @@ CATALOG: tuple[MetricSpec, ...] = (
         "1",
         "1 while a peer region is usable (breaker closed, fresh summary), else 0.",
         ("region", "peer"),
+    ),
+    # --- reliability ------------------------------------------------------------------
+    MetricSpec(
+        "firstlight.request.migrations",
+        "observable_counter",
+        "{attempt}",
+        "Requests sent to another replica after theirs failed: outcome=retried (before "
+        "the first token), resumed (a stream continued mid-way), gave_up (attempts used "
+        "up: the request failed over or ended with an error).",
+        ("region", "model", "outcome"),
+    ),
+    MetricSpec(
+        "firstlight.gateway.asyncio_tasks",
+        "gauge",
+        "{task}",
+        "asyncio tasks alive on the gateway's event loop (a rise that outlasts the load "
+        "is a leak).",
+        ("region",),
     ),
     # --- objectives -------------------------------------------------------------------
     MetricSpec(

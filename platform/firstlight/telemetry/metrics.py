@@ -17,6 +17,7 @@ region. The names and attributes are those of :mod:`firstlight.telemetry.catalog
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ _OPERATION = {"chat": "chat", "text": "text_completion"}
 _DECISION_LOG = 30
 _HOP_HEADER = "x-firstlight-hop"  # firstlight.api.forward.HOP_HEADER (no import cycle)
 _SERVED_HERE = ("local", "from_peer")
+MIGRATION_OUTCOMES = ("retried", "resumed", "gave_up")
+"""Outcomes of ``firstlight.request.migrations``: re-sent before the first token,
+continued mid-stream, or attempts used up."""
 _WINDOW_S = 300.0
 
 
@@ -124,6 +128,11 @@ class GatewayTelemetry:
         self._provider = MeterProvider(metric_readers=[reader], resource=resource)
         meter = self._provider.get_meter("firstlight")
         self._instruments: dict[str, Any] = {}
+        self.migrations = {
+            (m.name, outcome): 0 for m in config.models for outcome in MIGRATION_OUTCOMES
+        }
+        """Requests re-sent after a replica failed, by model and outcome (the
+        ``firstlight.request.migrations`` counter reads it)."""
         observers = self._observers()
         for spec in CATALOG:
             if spec in PER_REPLICA:
@@ -195,6 +204,11 @@ class GatewayTelemetry:
             self._instruments["firstlight.route.ttft_prediction_error"].record(
                 abs(error_ms) / 1000.0, {**base, "direction": direction}
             )
+
+    def migrated(self, model: str, outcome: str) -> None:
+        """A request of ``model`` was sent to another replica after its replica failed
+        (``outcome``: one of :data:`MIGRATION_OUTCOMES`); called by the gateway."""
+        self.migrations[(model, outcome)] += 1
 
     def finish(self, obs: RequestObservation) -> None:
         """The request ended (response complete, stream closed, or refused). Idempotent:
@@ -338,6 +352,8 @@ class GatewayTelemetry:
             "firstlight.hints.redis.up": self._observe_redis,
             "firstlight.peer.rtt": self._observe_peer_rtt,
             "firstlight.peer.up": self._observe_peer_up,
+            "firstlight.request.migrations": self._observe_migrations,
+            "firstlight.gateway.asyncio_tasks": self._observe_tasks,
             "firstlight.slo.time_to_first_token": lambda _: [
                 Observation(self.config.router.slo.ttft_p95_ms / 1000.0, {"region": self.region})
             ],
@@ -396,6 +412,20 @@ class GatewayTelemetry:
         for peer in self._peers.peers.values():
             attrs = {"region": self.region, "peer": peer.region}
             yield Observation(int(self._peers.is_up(peer)), attrs)
+
+    def _observe_migrations(self, _: CallbackOptions) -> Iterable[Observation]:
+        for (model, outcome), count in self.migrations.items():
+            attrs = {"region": self.region, "model": model, "outcome": outcome}
+            yield Observation(count, attrs)
+
+    def _observe_tasks(self, _: CallbackOptions) -> Iterable[Observation]:
+        # Scrapes run on the gateway's event loop (the /metrics route); elsewhere (a
+        # scrape from a plain thread, in tests) there is no loop to count.
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:
+            return
+        yield Observation(tasks, {"region": self.region})
 
 
 def _tpot_s(obs: RequestObservation) -> float | None:

@@ -1,0 +1,151 @@
+"""The fault runs' client (every answer checked) and the soak run: scripted answers
+through ``httpx.MockTransport`` for the checks, then a short soak against a real local
+platform of two regions of ``sim`` replicas (the ten-minute run is the same code)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from firstlight.bench.soak import SoakReport, main, soak
+from firstlight.bench.steady import SteadyLoad, percentile
+from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from tests.serve.cluster import platform_config, sim_model
+
+MODEL = "sim-soak-test"
+TOKENS = 3
+
+
+def _sse(*events: Any) -> bytes:
+    return b"".join(
+        f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events
+    )
+
+
+def _delta(text: str) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
+
+
+USAGE = {"choices": [], "usage": {"completion_tokens": TOKENS, "prompt_tokens": 5}}
+GOOD_STREAM = _sse(_delta("a"), _delta("b"), USAGE, "[DONE]")
+GOOD_BODY = {
+    "choices": [{"message": {"role": "assistant", "content": "ab"}}],
+    "usage": {"completion_tokens": TOKENS},
+}
+
+
+async def _one_of_each(stream: bytes, body: Any, status: int = 200) -> tuple[Any, Any]:
+    """One streamed and one non-streamed request answered with ``stream`` / ``body``."""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if json.loads(request.content)["stream"]:
+            return httpx.Response(status, content=stream, headers={"x-firstlight-route": "local"})
+        return httpx.Response(status, json=body)
+
+    load = SteadyLoad("http://gw.test/r", MODEL, clients=1, max_tokens=TOKENS,
+                      transport=httpx.MockTransport(answer))  # fmt: skip
+    load.start()
+    await load.wait_for(2)
+    answers = await load.stop()
+    streamed = next(a for a in answers if a.stream)
+    whole = next(a for a in answers if not a.stream)
+    return streamed, whole
+
+
+async def test_good_answers_count_as_served() -> None:
+    streamed, whole = await _one_of_each(GOOD_STREAM, GOOD_BODY)
+    assert not streamed.lost
+    assert not whole.lost
+    assert streamed.route == "local"
+    assert streamed.ttft_s is not None
+    assert whole.ttft_s is not None
+
+
+@pytest.mark.parametrize(
+    ("stream", "problem"),
+    [
+        (_sse(_delta("a"), USAGE), "no [DONE]"),
+        (_sse(_delta("a"), {"error": {"message": "boom"}}, "[DONE]"), "error event: boom"),
+        (
+            _sse(_delta("a"), {"choices": [], "usage": {"completion_tokens": 1}}, "[DONE]"),
+            "1 completion tokens, not 3",
+        ),
+    ],
+    ids=["no-done", "error-event", "short"],
+)
+async def test_a_stream_that_fails_a_check_is_lost(stream: bytes, problem: str) -> None:
+    streamed, _ = await _one_of_each(stream, GOOD_BODY)
+    assert streamed.lost
+    assert streamed.problem == problem
+
+
+async def test_a_refused_or_short_body_is_lost() -> None:
+    streamed, whole = await _one_of_each(b"", {"error": {"message": "busy"}}, status=503)
+    assert streamed.problem is not None
+    assert streamed.problem.startswith("HTTP 503")
+    assert whole.problem is not None
+    assert whole.problem.startswith("HTTP 503")
+    short = {"choices": [{"message": {"content": "a"}}], "usage": {"completion_tokens": 1}}
+    _, whole = await _one_of_each(GOOD_STREAM, short)
+    assert whole.problem == "1 completion tokens, not 3"
+
+
+def test_percentile_is_the_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]
+    assert percentile(values, 0.99) == 99.0
+    assert percentile(values, 0.5) == 50.0
+    assert percentile([7.0], 0.99) == 7.0
+
+
+def test_the_report_measures_growth_from_the_first_sample_under_load() -> None:
+    report = SoakReport(600.0, 3, requests=10, rss_mib={"east/gateway#1": [200.0, 210.0, 220.0]})
+    report.tasks_idle_before, report.tasks_idle_after = {"east": 12}, {"east": 12}
+    report.tasks_under_load = {"east": [20, 18]}
+    assert report.growth_pct("east/gateway#1") == pytest.approx(10.0)
+    table = report.markdown()
+    assert "| east/gateway#1 | 200 | 220 | +10.0 % |" in table
+    assert "| east | 12 | 18 to 20 | 12 |" in table
+
+
+@pytest.mark.parametrize("argv", [["--minutes", "0"], ["--clients", "0"], ["--sample-s", "-1"]])
+def test_bad_arguments_are_refused_before_anything_starts(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+
+
+@pytest.fixture(scope="module")
+def platform(serve_port: int) -> Iterator[LocalPlatform]:
+    config = platform_config(
+        serve_port,
+        [
+            {"name": "soakt-east", "peers": [{"region": "soakt-west", "rtt_ms": 10}]},
+            {"name": "soakt-west", "peers": [{"region": "soakt-east", "rtt_ms": 10}]},
+        ],
+        [sim_model(MODEL, replicas=1)],
+    )
+    running = start_local(config, timeout_s=120)
+    yield running
+    stop_local(running)
+
+
+@pytest.mark.slow
+async def test_a_short_soak_finds_every_process_and_loses_nothing(platform: LocalPlatform) -> None:
+    lines: list[str] = []
+    report = await soak(platform.endpoints, MODEL, 8.0, clients=2, sample_s=3.0,
+                        warmup_s=2.0, report=lines.append)  # fmt: skip
+    assert report.requests > 10
+    assert report.lost == 0, report.problems
+    deployments = {p.split("#")[0] for p in report.rss_mib}
+    assert deployments == {
+        f"{region}/{d}" for region in platform.endpoints for d in ("gateway", f"model-{MODEL}")
+    }
+    assert all(len(s) >= 2 and min(s) > 10 for s in report.rss_mib.values())
+    assert set(report.tasks_idle_before) == set(report.tasks_idle_after) == set(platform.endpoints)
+    assert all(count > 0 for count in report.tasks_idle_before.values())
+    assert len(lines) >= 2
+    print("\n" + report.markdown())

@@ -1,0 +1,101 @@
+"""A region's model application goes down under steady load (every replica of its model
+killed at once, as when its GPU nodes are lost; Ray Serve then starts new ones): the
+region's gateway fails its requests over to the peer region, then serves them itself
+again once its replicas are back. Every answer is checked (status, text, usage, [DONE]):
+0 lost, 0 hung. Time to detect and time to recover are reported. Real local Ray
+cluster, two emulated regions, ``sim`` engines."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from firstlight.bench.steady import Answer, SteadyLoad
+from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from tests.serve.cluster import API_KEY, platform_config, sim_model
+
+MODEL = "sim-region-down"
+EAST, WEST = "down-east", "down-west"
+
+
+@pytest.fixture(scope="module")
+def regions(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
+    config = platform_config(
+        serve_port,
+        [
+            {"name": EAST, "peers": [{"region": WEST, "rtt_ms": 20}]},
+            {"name": WEST, "peers": [{"region": EAST, "rtt_ms": 20}]},
+        ],
+        [sim_model(MODEL, replicas=2)],
+        key_file=key_file,
+        # No spill-over while both regions are up: every request leaving east is a fail-over.
+        extra={"router": {"spill_over_margin_ms": 60_000}},
+    )
+    running = start_local(config, timeout_s=120)
+    yield running
+    stop_local(running)
+
+
+def _kill_every_replica(app: str) -> int:
+    import ray
+
+    prefix = f"SERVE_REPLICA::{app}#model-{MODEL}#"
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(prefix)
+    ]
+    for name in names:
+        ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+    return len(names)
+
+
+@pytest.mark.slow
+async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
+    regions: LocalPlatform,
+) -> None:
+    load = SteadyLoad(regions.endpoints[EAST], MODEL, clients=4, max_tokens=16, api_key=API_KEY)
+    load.start()
+    await load.wait_for(12)
+    assert all(a.route == "local" for a in load.answers), "both regions up: all served here"
+    killed = await asyncio.to_thread(_kill_every_replica, EAST)
+    assert killed == 2
+    killed_at = load.now_s()
+    # Until east serves locally again, well after its new replicas came up.
+    async with asyncio.timeout(120):
+        while not _back(load.answers, killed_at):
+            await load.wait_for(len(load.answers) + 1)
+    await load.wait_for(len(load.answers) + 8)
+    answers = await load.stop()
+
+    lost = [a for a in answers if a.lost]
+    assert lost == [], collections.Counter(a.problem for a in lost)
+    after = [a for a in answers if a.started_s >= killed_at]
+    failed_over = [a for a in after if a.route == "fail-over"]
+    assert failed_over, collections.Counter(a.route for a in after)
+    assert {a.region for a in failed_over} == {WEST}
+    detect_s = min(a.started_s + (a.ttft_s or 0.0) for a in failed_over) - killed_at
+    recovered_s = _back(answers, killed_at)
+    assert recovered_s is not None
+    in_flight = [a for a in answers if a.started_s < killed_at < a.started_s + a.total_s]
+    print(
+        f"\nregion {EAST}: every replica killed under load ({load.clients} clients): "
+        f"{len(answers)} requests, 0 lost, 0 hung; {len(failed_over)} failed over to {WEST}; "
+        f"{len(in_flight)} were in flight at the kill; first fail-over answered "
+        f"{detect_s:.2f} s after the kill; served locally again after {recovered_s:.1f} s; "
+        f"routes after the kill: {dict(collections.Counter(a.route for a in after))}"
+    )
+
+
+def _back(answers: list[Answer], killed_at: float) -> float | None:
+    """Seconds from the kill until the first request, started after a fail-over, that
+    was served locally again; ``None`` while there is none."""
+    failed_over = [a.started_s for a in answers if a.route == "fail-over"]
+    if not failed_over:
+        return None
+    local = [a.started_s for a in answers if a.route == "local" and a.started_s > failed_over[0]]
+    return min(local) - killed_at if local else None
