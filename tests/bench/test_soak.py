@@ -147,5 +147,7 @@ async def test_a_short_soak_finds_every_process_and_loses_nothing(platform: Loca
     assert all(len(s) >= 2 and min(s) > 10 for s in report.rss_mib.values())
     assert set(report.tasks_idle_before) == set(report.tasks_idle_after) == set(platform.endpoints)
     assert all(count > 0 for count in report.tasks_idle_before.values())
+    assert set(report.hint_blocks) == set(platform.endpoints)
+    assert max(max(blocks) for blocks in report.hint_blocks.values()) > 0, "hints flowed"
     assert len(lines) >= 2
     print("\n" + report.markdown())

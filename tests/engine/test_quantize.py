@@ -22,7 +22,9 @@ from tests.engine.conftest import Prepared
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
-INT8 = ModelConfig(name="smollm2-int8", quantization="compressed-tensors", kv_cache_gib=1)
+INT8 = ModelConfig(
+    name="smollm2-int8", quantization="compressed-tensors", kv_cache_gib=1, dtype="float32"
+)
 
 
 def _quantize(cache_dir: Path) -> subprocess.CompletedProcess[str]:

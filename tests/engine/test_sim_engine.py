@@ -144,6 +144,20 @@ async def test_abort_ends_the_stream_with_finish_reason_abort(make_engine: MakeE
     await engine.abort("never-seen")
 
 
+async def test_stats_report_the_profile_rate_until_a_rate_is_measured(
+    make_engine: MakeEngine,
+) -> None:
+    engine = make_engine("cpu-smollm2-135m")
+    nominal = PROFILES["cpu-smollm2-135m"].prefill_tokens_per_s
+    assert engine.stats().prefill_tokens_per_s == pytest.approx(nominal)
+    stream = engine.generate(request("a", range(300), max_tokens=2))
+    async for _ in stream:
+        pass
+    measured = engine.stats().prefill_tokens_per_s
+    assert measured is not None
+    assert measured < nominal, "measured over whole steps, overhead included"
+
+
 async def test_closing_a_stream_early_aborts_its_request(make_engine: MakeEngine) -> None:
     engine = make_engine()
     stream = engine.generate(request("a", range(50), max_tokens=100))

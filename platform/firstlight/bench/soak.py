@@ -56,6 +56,9 @@ class SoakReport:
     tasks_idle_before: dict[str, int] = field(default_factory=dict)
     tasks_idle_after: dict[str, int] = field(default_factory=dict)
     tasks_under_load: dict[str, list[int]] = field(default_factory=dict)
+    hint_blocks: dict[str, list[int]] = field(default_factory=dict)
+    """Region → (replica, block) entries in its gateway's hint mirror at each sample:
+    state that grows with distinct prompts until hints expire (``hints.ttl_s``)."""
     problems: dict[str, int] = field(default_factory=dict)
 
     def growth_pct(self, process: str) -> float:
@@ -90,6 +93,11 @@ class SoakReport:
                 f"| {self.tasks_idle_after.get(region, -1)} |"
             )
         lines.append("")
+        for region, blocks in sorted(self.hint_blocks.items()):
+            lines.append(
+                f"hint mirror of {region}: {blocks[0]} entries at the first sample, "
+                f"{max(blocks)} at most, {blocks[-1]} at the last"
+            )
         for region in sorted(self.ttft_ms_first_minute):
             first = self.ttft_ms_first_minute[region]
             last = self.ttft_ms_last_minute.get(region, float("nan"))
@@ -228,6 +236,9 @@ async def _sample(
             result.rss_mib.setdefault(process, []).append(rss)
     for region, url in endpoints.items():
         result.tasks_under_load.setdefault(region, []).append(await _tasks(client, url))
+        hints = (await client.get(f"{url}/readyz")).json()["hints"]
+        blocks = sum(int(model["blocks"]) for model in hints.values())
+        result.hint_blocks.setdefault(region, []).append(blocks)
 
 
 def _p99(answers: Any) -> float:

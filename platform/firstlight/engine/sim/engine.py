@@ -191,8 +191,13 @@ class SimEngine:
             queue.put_nowait(GenerationChunk(request_id, (), "", "abort", done.usage))
 
     def stats(self) -> EngineStats:
-        """The core's statistics (``simulated=True``); cheap, no I/O."""
-        return self._core.stats()
+        """The core's statistics (``simulated=True``); cheap, no I/O. Until the core has
+        measured a prefill rate, the profile's nominal one: the simulator knows its own
+        costs, so routers need not start from a guess (a real engine has to measure)."""
+        stats = self._core.stats()
+        if stats.prefill_tokens_per_s is None:
+            stats = replace(stats, prefill_tokens_per_s=self._core.profile.prefill_tokens_per_s)
+        return stats
 
     async def cache_events(self) -> AsyncIterator[CacheEvent]:
         """Prefix-cache changes for the one consumer: first a snapshot (``cleared`` plus
