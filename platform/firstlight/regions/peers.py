@@ -101,7 +101,7 @@ class Peer:
     forwarded_tokens: int = 0
     """Uncached prompt tokens this gateway forwarded to the peer since its last summary
     (the summary does not show them yet); reset when a new summary arrives."""
-    _failure: asyncio.Event | None = field(default=None, repr=False)
+    _failure: asyncio.Event | None = field(default=None, repr=False, compare=False)
 
     def failed(self) -> asyncio.Event:
         """An event set when the peer next fails a probe (it does not even answer for
