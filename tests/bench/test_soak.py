@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from firstlight.bench.soak import SoakReport, main, soak
-from firstlight.bench.steady import SteadyLoad, percentile
+from firstlight.bench.steady import SteadyLoad
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import platform_config, sim_model
 
@@ -92,13 +92,6 @@ async def test_a_refused_or_short_body_is_lost() -> None:
     short = {"choices": [{"message": {"content": "a"}}], "usage": {"completion_tokens": 1}}
     _, whole = await _one_of_each(GOOD_STREAM, short)
     assert whole.problem == "1 completion tokens, not 3"
-
-
-def test_percentile_is_the_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 0.99) == 99.0
-    assert percentile(values, 0.5) == 50.0
-    assert percentile([7.0], 0.99) == 7.0
 
 
 def test_the_report_measures_growth_from_the_first_sample_under_load() -> None:

@@ -21,8 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from firstlight.bench.steady import Answer, SteadyLoad, percentile
+from firstlight.bench.steady import Answer, SteadyLoad
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.telemetry.rolling import percentile
 from tests.serve.cluster import API_KEY, free_port, platform_config, sim_model
 
 MODEL = "sim-blackhole"
@@ -175,8 +176,6 @@ async def _until_peer(base: str, *, up: bool, within_s: float) -> None:
 
 
 def _phase(answers: list[Answer]) -> str:
-    ttfts = [a.ttft_s * 1000 for a in answers if a.ttft_s is not None]
-    return (
-        f"TTFT p50 {percentile(ttfts, 0.5):.0f} / p95 {percentile(ttfts, 0.95):.0f} / "
-        f"p99 {percentile(ttfts, 0.99):.0f} ms over {len(answers)} requests"
-    )
+    ttfts = sorted(a.ttft_s * 1000 for a in answers if a.ttft_s is not None)
+    p50, p95, p99 = (percentile(ttfts, q) or 0.0 for q in (0.5, 0.95, 0.99))
+    return f"TTFT p50 {p50:.0f} / p95 {p95:.0f} / p99 {p99:.0f} ms over {len(answers)} requests"

@@ -23,15 +23,15 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from firstlight.bench.steady import Answer, SteadyLoad, percentile
+from firstlight.bench.steady import Answer, SteadyLoad
 from firstlight.config import PlatformConfig, parse_config
+from firstlight.telemetry.rolling import percentile
 
 __all__ = ["SoakReport", "main", "soak", "soak_config"]
 
@@ -48,8 +48,8 @@ class SoakReport:
     requests: int = 0
     lost: int = 0
     hung: int = 0
-    ttft_ms_first_minute: dict[str, float] = field(default_factory=dict)
-    ttft_ms_last_minute: dict[str, float] = field(default_factory=dict)
+    ttft_ms_first_minute: dict[str, float | None] = field(default_factory=dict)
+    ttft_ms_last_minute: dict[str, float | None] = field(default_factory=dict)
     rss_mib: dict[str, list[float]] = field(default_factory=dict)
     """Process (``<region>/<deployment>#<pid>``) → RSS at each sample under load."""
     sample_at_s: list[float] = field(default_factory=list)
@@ -58,7 +58,8 @@ class SoakReport:
     tasks_under_load: dict[str, list[int]] = field(default_factory=dict)
     hint_blocks: dict[str, list[int]] = field(default_factory=dict)
     """Region → (replica, block) entries in its gateway's hint mirror at each sample:
-    state that grows with distinct prompts until hints expire (``hints.ttl_s``)."""
+    state that grows with distinct prompts until the replicas' caches evict or the hints
+    expire (``hints.ttl_s``)."""
     problems: dict[str, int] = field(default_factory=dict)
 
     def growth_pct(self, process: str) -> float:
@@ -99,9 +100,9 @@ class SoakReport:
                 f"{max(blocks)} at most, {blocks[-1]} at the last"
             )
         for region in sorted(self.ttft_ms_first_minute):
-            first = self.ttft_ms_first_minute[region]
-            last = self.ttft_ms_last_minute.get(region, float("nan"))
-            lines.append(f"TTFT p99 in {region}: first minute {first:.0f} ms, last {last:.0f} ms")
+            first = _ms(self.ttft_ms_first_minute[region])
+            last = _ms(self.ttft_ms_last_minute.get(region))
+            lines.append(f"TTFT p99 in {region}: first minute {first}, last {last}")
         return "\n".join(lines)
 
 
@@ -241,9 +242,13 @@ async def _sample(
         result.hint_blocks.setdefault(region, []).append(blocks)
 
 
-def _p99(answers: Any) -> float:
-    ttfts = [a.ttft_s * 1000.0 for a in answers if isinstance(a, Answer) and a.ttft_s]
-    return percentile(ttfts, 0.99)
+def _p99(answers: Iterable[Answer]) -> float | None:
+    """p99 TTFT of ``answers`` in ms; ``None`` when none had a first token."""
+    return percentile(sorted(a.ttft_s * 1000.0 for a in answers if a.ttft_s), 0.99)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f} ms"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

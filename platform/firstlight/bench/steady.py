@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-__all__ = ["Answer", "SteadyLoad", "percentile"]
+__all__ = ["Answer", "SteadyLoad"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,15 +50,6 @@ class Answer:
     @property
     def hung(self) -> bool:
         return self.problem == "hung"
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) by the nearest-rank method; ``nan`` for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    rank = max(math.ceil(q * len(ordered)) - 1, 0)
-    return ordered[min(rank, len(ordered) - 1)]
 
 
 @dataclass

@@ -111,7 +111,9 @@ class Peer:
             self._failure = asyncio.Event()
         return self._failure
 
-    def _signal_failure(self) -> None:
+    def release_waiters(self) -> None:
+        """Set the :meth:`failed` event (the peer failed a probe); the next call of
+        :meth:`failed` gets a fresh one."""
         if self._failure is not None:
             self._failure.set()
             self._failure = None
@@ -176,7 +178,7 @@ class PeerTable:
             summary = RegionSummary.from_json(response.json())
         except Exception as exc:  # a peer's fault never stops the probe loop
             self.record_failure(peer, f"{type(exc).__name__}: {exc}")
-            peer._signal_failure()  # not even its summary answers: forwards waiting give up
+            peer.release_waiters()  # not even its summary answers: forwards waiting give up
             return
         sample = (self._clock() - started) * 1000.0 + peer.emulated_ms
         peer.rtt_ms = (1 - self._alpha) * peer.rtt_ms + self._alpha * sample

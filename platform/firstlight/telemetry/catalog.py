@@ -235,8 +235,8 @@ CATALOG: tuple[MetricSpec, ...] = (
         "observable_counter",
         "{attempt}",
         "Requests sent to another replica after theirs failed: outcome=retried (before "
-        "the first token), resumed (a stream continued mid-way), gave_up (attempts used "
-        "up: the request failed over or ended with an error).",
+        "the first token), resumed (a stream continued mid-way), gave_up (no attempt or "
+        "no healthy replica left: the request failed over or ended with an error).",
         ("region", "model", "outcome"),
     ),
     MetricSpec(
