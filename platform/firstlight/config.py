@@ -34,6 +34,7 @@ __all__ = [
     "ENV_PREFIX",
     "ApiKeyRef",
     "AuthConfig",
+    "Dtype",
     "GatewayConfig",
     "HintsConfig",
     "ModelConfig",
@@ -60,6 +61,9 @@ ENV_PREFIX = "FIRSTLIGHT__"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 EngineName = Literal["vllm", "sim"]
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+"""A model's weight and activation dtype (``auto``: the engine decides)."""
+
 PolicyName = Literal[
     "firstlight",
     "round_robin",
@@ -236,8 +240,11 @@ class ModelConfig(_Section):
     """Simulator profile of an ``engine: sim`` model: ``cpu-smollm2-135m`` (the default
     model on a CPU), ``h100-llama-8b`` or ``instant`` (near-zero cost, for measuring the
     platform's own overhead). Ignored by ``vllm``."""
-    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "bfloat16"
-    """Weight and activation dtype."""
+    dtype: Dtype = "bfloat16"
+    """Weight and activation dtype. ``auto``: the model folder's, except for INT8 W8A8
+    (``compressed-tensors``) on the CPU, where it is the dtype the processor's INT8
+    kernel answers right with (bfloat16 with AMX, float32 without); a dtype known to
+    fail there is refused before the engine starts."""
     quantization: Quantization | None = None
     """Quantization method of the checkpoint (``awq``/``gptq`` INT4, ``fp8``,
     ``compressed-tensors`` INT8 W8A8, ``bitsandbytes``); ``null`` for none. Whether the

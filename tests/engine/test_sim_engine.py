@@ -20,6 +20,9 @@ from firstlight.engine.protocol import (
 from firstlight.engine.sim import PROFILES, SimEngine, Sleep
 from firstlight.errors import EngineDeadError, InvalidRequestError, PromptTooLongError
 from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.routing import RequestView
+from firstlight.routing.cost import CostRates, predict_ttft
+from firstlight.routing.views import ReplicaView
 
 CPU = PROFILES["cpu-smollm2-135m"]
 
@@ -280,3 +283,49 @@ async def test_a_resumed_request_continues_the_same_output(make_engine: MakeEngi
         assert [t for c in rest for t in c.token_ids] == tokens[done:]
         assert "".join(c.text for c in rest) == "".join(c.text for c in whole[done:])
         assert rest[-1].finish_reason == "length"
+
+
+async def test_short_prompts_do_not_make_a_replica_look_slow_for_long_ones(
+    make_engine: MakeEngine,
+) -> None:
+    """A replica that served a few short chats is predicted like an identical one that
+    served nothing. Measuring whole steps folded the CPU profile's 36 ms step overhead
+    into the per-token rate (28 tokens in 69 ms: 406 tokens/s instead of ~860), and a
+    940-token prompt was predicted at 2.3 s here against 1.1 s on the peer region's
+    fresh replica, so it spilled over and the next request sharing its prefix missed."""
+    measured, fresh = make_engine(), make_engine()
+    for i, (prompt, output) in enumerate([(28, 16), (16, 16), (40, 16)]):
+        await collect(measured.generate(request(f"short-{i}", range(prompt), output)))
+    long_prompt = RequestView("long", 940, (), block_size=32)
+
+    def predicted_ms(engine: SimEngine) -> float:
+        stats = engine.stats()
+        replica = ReplicaView(
+            "r",
+            "here",
+            queue_len=0,
+            prefill_tokens_per_s=stats.prefill_tokens_per_s,
+            step_ms=stats.step_ms,
+        )
+        rates = CostRates(
+            prefill_tokens_per_s=5000.0,
+            step_overhead_ms=5.0,
+            decode_ms_per_running_seq=0.05,
+            mean_prompt_tokens=512,
+        )
+        terms = predict_ttft(
+            long_prompt,
+            replica,
+            cached_blocks=0,
+            rtt_ms=0.0,
+            reserved_tokens=0,
+            correction=1.0,
+            rates=rates,
+        )
+        return terms.total_ms
+
+    assert measured.stats().prefill_tokens_per_s == pytest.approx(
+        CPU.prefill_tokens_per_s, rel=0.05
+    )
+    assert measured.stats().step_ms == pytest.approx(CPU.step_ms(0, 1))
+    assert predicted_ms(measured) == pytest.approx(predicted_ms(fresh), rel=0.05)

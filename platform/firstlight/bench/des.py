@@ -474,6 +474,7 @@ class _Run:
                     pending_prefill_tokens=stats.pending_prefill_tokens,
                     kv_cache_usage=stats.kv_cache_usage,
                     prefill_tokens_per_s=stats.prefill_tokens_per_s,
+                    step_ms=stats.step_ms,
                     stats_at=self.clock.now,
                 )
 

@@ -85,6 +85,16 @@ async def _ttft_ms(engine: Engine, request: GenerationRequest) -> float:
     return (first - start) * 1000
 
 
+def chat_prompts(model_dir: Path, questions: Sequence[str]) -> list[tuple[int, ...]]:
+    """Each question as a one-message chat, templated and tokenized as the gateway does
+    it (:class:`~firstlight.api.prompts.HfPromptEncoder`)."""
+    from firstlight.api.prompts import HfPromptEncoder
+    from firstlight.api.schemas import ChatMessage
+
+    encoder = HfPromptEncoder(model_dir)
+    return [encoder.chat([ChatMessage(role="user", content=q)]) for q in questions]
+
+
 def _summary(samples: Sequence[float]) -> dict[str, float]:
     cuts = statistics.quantiles(samples, n=10) if len(samples) > 1 else [samples[0]] * 9
     return {"p50": round(statistics.median(samples), 1), "p90": round(cuts[8], 1)}

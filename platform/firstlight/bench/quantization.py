@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firstlight.bench.engine import _PeakMemory, _tokens, _ttft_ms, emit
+from firstlight.bench.engine import _PeakMemory, _tokens, _ttft_ms, chat_prompts, emit
 from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
@@ -91,19 +91,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     args = parser.parse_args(argv)
     config = load_config()
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(config.default_model_dir, local_files_only=True)
-    prompts = [
-        tuple(tokenizer.encode(tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-        ), add_special_tokens=False))
-        for p in PROMPTS
-    ]  # fmt: skip
+    prompts = chat_prompts(config.default_model_dir, PROMPTS)
     variants = {
         "bf16": ModelConfig(name="bf16", kv_cache_gib=1),
         "int8_w8a8": ModelConfig(
-            name="int8", source="default-int8", quantization="compressed-tensors", kv_cache_gib=1
+            name="int8",
+            source="default-int8",
+            quantization="compressed-tensors",
+            kv_cache_gib=1,
+            dtype="auto",  # what this processor's INT8 kernel answers right with
         ),
     }
     report: dict[str, Any] = {}

@@ -101,7 +101,9 @@ class EngineStats:
     pending_prefill_tokens: int
     """Prompt tokens admitted but not yet prefilled (work ahead of a new request)."""
     prefill_tokens_per_s: float | None
-    """Recent measured prefill throughput; ``None`` before any measurement."""
+    """Recent marginal prefill throughput: prompt tokens over the time they added to
+    their steps, a step's fixed cost (:attr:`step_ms`) left out; ``None`` before any
+    measurement."""
     inter_token_latency_ms: float | None
     """Recent mean time between output tokens of a request."""
     simulated: bool
@@ -110,6 +112,9 @@ class EngineStats:
     """Speculative draft tokens proposed since start (0 when speculative decoding is off)."""
     spec_accepted_tokens: int = 0
     """Of those, tokens the target model accepted."""
+    step_ms: float | None = None
+    """Recent mean duration of a step that only decoded: the fixed cost every step pays,
+    the one that emits a first token included; ``None`` before any measurement."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,14 @@ import zmq
 import zmq.asyncio
 
 from firstlight.config import ModelConfig
-from firstlight.engine.capabilities import Device, check_supported, detect_device
+from firstlight.engine._steps import RecentSteps
+from firstlight.engine.capabilities import (
+    Device,
+    check_supported,
+    detect_cpu_features,
+    detect_device,
+    engine_dtype,
+)
 from firstlight.engine.protocol import (
     CacheEvent,
     EngineStats,
@@ -38,7 +45,13 @@ from firstlight.engine.protocol import (
     Usage,
     check_request,
 )
-from firstlight.errors import EngineDeadError, EngineError, InvalidRequestError, ModelNotFoundError
+from firstlight.errors import (
+    EngineDeadError,
+    EngineError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    UnsupportedEngineConfigError,
+)
 from firstlight.prefix import HashScheme, to_hint
 
 __all__ = ["VllmEngine"]
@@ -62,7 +75,7 @@ class _StatsRecorder:
         self.prefix_hits = 0
         self.spec_draft_tokens = 0
         self.spec_accepted_tokens = 0
-        self.prefill_tokens_per_s: float | None = None
+        self.steps = RecentSteps()
         self.inter_token_latency_ms: float | None = None
         self._last_iteration_at: float | None = None
 
@@ -92,13 +105,14 @@ class _StatsRecorder:
     def record(self, scheduler: Any, iteration: Any) -> None:
         if iteration is not None:
             now = iteration.iteration_timestamp
-            computed = iteration.prompt_token_stats.computed
-            last = self._last_iteration_at
-            if computed and last is not None and now > last:
-                rate = computed / (now - last)
-                self.prefill_tokens_per_s = _ewma(self.prefill_tokens_per_s, rate)
-            self._last_iteration_at = now
             itl = iteration.inter_token_latencies_iter
+            last = self._last_iteration_at
+            if last is not None and now > last:
+                # An iteration's duration is the gap since the previous one while the
+                # engine is busy (vLLM reports only iterations with outputs).
+                computed = iteration.prompt_token_stats.computed
+                self.steps.record(computed, len(itl), now - last)
+            self._last_iteration_at = now
             if itl:
                 mean_ms = 1000 * sum(itl) / len(itl)
                 self.inter_token_latency_ms = _ewma(self.inter_token_latency_ms, mean_ms)
@@ -113,8 +127,8 @@ class _StatsRecorder:
                 self.spec_draft_tokens += spec.num_draft_tokens
                 self.spec_accepted_tokens += spec.num_accepted_tokens
             if not (self.running or self.waiting):
-                # vLLM reports only iterations with outputs: an idle gap must not count
-                # as prefill time, or an idle replica would look slow to the router.
+                # An idle gap must not count as a step, or an idle replica would look
+                # slow to the router.
                 self._last_iteration_at = None
 
 
@@ -145,19 +159,31 @@ class VllmEngine:
         scheme: HashScheme,
         *,
         device: Device | None = None,
+        refuse_known_bad_dtype: bool = True,
     ) -> VllmEngine:
         """Check the configuration against the device, then load the model (blocking).
 
         Raises :class:`~firstlight.errors.ModelNotFoundError` when ``model_dir`` holds no
         model and :class:`~firstlight.errors.UnsupportedEngineConfigError` when the device
-        cannot run ``model`` as configured — both before anything is loaded.
+        cannot run ``model`` as configured (on the CPU, an INT8 dtype its processor gets
+        wrong included: :func:`~firstlight.engine.capabilities.engine_dtype`) — both
+        before anything is loaded. ``refuse_known_bad_dtype=False`` starts such an engine
+        anyway: only for ``python -m firstlight.bench.int8_dtypes``, which measures them.
         """
         if not (model_dir / "config.json").is_file():
             raise ModelNotFoundError(
                 f"model {model.name!r}: no model folder at {model_dir} (for the default "
                 "model, run `firstlight prepare-model`)"
             )
-        check_supported(model, device or detect_device())
+        device = device or detect_device()
+        check_supported(model, device)
+        cpu = detect_cpu_features() if device == "cpu" else None
+        try:
+            dtype = engine_dtype(model, device, cpu)
+        except UnsupportedEngineConfigError:
+            if refuse_known_bad_dtype or model.dtype == "auto":
+                raise
+            dtype = model.dtype
         from vllm.config import KVEventsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -190,7 +216,7 @@ class VllmEngine:
         args = AsyncEngineArgs(
             model=str(model_dir),
             served_model_name=model.name,
-            dtype=model.dtype,
+            dtype=dtype,
             quantization=model.quantization,
             max_model_len=model.max_model_len,
             enforce_eager=model.enforce_eager,
@@ -286,11 +312,12 @@ class VllmEngine:
             prefix_cache_queries=r.prefix_queries,
             prefix_cache_hits=r.prefix_hits,
             pending_prefill_tokens=sum(self._pending_prefill.values()),
-            prefill_tokens_per_s=r.prefill_tokens_per_s,
+            prefill_tokens_per_s=r.steps.prefill_tokens_per_s,
             inter_token_latency_ms=r.inter_token_latency_ms,
             simulated=False,
             spec_draft_tokens=r.spec_draft_tokens,
             spec_accepted_tokens=r.spec_accepted_tokens,
+            step_ms=r.steps.step_ms,
         )
 
     def unfinished_requests(self) -> int:

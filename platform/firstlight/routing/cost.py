@@ -3,12 +3,17 @@
 ``predicted_ttft_ms = rtt + wait + prefill + overhead`` for a request *q* on replica *r*::
 
     ms_per_token = 1000 / prefill_tokens_per_s(r) * correction(r)
-    step_ms      = step_overhead_ms + running(r) * decode_ms_per_running_seq
+    step_ms      = step_ms(r), measured by the engine, or else
+                   step_overhead_ms + running(r) * decode_ms_per_running_seq
     wait         = (queued prefill tokens + tokens reserved since r's stats) * ms_per_token
                    + (waiting(r) + 1) * mean_output_tokens * step_ms / running(r) * correction(r)
                      [only when r's KV cache is at least kv_full_fraction in use]
     prefill      = max(tokens(q) - cached_tokens(q, r), 1) * ms_per_token
     overhead     = step_ms * correction(r)
+
+``prefill_tokens_per_s(r)`` is the engine's *marginal* rate and ``step_ms(r)`` its
+measured fixed cost per step: a rate measured over whole steps would fold the fixed cost
+into every token, and a replica that served short prompts would look slow for long ones.
 
 The second wait term is the **slot wait**, counted when the replica reports its KV cache
 at least ``kv_full_fraction`` full: vLLM admits a waiting request as soon as its KV blocks
@@ -34,7 +39,14 @@ from dataclasses import dataclass
 from firstlight.routing.decision import TtftTerms
 from firstlight.routing.views import ReplicaView, RequestView
 
-__all__ = ["Calibrator", "CostRates", "Reservations", "predict_ttft", "slot_wait_ms"]
+__all__ = [
+    "Calibrator",
+    "CostRates",
+    "Reservations",
+    "predict_ttft",
+    "slot_wait_ms",
+    "step_ms",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +64,15 @@ class CostRates:
     """KV-cache usage from which waiting requests are taken to wait for memory."""
 
 
+def step_ms(replica: ReplicaView, rates: CostRates) -> float:
+    """Uncorrected duration of ``replica``'s next step without its prefill: measured by
+    the engine when it reported one, else the configured fixed cost plus the running
+    sequences' share."""
+    if replica.step_ms is not None:
+        return replica.step_ms
+    return rates.step_overhead_ms + replica.running * rates.decode_ms_per_running_seq
+
+
 def slot_wait_ms(replica: ReplicaView, rates: CostRates) -> float:
     """Uncorrected time until the requests waiting on ``replica``, and then this one, get
     a KV slot on a replica whose cache is at least ``kv_full_fraction`` in use: each
@@ -59,8 +80,8 @@ def slot_wait_ms(replica: ReplicaView, rates: CostRates) -> float:
     the ``running`` sequences. 0 on a replica with room."""
     if replica.kv_cache_usage < rates.kv_full_fraction:
         return 0.0
-    step_ms = rates.step_overhead_ms + replica.running * rates.decode_ms_per_running_seq
-    return (replica.waiting + 1) * rates.mean_output_tokens * step_ms / max(replica.running, 1)
+    step = step_ms(replica, rates)
+    return (replica.waiting + 1) * rates.mean_output_tokens * step / max(replica.running, 1)
 
 
 def predict_ttft(
@@ -83,7 +104,7 @@ def predict_ttft(
         queued = max(replica.queue_len - replica.running, 0) * rates.mean_prompt_tokens
     rate = replica.prefill_tokens_per_s or rates.prefill_tokens_per_s
     ms_per_token = 1000.0 / rate * correction
-    overhead = rates.step_overhead_ms + replica.running * rates.decode_ms_per_running_seq
+    overhead = step_ms(replica, rates)
     return TtftTerms(
         rtt_ms=rtt_ms,
         wait_ms=(queued + reserved_tokens) * ms_per_token

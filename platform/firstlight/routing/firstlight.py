@@ -151,7 +151,9 @@ class FirstlightPolicy:
             uncached = max(prompt - blocks * block_size, 1)
             ms_per_token = 1000.0 / (replica.prefill_tokens_per_s or default_rate)
             running = replica.running
-            overhead = step_ms + running * per_seq_ms
+            overhead = replica.step_ms
+            if overhead is None:
+                overhead = step_ms + running * per_seq_ms
             waiting = replica.waiting
             slot_ms = 0.0
             if replica.kv_cache_usage >= kv_full:

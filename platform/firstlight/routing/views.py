@@ -50,7 +50,12 @@ class ReplicaView:
     kv_cache_usage: float = 0.0
     """Fraction of KV-cache blocks in use, 0..1."""
     prefill_tokens_per_s: float | None = None
-    """Prefill throughput the engine measured; ``None`` uses the policy's default."""
+    """Marginal prefill throughput the engine measured (a step's fixed cost left out);
+    ``None`` uses the policy's default."""
+    step_ms: float | None = None
+    """Duration of a step that only decodes, as the engine measured it: the fixed cost
+    the step that emits a first token pays. ``None`` uses the policy's default
+    (``step_overhead_ms`` plus ``decode_ms_per_running_seq`` per running sequence)."""
     stats_at: float = 0.0
     """Clock time of the stats snapshot (same clock as the policy's)."""
 

@@ -163,6 +163,7 @@ class ModelServer:
             "kv_cache_usage": stats.kv_cache_usage,
             "prefill_tokens_per_s": stats.prefill_tokens_per_s,
             "inter_token_latency_ms": stats.inter_token_latency_ms,
+            "step_ms": stats.step_ms,
             "prefix_cache_queries": stats.prefix_cache_queries,
             "prefix_cache_hits": stats.prefix_cache_hits,
             "spec_draft_tokens": stats.spec_draft_tokens,

@@ -73,6 +73,7 @@ def replica_view(
     waiting = int(stats.get("waiting", 0))
     pending = stats.get("pending_prefill_tokens")
     rate = stats.get("prefill_tokens_per_s")
+    step_ms = stats.get("step_ms")
     return ReplicaView(
         replica_id=replica_id,
         region=region,
@@ -82,6 +83,7 @@ def replica_view(
         pending_prefill_tokens=int(pending) if pending is not None else None,
         kv_cache_usage=float(stats.get("kv_cache_usage", 0.0)),
         prefill_tokens_per_s=float(rate) if rate else None,
+        step_ms=float(step_ms) if step_ms else None,
         stats_at=float(stats.get("at", 0.0)),
     )
 

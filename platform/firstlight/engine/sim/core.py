@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+from firstlight.engine._steps import RecentSteps
 from firstlight.engine.protocol import (
     CacheEvent,
     EngineStats,
@@ -42,7 +43,6 @@ from firstlight.engine.protocol import (
 from firstlight.engine.sim._filler import Filler
 from firstlight.engine.sim._kv import BlockPool
 from firstlight.engine.sim._request import DONE, RUNNING, WAITING, SimRequest
-from firstlight.engine.sim._window import RecentSteps
 from firstlight.engine.sim.profiles import DEFAULT_PROFILE, SimProfile, get_profile
 from firstlight.engine.sim.results import FinishedRequest, StepResult
 from firstlight.errors import InvalidRequestError
@@ -382,5 +382,6 @@ class SimCore:
             pending_prefill_tokens=self._pending_tokens,
             prefill_tokens_per_s=self._recent.prefill_tokens_per_s,
             inter_token_latency_ms=self._recent.inter_token_latency_ms,
+            step_ms=self._recent.step_ms,
             simulated=True,
         )

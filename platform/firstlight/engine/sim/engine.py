@@ -192,11 +192,15 @@ class SimEngine:
 
     def stats(self) -> EngineStats:
         """The core's statistics (``simulated=True``); cheap, no I/O. Until the core has
-        measured a prefill rate, the profile's nominal one: the simulator knows its own
-        costs, so routers need not start from a guess (a real engine has to measure)."""
+        measured a prefill rate and a step, the profile's nominal ones: the simulator
+        knows its own costs, so routers need not start from a guess (a real engine has
+        to measure)."""
         stats = self._core.stats()
+        profile = self._core.profile
         if stats.prefill_tokens_per_s is None:
-            stats = replace(stats, prefill_tokens_per_s=self._core.profile.prefill_tokens_per_s)
+            stats = replace(stats, prefill_tokens_per_s=profile.prefill_tokens_per_s)
+        if stats.step_ms is None:
+            stats = replace(stats, step_ms=profile.step_ms(0, 1))
         return stats
 
     async def cache_events(self) -> AsyncIterator[CacheEvent]:
