@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from firstlight.api.schemas import ChatCompletionRequest, ChatMessage, CompletionRequest
+from firstlight.api.schemas import (
+    ChatCompletionRequest,
+    ChatMessage,
+    CompletionRequest,
+    invalid_unicode_at,
+)
 
 MODEL = "SmolLM2-135M-Instruct"
 USER = {"role": "user", "content": "hi"}
@@ -206,3 +212,30 @@ def test_requests_are_immutable() -> None:
     request = ChatCompletionRequest.model_validate(_chat())
     with pytest.raises(ValidationError):
         request.temperature = 0.0  # type: ignore[misc]
+
+
+LONE = json.loads('"\\ud800"')
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ({"messages": [{"role": "user", "content": "ok"}, {"content": "a" + LONE}]}, "messages.1.content"),
+        ({"messages": [{"content": [{"type": "text", "text": LONE}]}]}, "messages.0.content.0.text"),
+        ({"stop": ["fine", LONE]}, "stop.1"),
+        ({"messages": [{LONE: 1}]}, "messages.0"),
+        ({LONE: 1}, "body"),
+        (LONE, "body"),
+        ({"prompt": "Köln 🚀 " + json.loads('"\\ud83d\\ude80"')}, None),
+        ({"deep": [[[[["ok"]]]]], "n": 1, "x": None, "f": 1.5}, None),
+    ],
+)  # fmt: skip
+def test_invalid_unicode_is_found_where_it_is(body: object, where: str | None) -> None:
+    assert invalid_unicode_at(body) == where
+
+
+def test_a_deep_body_is_walked_without_recursion() -> None:
+    body: list[object] = [LONE]
+    for _ in range(100_000):
+        body = [body]
+    assert invalid_unicode_at(body) == ".".join(["0"] * 100_001)

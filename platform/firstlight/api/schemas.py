@@ -19,9 +19,48 @@ __all__ = [
     "CompletionRequest",
     "StreamOptions",
     "TextPart",
+    "invalid_unicode_at",
 ]
 
 MAX_STOP_SEQUENCES = 4
+
+
+def invalid_unicode_at(document: object) -> str | None:
+    """The JSON path (``messages.0.content``) of the first string or object key in a
+    parsed request body that is not valid Unicode, or ``None`` when every one is.
+
+    JSON may carry lone surrogates (``"\\ud800"``); Python's ``json`` decodes them into
+    strings that UTF-8, tokenizers and engines all refuse, each with its own exception.
+    The gateway calls this on the parsed body before anything else reads it, so such a
+    request is a 400 naming the field whatever engine serves the model. Iterative, so a
+    deeply nested body cannot exhaust the stack.
+    """
+    stack: list[tuple[str, object]] = [("", document)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if not _is_unicode(value):
+                return path or "body"
+        elif isinstance(value, dict):
+            items: list[tuple[str, object]] = []
+            for key, item in value.items():
+                where = f"{path}.{key}" if path else str(key)
+                if not _is_unicode(str(key)):
+                    return path or "body"
+                items.append((where, item))
+            stack.extend(reversed(items))
+        elif isinstance(value, list):
+            for index in range(len(value) - 1, -1, -1):
+                stack.append((f"{path}.{index}" if path else str(index), value[index]))
+    return None
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class _Body(BaseModel):
