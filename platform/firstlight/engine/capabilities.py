@@ -17,8 +17,8 @@ feature (``vllm/model_executor/kernels/linear/scaled_mm/cpu.py``): with AMX tile
 ``int8_scaled_mm_with_quant``, which takes bfloat16 or float16 activations only and
 kills the engine at its first float32 request; without AMX, oneDNN. What answers right
 there was measured (``docs/engines.md``): on an AVX2-only CPU bfloat16 answers garbage
-and float32 right; on an AVX-512 CPU with ``avx512_bf16`` and no AMX float32 and
-bfloat16 answer right and float16 answers garbage. :func:`engine_dtype` resolves
+and float32 right; on an AVX-512 CPU with ``avx512_bf16`` and no AMX float32 answers
+best, bfloat16 worse and float16 garbage. :func:`engine_dtype` resolves
 ``dtype: auto`` to what works on the machine and refuses the known-bad combinations
 before the engine starts, naming the CPU feature, the dtype and what to set instead.
 """
