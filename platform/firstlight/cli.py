@@ -11,19 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 import yaml
-from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from firstlight import __version__
+from firstlight._console import EXIT_FAILURE, prepare_models
+from firstlight._console import fail as _fail
+from firstlight._console import load as _load
+from firstlight._console import run_steps as _run_steps
+from firstlight._console import stderr as _stderr
 from firstlight.bench.cli import bench_app
-from firstlight.config import PlatformConfig, load_config
+from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError, ConfigProblem, FirstlightError
 from firstlight.k8s.cli import status
 
@@ -32,10 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["app", "main"]
 
-_T = TypeVar("_T")
-
-EXIT_FAILURE = 1
-EXIT_INVALID_CONFIG = 2
 
 app = typer.Typer(
     name="firstlight",
@@ -50,18 +48,6 @@ config_app = typer.Typer(
 app.add_typer(config_app, name="config")
 app.add_typer(bench_app, name="bench")
 app.command("status")(status)
-
-_stderr = Console(stderr=True, highlight=False, soft_wrap=True)
-
-_STEP_TEXT = {
-    "locate": "Locating the packaged GGUF file",
-    "tokenizer": "Loading the tokenizer",
-    "weights": "Dequantizing the weights",
-    "save": "Writing the Hugging Face folder",
-    "verify": "Verifying config, tokenizer and chat template",
-    "tool": "Installing the quantization tool (first use only, about a minute)",
-    "quantize": "Quantizing weights to INT8 (W8A8)",
-}
 
 
 class Quantize(StrEnum):
@@ -126,26 +112,6 @@ def prepare_model(
         _report_prepared(quantized, variant=" INT8 W8A8")
 
 
-def _run_steps(
-    title: str, steps: tuple[str, ...], work: Callable[[Callable[[str], None]], _T]
-) -> _T:
-    """Run ``work`` under a progress display that follows its named steps; a
-    :class:`FirstlightError` becomes a message and an exit code."""
-    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=_stderr, transient=True) as bar:
-        task = bar.add_task(title, total=len(steps))
-
-        def on_step(step: str) -> None:
-            bar.update(task, description=_STEP_TEXT[step], completed=steps.index(step))
-
-        try:
-            result = work(on_step)
-        except FirstlightError as exc:
-            _fail(exc)
-        bar.update(task, completed=len(steps))
-    return result
-
-
 def _report_prepared(result: PreparedModel, variant: str = "") -> None:
     what = "Prepared" if result.converted else "Already prepared (verified)"
     summary = result.summary
@@ -189,19 +155,6 @@ def up(
         cfg = with_engine(cfg, engine.value)
     prepare_models(cfg)
     _serve_until_interrupted(cfg, timeout)
-
-
-def prepare_models(cfg: PlatformConfig) -> None:
-    """Prepare the default model when a vLLM model of ``cfg`` needs it (``firstlight up``
-    and ``firstlight bench live``), with a progress display."""
-    if any(m.engine == "vllm" and m.source == "default" for m in cfg.models):
-        from firstlight.engine.default_model import STEPS, prepare_default_model
-
-        _run_steps(
-            "Preparing the default model",
-            STEPS,
-            lambda on_step: prepare_default_model(cfg.default_model_dir, progress=on_step),
-        )
 
 
 def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
@@ -386,24 +339,6 @@ def reference() -> None:
     from firstlight._config_reference import config_reference_markdown
 
     typer.echo(config_reference_markdown(), nl=False)
-
-
-def _load(path: Path | None) -> PlatformConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        _fail(exc)
-
-
-def _fail(exc: FirstlightError) -> NoReturn:
-    if isinstance(exc, ConfigError):
-        where = f" in {exc.source}" if exc.source else ""
-        _stderr.print(f"error: invalid configuration{where}:", markup=False)
-        for problem in exc.problems:
-            _stderr.print(f"  - {problem}", markup=False)
-        raise typer.Exit(EXIT_INVALID_CONFIG)
-    _stderr.print(f"error: {exc}", markup=False)
-    raise typer.Exit(EXIT_FAILURE)
 
 
 def main() -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from firstlight.dashboard import dashboard_state
+from firstlight.region.state import RouterState
 from firstlight.regions.peers import PeerTable
 from firstlight.regions.summary import ModelSummary, RegionSummary
-from firstlight.serve.router_state import RouterState
 from firstlight.telemetry import GatewayTelemetry
 from tests.conftest import FakeClock
 from tests.telemetry.test_metrics import (

@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.hints import BlockEvent, SubscriberStatus
 from firstlight.hints.mirror import HintMirror
+from firstlight.region.state import RouterState
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.regions.summary import ModelSummary, RegionSummary
 from firstlight.routing import ReplicaView, build_policy
-from firstlight.serve.router_state import RouterState
 from firstlight.telemetry import CATALOG, GatewayTelemetry, RequestObservation
 from firstlight.telemetry.catalog import spec
 from tests.conftest import FakeClock

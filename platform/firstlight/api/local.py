@@ -42,9 +42,9 @@ from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, Usage
 from firstlight.errors import ApiError, NoCapacityError
 from firstlight.prefix import HashScheme
+from firstlight.region.state import Route, RouterState, ServedBy
 from firstlight.regions.summary import HotPrefixes
 from firstlight.routing import Decision, RequestView
-from firstlight.serve.router_state import Route, RouterState, ServedBy
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
 

@@ -20,7 +20,7 @@ from firstlight.errors import (
     InvalidRequestError,
     NoCapacityError,
 )
-from firstlight.serve.router_state import ServedBy
+from firstlight.region.state import ServedBy
 
 __all__ = [
     "ReplicaFailedError",

@@ -50,7 +50,7 @@ def _command_line() -> str:
 def _write_run(run: Callable[[], dict[str, Path]]) -> None:
     """Run a bench command's writer: a ``FirstlightError`` becomes a clean CLI error
     (exit 2 for configuration, 1 otherwise); on success each written path is printed."""
-    from firstlight.cli import _fail
+    from firstlight._console import fail as _fail
     from firstlight.errors import FirstlightError
 
     try:
@@ -107,9 +107,9 @@ def bench_sim(
     describe: Annotated[bool, typer.Option(help="Describe the workload and exit.")] = False,
 ) -> None:
     """Run every arm on the same simulated trace at each load (simulated: labelled so)."""
+    from firstlight._console import fail as _fail
     from firstlight.bench.sim import run_sim
     from firstlight.bench.workloads import describe as describe_workload
-    from firstlight.cli import _fail
     from firstlight.errors import FirstlightError
 
     if describe:
@@ -230,8 +230,9 @@ def bench_live(
     """Deploy the platform locally once per arm (router.policy switched in its config),
     replay the same workload against every region, and write one report (live: measured
     from the client; labelled simulated when the engines are sim)."""
+    from firstlight._console import load as _load
+    from firstlight._console import prepare_models
     from firstlight.bench.live import run_live_arms
-    from firstlight.cli import _load, prepare_models
     from firstlight.serve.local import LOCAL_DEFAULT, with_engine
 
     command = _command_line()

@@ -7,7 +7,7 @@ Called by ``firstlight bench sim`` (:mod:`firstlight.bench.sim`) once per arm an
 on the same trace. Deterministic for a seed; one process; no asyncio, no sleeping.
 
 What runs, per region: ``replicas`` :class:`~firstlight.engine.sim.VirtualSim` replicas
-of one GPU profile; a :class:`~firstlight.serve.router_state.RouterState` with the arm's
+of one GPU profile; a :class:`~firstlight.region.state.RouterState` with the arm's
 policy (the object the gateway's request router fills); a
 :class:`~firstlight.hints.HintMirror` fed with every replica's cache events at the end of
 each step (the ``oracle`` arm reads the true caches instead). Requests arrive in their
@@ -48,6 +48,7 @@ from firstlight.engine.sim import (
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.region.state import RouterState, with_shared_rates
 from firstlight.regions.summary import (
     HotPrefixes,
     ModelSummary,
@@ -56,7 +57,6 @@ from firstlight.regions.summary import (
 )
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight.routing.registry import REGISTRY
-from firstlight.serve.router_state import RouterState, with_shared_rates
 
 __all__ = [
     "ARMS",

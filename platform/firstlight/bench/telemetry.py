@@ -20,8 +20,8 @@ import time
 from typing import Any
 
 from firstlight.config import PlatformConfig, parse_config
+from firstlight.region.state import RouterState
 from firstlight.routing import build_policy
-from firstlight.serve.router_state import RouterState
 from firstlight.telemetry import GatewayTelemetry
 
 __all__ = ["main", "per_request_us", "render_ms"]

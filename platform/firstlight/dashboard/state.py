@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the gateway imports this module: no import cycle at run time
     from firstlight.config import PlatformConfig
+    from firstlight.region.state import RouterState
     from firstlight.regions.peers import PeerTable
     from firstlight.regions.summary import RegionSummary
-    from firstlight.serve.router_state import RouterState
     from firstlight.telemetry import GatewayTelemetry
 
 __all__ = ["dashboard_state", "page"]

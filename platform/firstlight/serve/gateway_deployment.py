@@ -27,10 +27,10 @@ from firstlight.config import PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest
 from firstlight.errors import FirstlightError
 from firstlight.hints._redis import redis_client
+from firstlight.region.state import RouterState, ServedBy, router_state
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
 from firstlight.serve.model_server import hint_key_prefix
-from firstlight.serve.router_state import RouterState, ServedBy, router_state
 from firstlight.telemetry import GatewayTelemetry
 
 __all__ = ["Gateway", "peer_table"]

@@ -36,8 +36,8 @@ from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.protocol import Engine, GenerationChunk, GenerationRequest
 from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
+from firstlight.region.state import ServedBy
 from firstlight.routing import RequestView
-from firstlight.serve.router_state import ServedBy
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 __all__ = ["ModelServer", "build_engine", "hint_key_prefix"]

@@ -14,7 +14,7 @@ Ray Serve builds one router per deployment handle, in the process that holds the
   anything: no Redis, no actor call.
 * :meth:`on_request_routed` once Ray has sent the request: the policy reserves it.
 
-The gateway reads what the router knows through :mod:`firstlight.serve.router_state`.
+The gateway reads what the router knows through :mod:`firstlight.region.state`.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from ray.serve.request_router import (
 
 from firstlight.config import HintsConfig
 from firstlight.hints import HintMirror, HintSubscriber, redis_client
+from firstlight.region.state import RouterState, routers, with_shared_rates
 from firstlight.routing import NO_CACHE, ReplicaView, RequestView, RoutingInput, build_policy
-from firstlight.serve.router_state import RouterState, routers, with_shared_rates
 
 __all__ = ["FirstlightRequestRouter", "replica_view", "router_kwargs", "with_shared_rates"]
 

@@ -43,8 +43,8 @@ from firstlight.telemetry.rolling import (
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 if TYPE_CHECKING:
+    from firstlight.region.state import RouterState
     from firstlight.regions.peers import PeerTable
-    from firstlight.serve.router_state import RouterState
 
 __all__ = ["GatewayTelemetry", "RequestObservation"]
 

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from firstlight.telemetry.catalog import CATALOG, MetricSpec
 
 if TYPE_CHECKING:
-    from firstlight.serve.router_state import RouterState
+    from firstlight.region.state import RouterState
 
 __all__ = ["PER_REPLICA", "ReplicaCollector"]
 

@@ -227,16 +227,22 @@ class RouterState:
 
 
 def with_shared_rates(views: dict[str, ReplicaView]) -> dict[str, ReplicaView]:
-    """Give replicas that have not measured their prefill rate yet the mean rate of those
-    that have: replicas of one model in one region run the same engine on the same
-    hardware, and a configured prior (optimistic by design) would make every fresh
+    """Give replicas that have not measured their prefill rate or step time yet the mean
+    of those that have: replicas of one model in one region run the same engine on the
+    same hardware, and a configured prior (optimistic by design) would make every fresh
     replica look faster than a measured one that holds the prompt's prefix."""
-    measured = [v.prefill_tokens_per_s for v in views.values() if v.prefill_tokens_per_s]
-    if not measured or len(measured) == len(views):
+    rates = [v.prefill_tokens_per_s for v in views.values() if v.prefill_tokens_per_s]
+    steps = [v.step_ms for v in views.values() if v.step_ms]
+    if len(rates) in (0, len(views)) and len(steps) in (0, len(views)):
         return views
-    mean = sum(measured) / len(measured)
+    rate = sum(rates) / len(rates) if rates else None
+    step = sum(steps) / len(steps) if steps else None
     return {
-        rid: v if v.prefill_tokens_per_s else replace(v, prefill_tokens_per_s=mean)
+        rid: replace(
+            v,
+            prefill_tokens_per_s=v.prefill_tokens_per_s or rate,
+            step_ms=v.step_ms or step,
+        )
         for rid, v in views.items()
     }
 

@@ -12,6 +12,13 @@ from dataclasses import replace
 import pytest
 
 from firstlight.hints import BlockEvent, HintMirror
+from firstlight.region.state import (
+    _MAX_ROUTES,
+    RouterState,
+    router_state,
+    routers,
+    with_shared_rates,
+)
 from firstlight.routing import (
     NO_CACHE,
     Candidate,
@@ -23,7 +30,6 @@ from firstlight.routing import (
     RoutingPolicy,
     build_policy,
 )
-from firstlight.serve.router_state import _MAX_ROUTES, RouterState, router_state, routers
 from tests.conftest import FakeClock
 
 REGION = "us-east"
@@ -401,3 +407,25 @@ def test_prefill_finished_after_the_stats_snapshot_is_not_counted_as_pending() -
     state.set_replicas(fresher)  # newer than the prefill: taken as reported
     assert state.replicas[chosen].pending_prefill_tokens == 100
     assert state.prefilled[chosen] == []
+
+
+def test_replicas_that_have_not_measured_take_the_mean_of_those_that_have() -> None:
+    views = {
+        "a": ReplicaView("a", "here", 0, prefill_tokens_per_s=800.0, step_ms=40.0),
+        "b": ReplicaView("b", "here", 0, prefill_tokens_per_s=1000.0, step_ms=None),
+        "c": ReplicaView("c", "here", 0),
+    }
+    shared = with_shared_rates(views)
+    assert shared["a"] == views["a"]
+    assert (shared["b"].prefill_tokens_per_s, shared["b"].step_ms) == (1000.0, 40.0)
+    assert (shared["c"].prefill_tokens_per_s, shared["c"].step_ms) == (900.0, 40.0)
+
+
+def test_nothing_to_share_when_all_or_none_have_measured() -> None:
+    none = {"a": ReplicaView("a", "here", 0), "b": ReplicaView("b", "here", 0)}
+    assert with_shared_rates(none) == none
+    both = {
+        "a": ReplicaView("a", "here", 0, prefill_tokens_per_s=1.0, step_ms=2.0),
+        "b": ReplicaView("b", "here", 0, prefill_tokens_per_s=3.0, step_ms=4.0),
+    }
+    assert with_shared_rates(both) == both

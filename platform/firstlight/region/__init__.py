@@ -1,0 +1,20 @@
+"""The region core: what a region's gateway and routers share, pure of Ray, FastAPI and
+vLLM — so the gateway, the Ray request router and the benchmark's simulator run the same
+code (the simulator keeps no copy of it).
+
+* :mod:`firstlight.region.state` — one model's live routing state in one region
+  (:class:`RouterState`): replica views, decisions in flight, the request lifecycle
+  (dispatched → routed → first token → finished), the cost model's estimate for the
+  region decision and the summary peers read.
+"""
+
+from firstlight.region.state import (
+    Route,
+    RouterState,
+    ServedBy,
+    router_state,
+    routers,
+    with_shared_rates,
+)
+
+__all__ = ["Route", "RouterState", "ServedBy", "router_state", "routers", "with_shared_rates"]
