@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -158,7 +159,9 @@ def test_replicas_sorted_with_queue_depth(gateway: Gateway) -> None:
 
 
 def test_replica_without_rate_or_draining(gateway: Gateway) -> None:
-    gateway.state.stats["r-a"].update(prefill_tokens_per_s=0, accepting=False)
+    gateway.state.stats["r-a"] = replace(
+        gateway.state.stats["r-a"], prefill_tokens_per_s=0, accepting=False
+    )
     idle = gateway.model()["replicas"][0]
     assert idle["prefill_tokens_per_s"] is None
     assert idle["accepting"] is False
@@ -167,17 +170,25 @@ def test_replica_without_rate_or_draining(gateway: Gateway) -> None:
 def test_hit_ratio_over_successive_polls(gateway: Gateway) -> None:
     # Until the polls span a minute: the ratio since the replica started (40 of 100).
     assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.4)
-    gateway.state.stats["r-b"].update(prefix_cache_hits=100, prefix_cache_queries=200)
+    gateway.state.stats["r-b"] = replace(
+        gateway.state.stats["r-b"], prefix_cache_hits=100, prefix_cache_queries=200
+    )
     gateway.clock.advance(2.0)
     assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.5)
     # A minute later: the last minute only ((190 - 100) / (300 - 200)).
-    gateway.state.stats["r-b"].update(prefix_cache_hits=190, prefix_cache_queries=300)
+    gateway.state.stats["r-b"] = replace(
+        gateway.state.stats["r-b"], prefix_cache_hits=190, prefix_cache_queries=300
+    )
     gateway.clock.advance(60.0)
     assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.9)
-    gateway.state.stats["r-b"].update(prefix_cache_hits=3, prefix_cache_queries=5)  # restarted
+    gateway.state.stats["r-b"] = replace(
+        gateway.state.stats["r-b"], prefix_cache_hits=3, prefix_cache_queries=5
+    )  # restarted
     gateway.clock.advance(2.0)
     assert gateway.model()["replicas"][1]["hit_ratio"] == pytest.approx(0.6)
-    gateway.state.stats["r-b"].update(prefix_cache_hits=0, prefix_cache_queries=0)
+    gateway.state.stats["r-b"] = replace(
+        gateway.state.stats["r-b"], prefix_cache_hits=0, prefix_cache_queries=0
+    )
     gateway.clock.advance(2.0)
     assert gateway.model()["replicas"][1]["hit_ratio"] is None
 

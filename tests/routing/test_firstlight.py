@@ -158,6 +158,9 @@ def test_calibration_shifts_traffic_away_from_a_slow_replica() -> None:
         policy.on_first_token(REQUEST, decision.winner, 3 * decision.winner.score)
     assert policy.calibrator.correction("a") > 2.5
     assert policy.choose(RoutingInput(REQUEST, replicas)).winner.replica_id == "b"
+    policy.on_replica_reset("a")  # its own measurements from now on: calibrate afresh
+    assert policy.calibrator.correction("a") == 1.0
+    assert policy.choose(RoutingInput(REQUEST, replicas)).winner.replica_id == "a"
 
 
 def test_failed_request_releases_its_reservation() -> None:

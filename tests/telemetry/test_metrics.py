@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.hints import BlockEvent, SubscriberStatus
 from firstlight.hints.mirror import HintMirror
-from firstlight.region.state import RouterState
+from firstlight.region import ReplicaStats, RouterState
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.regions.summary import ModelSummary, RegionSummary
 from firstlight.routing import ReplicaView, build_policy
@@ -41,13 +41,13 @@ def make_config(metrics_enabled: bool = True) -> PlatformConfig:
     return parse_config(data, "test")
 
 
-def replica_stats(running: int, waiting: int, hits: int, queries: int) -> dict[str, Any]:
+def replica_stats(running: int, waiting: int, hits: int, queries: int) -> ReplicaStats:
     """Routing stats as a replica reports them (wall-clock ``at``, cumulative counters)."""
-    return {
-        "at": time.time(), "running": running, "waiting": waiting, "kv_cache_usage": 0.25,
-        "prefix_cache_queries": queries, "prefix_cache_hits": hits, "spec_draft_tokens": 30,
-        "spec_accepted_tokens": 21, "accepting": True, "prefill_tokens_per_s": 5000.0,
-    }  # fmt: skip
+    return ReplicaStats(
+        at=time.time(), running=running, waiting=waiting, kv_cache_usage=0.25,
+        prefix_cache_queries=queries, prefix_cache_hits=hits, spec_draft_tokens=30,
+        spec_accepted_tokens=21, accepting=True, prefill_tokens_per_s=5000.0,
+    )  # fmt: skip
 
 
 def make_state(clock: FakeClock, **kwargs: Any) -> RouterState:

@@ -8,6 +8,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from firstlight.region import ReplicaStats
 from firstlight.telemetry import GatewayTelemetry
 from tests.conftest import FakeClock
 from tests.telemetry.test_metrics import (
@@ -61,7 +62,7 @@ def test_replicas_that_are_gone_vanish_from_the_scrape(clock: FakeClock) -> None
     try:
         before = by(scrape(telemetry), "firstlight_replica_kv_cache_usage", "replica")
         assert set(before) == {"r-a", "r-b"}
-        state.stats = {"r-new": {"kv_cache_usage": 0.5, "running": 1}}  # restarted
+        state.stats = {"r-new": ReplicaStats(kv_cache_usage=0.5, running=1)}  # restarted
         after = scrape(telemetry)
         assert set(by(after, "firstlight_replica_kv_cache_usage", "replica")) == {"r-new"}
         queue = by(after, "firstlight_replica_queue_depth", "replica", "state")

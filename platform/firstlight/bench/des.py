@@ -48,7 +48,7 @@ from firstlight.engine.sim import (
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.prefix import HashScheme, hint_hashes
-from firstlight.region.state import RouterState, with_shared_rates
+from firstlight.region import ReplicaStats, RouterState, with_shared_rates
 from firstlight.regions.summary import (
     HotPrefixes,
     ModelSummary,
@@ -465,18 +465,10 @@ class _Run:
     def _refresh_stats(self) -> None:
         for region in self.regions:
             for rid, sim in region.sims.items():
-                stats = sim.core.stats()
-                region.snapshots[rid] = ReplicaView(
-                    replica_id=rid,
-                    region=region.state.region,
-                    queue_len=stats.running + stats.waiting,
-                    running=stats.running,
-                    pending_prefill_tokens=stats.pending_prefill_tokens,
-                    kv_cache_usage=stats.kv_cache_usage,
-                    prefill_tokens_per_s=stats.prefill_tokens_per_s,
-                    step_ms=stats.step_ms,
-                    stats_at=self.clock.now,
-                )
+                # As the gateway's routers see a replica: its stats record, turned
+                # into the cost model's view by the same code (waiting included).
+                stats = ReplicaStats.of_engine(sim.core.stats(), at=self.clock.now)
+                region.snapshots[rid] = stats.view(rid, region.state.region, None)
 
     def _refresh_summaries(self) -> None:
         for region in self.regions:

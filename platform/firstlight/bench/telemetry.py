@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from firstlight.config import PlatformConfig, parse_config
-from firstlight.region.state import RouterState
+from firstlight.region import ReplicaStats, RouterState
 from firstlight.routing import build_policy
 from firstlight.telemetry import GatewayTelemetry
 
@@ -44,16 +44,14 @@ def _state(replicas: int) -> RouterState:
     policy = build_policy("firstlight", {}, rng=random.Random(0), clock=time.time)
     state = RouterState(region="bench", model=_MODEL, policy=policy)
     state.stats = {
-        f"replica-{i:03d}": {
-            "at": time.time(),
-            "running": i % 7,
-            "waiting": i % 3,
-            "kv_cache_usage": 0.5,
-            "prefix_cache_queries": 1000 * i,
-            "prefix_cache_hits": 700 * i,
-            "spec_draft_tokens": 0,
-            "spec_accepted_tokens": 0,
-        }
+        f"replica-{i:03d}": ReplicaStats(
+            at=time.time(),
+            running=i % 7,
+            waiting=i % 3,
+            kv_cache_usage=0.5,
+            prefix_cache_queries=1000 * i,
+            prefix_cache_hits=700 * i,
+        )
         for i in range(replicas)
     }
     return state

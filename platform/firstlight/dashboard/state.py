@@ -125,19 +125,17 @@ def _model(
     replicas = []
     if state is not None:
         for replica, stats in sorted(state.stats.items()):
-            running, waiting = int(stats.get("running", 0)), int(stats.get("waiting", 0))
-            rate = stats.get("prefill_tokens_per_s")
             replicas.append(
                 {
                     "id": replica,
-                    "queue_depth": running + waiting,
-                    "running": running,
-                    "waiting": waiting,
-                    "kv_cache_usage": float(stats.get("kv_cache_usage", 0.0)),
+                    "queue_depth": stats.running + stats.waiting,
+                    "running": stats.running,
+                    "waiting": stats.waiting,
+                    "kv_cache_usage": stats.kv_cache_usage,
                     "hit_ratio": telemetry.replica_hit_ratio(name, replica, stats),
-                    "prefill_tokens_per_s": float(rate) if rate else None,
-                    "accepting": bool(stats.get("accepting", True)),
-                    "stats_age_s": max(now - float(stats.get("at", now)), 0.0),
+                    "prefill_tokens_per_s": stats.prefill_tokens_per_s or None,
+                    "accepting": stats.accepting,
+                    "stats_age_s": max(now - (stats.at or now), 0.0),
                 }
             )
     return {

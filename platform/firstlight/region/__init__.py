@@ -6,6 +6,8 @@ code (the simulator keeps no copy of it).
   (:class:`RouterState`): replica views, decisions in flight, the request lifecycle
   (dispatched → routed → first token → finished), the cost model's estimate for the
   region decision and the summary peers read.
+* :mod:`firstlight.region.stats` — :class:`ReplicaStats`, what a replica reports to its
+  routers, typed.
 """
 
 from firstlight.region.state import (
@@ -16,5 +18,14 @@ from firstlight.region.state import (
     routers,
     with_shared_rates,
 )
+from firstlight.region.stats import ReplicaStats
 
-__all__ = ["Route", "RouterState", "ServedBy", "router_state", "routers", "with_shared_rates"]
+__all__ = [
+    "ReplicaStats",
+    "Route",
+    "RouterState",
+    "ServedBy",
+    "router_state",
+    "routers",
+    "with_shared_rates",
+]

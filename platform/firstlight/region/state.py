@@ -16,9 +16,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sized
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from firstlight.hints import SubscriberStatus
+from firstlight.region.stats import ReplicaStats
 from firstlight.regions.summary import ModelSummary
 from firstlight.routing import (
     NO_CACHE,
@@ -87,7 +87,7 @@ class RouterState:
     """``off``, ``connected`` or ``stale since <time>`` (the hint subscriber's state)."""
     hints_feed: Callable[[], SubscriberStatus | None] = lambda: None
     """The hint subscriber's status; ``None`` when hints are off (metrics)."""
-    stats: dict[str, dict[str, Any]] = field(default_factory=dict)
+    stats: dict[str, ReplicaStats] = field(default_factory=dict)
     """The last routing stats of every live replica, accepting or draining, as the
     replica reported them (metrics and the dashboard read the counters in them)."""
     estimator: FirstlightPolicy = field(init=False)

@@ -203,3 +203,8 @@ class FirstlightPolicy:
 
     def on_done(self, request: RequestView, chosen: Candidate) -> None:
         self.reservations.release(request.request_id)
+
+    def on_replica_reset(self, replica_id: str) -> None:
+        """Corrections learned against the prior rate do not apply to the replica's own
+        measurement (or to its restarted engine): calibrate it afresh."""
+        self.calibrator.forget(replica_id)

@@ -11,6 +11,9 @@ Who calls what, and how often:
   observed TTFT (calibration; releases reservations).
 * :meth:`RoutingPolicy.on_done` — when the request ends without a first token
   (failure, cancel), so nothing stays reserved.
+* :meth:`RoutingPolicy.on_replica_reset` — by the request router when what the policy
+  learned about a replica no longer holds (it began reporting its own measurements, or
+  restarted); rare.
 """
 
 from __future__ import annotations
@@ -53,4 +56,8 @@ class RoutingPolicy(Protocol):
 
     def on_done(self, request: RequestView, chosen: Candidate) -> None:
         """The request ended without (or after) its first token; release its state."""
+        ...
+
+    def on_replica_reset(self, replica_id: str) -> None:
+        """Forget what was learned about ``replica_id`` (calibration, history)."""
         ...

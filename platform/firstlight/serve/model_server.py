@@ -36,7 +36,7 @@ from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.protocol import Engine, GenerationChunk, GenerationRequest
 from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
-from firstlight.region.state import ServedBy
+from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
@@ -152,27 +152,16 @@ class ModelServer:
             replica_span.end()
 
     async def record_routing_stats(self) -> dict[str, Any]:
-        """Load and rates for the router (plain data, so it crosses processes)."""
+        """Load and rates for the router: a :class:`ReplicaStats` as plain data (Ray
+        carries it to every router process)."""
         self._ensure_tasks()
-        stats = self._engine.stats()
-        return {
-            "at": time.time(),
-            "running": stats.running,
-            "waiting": stats.waiting,
-            "pending_prefill_tokens": stats.pending_prefill_tokens,
-            "kv_cache_usage": stats.kv_cache_usage,
-            "prefill_tokens_per_s": stats.prefill_tokens_per_s,
-            "inter_token_latency_ms": stats.inter_token_latency_ms,
-            "step_ms": stats.step_ms,
-            "prefix_cache_queries": stats.prefix_cache_queries,
-            "prefix_cache_hits": stats.prefix_cache_hits,
-            "spec_draft_tokens": stats.spec_draft_tokens,
-            "spec_accepted_tokens": stats.spec_accepted_tokens,
-            "inflight": self._inflight,
-            "accepting": self._accepting,
-            "simulated": stats.simulated,
-            "epoch": self._epoch,
-        }
+        return ReplicaStats.of_engine(
+            self._engine.stats(),
+            at=time.time(),
+            inflight=self._inflight,
+            accepting=self._accepting,
+            epoch=self._epoch,
+        ).to_wire()
 
     async def check_health(self) -> None:
         """Raises when the engine is dead, so Ray restarts this replica."""

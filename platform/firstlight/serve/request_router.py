@@ -35,10 +35,10 @@ from ray.serve.request_router import (
 
 from firstlight.config import HintsConfig
 from firstlight.hints import HintMirror, HintSubscriber, redis_client
-from firstlight.region.state import RouterState, routers, with_shared_rates
-from firstlight.routing import NO_CACHE, ReplicaView, RequestView, RoutingInput, build_policy
+from firstlight.region import ReplicaStats, RouterState, routers, with_shared_rates
+from firstlight.routing import NO_CACHE, RequestView, RoutingInput, build_policy
 
-__all__ = ["FirstlightRequestRouter", "replica_view", "router_kwargs", "with_shared_rates"]
+__all__ = ["FirstlightRequestRouter", "router_kwargs"]
 
 _log = logging.getLogger(__name__)
 
@@ -61,31 +61,6 @@ def router_kwargs(
         "hints": hints.model_dump(mode="json") if hints is not None else None,
         "hint_key_prefix": hint_key_prefix,
     }
-
-
-def replica_view(
-    replica_id: str, region: str, stats: dict[str, Any], queue_len: int | None
-) -> ReplicaView:
-    """A policy's view of one replica from its ``record_routing_stats`` dict (see
-    :meth:`firstlight.serve.model_server.ModelServer.record_routing_stats`) and Ray's
-    cached queue length (fresher than the stats when known)."""
-    running = int(stats.get("running", 0))
-    waiting = int(stats.get("waiting", 0))
-    pending = stats.get("pending_prefill_tokens")
-    rate = stats.get("prefill_tokens_per_s")
-    step_ms = stats.get("step_ms")
-    return ReplicaView(
-        replica_id=replica_id,
-        region=region,
-        queue_len=queue_len if queue_len is not None else running + waiting,
-        running=running,
-        waiting=waiting,
-        pending_prefill_tokens=int(pending) if pending is not None else None,
-        kv_cache_usage=float(stats.get("kv_cache_usage", 0.0)),
-        prefill_tokens_per_s=float(rate) if rate else None,
-        step_ms=float(step_ms) if step_ms else None,
-        stats_at=float(stats.get("at", 0.0)),
-    )
 
 
 class FirstlightRequestRouter(RequestRouter):
@@ -143,21 +118,19 @@ class FirstlightRequestRouter(RequestRouter):
     def _refresh_views(self, replicas: list[RunningReplica]) -> None:
         views = {}
         self._state.stats = {
-            r.replica_id.unique_id: r.routing_stats for r in replicas if r.routing_stats
+            r.replica_id.unique_id: ReplicaStats.from_wire(r.routing_stats)
+            for r in replicas
+            if r.routing_stats
         }
         for replica in replicas:
-            stats = replica.routing_stats or {}
-            if stats.get("accepting", True):
-                rid = replica.replica_id.unique_id
+            rid = replica.replica_id.unique_id
+            stats = self._state.stats.get(rid, ReplicaStats())
+            if stats.accepting:
                 queue_len = self._replica_queue_len_cache.get(replica.replica_id)
-                views[rid] = replica_view(rid, self._state.region, stats, queue_len)
+                views[rid] = stats.view(rid, self._state.region, queue_len)
                 if views[rid].prefill_tokens_per_s and rid not in self._measured:
-                    # Corrections learned against the prior rate do not apply to the
-                    # replica's own measurement: start its calibration afresh.
                     self._measured.add(rid)
-                    calibrator = getattr(self._state.policy, "calibrator", None)
-                    if calibrator is not None:
-                        calibrator.forget(rid)
+                    self._state.policy.on_replica_reset(rid)
         self._state.set_replicas(with_shared_rates(views))
 
     async def choose_replicas(

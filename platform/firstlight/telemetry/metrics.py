@@ -43,7 +43,7 @@ from firstlight.telemetry.rolling import (
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 if TYPE_CHECKING:
-    from firstlight.region.state import RouterState
+    from firstlight.region import ReplicaStats, RouterState
     from firstlight.regions.peers import PeerTable
 
 __all__ = ["GatewayTelemetry", "RequestObservation"]
@@ -326,15 +326,15 @@ class GatewayTelemetry:
             del self.hit_ratios[key]
         self._hit_seen = set()
 
-    def replica_hit_ratio(self, model: str, replica: str, stats: Mapping[str, Any]) -> float | None:
+    def replica_hit_ratio(self, model: str, replica: str, stats: ReplicaStats) -> float | None:
         """The replica's token-weighted prefix-cache hit ratio (dashboard): over the last
         minute of polls, or since the replica started until two polls are that far
         apart; ``None`` while it looked nothing up."""
         tracker = self.hit_ratios.get((model, replica))
         if tracker is None:
             tracker = self.hit_ratios[(model, replica)] = CounterRatio(clock=self._clock)
-        hits = float(stats.get("prefix_cache_hits", 0))
-        queries = float(stats.get("prefix_cache_queries", 0))
+        hits = float(stats.prefix_cache_hits)
+        queries = float(stats.prefix_cache_queries)
         tracker.observe(hits, queries)
         self._hit_seen.add((model, replica))
         if tracker.covers_window():

@@ -12,7 +12,7 @@ appearing. Names, units and labels are the catalog's (``replica`` in its attribu
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -20,20 +20,20 @@ from prometheus_client.registry import Collector
 from firstlight.telemetry.catalog import CATALOG, MetricSpec
 
 if TYPE_CHECKING:
-    from firstlight.region.state import RouterState
+    from firstlight.region import ReplicaStats, RouterState
 
 __all__ = ["PER_REPLICA", "ReplicaCollector"]
 
 PER_REPLICA: tuple[MetricSpec, ...] = tuple(s for s in CATALOG if "replica" in s.attributes)
 """The catalog's per-replica metrics, exported by :class:`ReplicaCollector`."""
 
-# Catalog name → the routing-stats key it exports (queue depth is two keys, by state).
-_STATS_KEY = {
-    "firstlight.replica.kv_cache.usage": "kv_cache_usage",
-    "firstlight.replica.prefix_cache.queried_tokens": "prefix_cache_queries",
-    "firstlight.replica.prefix_cache.hit_tokens": "prefix_cache_hits",
-    "firstlight.replica.spec_decode.draft_tokens": "spec_draft_tokens",
-    "firstlight.replica.spec_decode.accepted_tokens": "spec_accepted_tokens",
+# Catalog name → the replica stat it exports (queue depth is two, by state).
+_STAT: dict[str, Callable[[ReplicaStats], float]] = {
+    "firstlight.replica.kv_cache.usage": lambda s: s.kv_cache_usage,
+    "firstlight.replica.prefix_cache.queried_tokens": lambda s: s.prefix_cache_queries,
+    "firstlight.replica.prefix_cache.hit_tokens": lambda s: s.prefix_cache_hits,
+    "firstlight.replica.spec_decode.draft_tokens": lambda s: s.spec_draft_tokens,
+    "firstlight.replica.spec_decode.accepted_tokens": lambda s: s.spec_accepted_tokens,
 }
 _QUEUE = "firstlight.replica.queue_depth"
 
@@ -57,13 +57,10 @@ class ReplicaCollector(Collector):
                 for replica, stats in sorted(state.stats.items()):
                     base = [self._region, model, replica]
                     if spec.name == _QUEUE:
-                        for queue_state in ("running", "waiting"):
-                            value = _number(stats.get(queue_state))
-                            family.add_metric([*base, queue_state], value or 0.0)
+                        family.add_metric([*base, "running"], stats.running)
+                        family.add_metric([*base, "waiting"], stats.waiting)
                         continue
-                    value = _number(stats.get(_STATS_KEY[spec.name]))
-                    if value is not None:
-                        family.add_metric(base, value)
+                    family.add_metric(base, float(_STAT[spec.name](stats)))
             yield family
 
 
@@ -72,7 +69,3 @@ def _family(spec: MetricSpec, labels: list[str]) -> GaugeMetricFamily | CounterM
     if spec.kind == "gauge":
         return GaugeMetricFamily(name, spec.description, labels=labels)
     return CounterMetricFamily(name.removesuffix("_total"), spec.description, labels=labels)
-
-
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

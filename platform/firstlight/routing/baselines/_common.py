@@ -40,6 +40,9 @@ class BaselinePolicy:
     def on_done(self, request: RequestView, chosen: Candidate) -> None:
         """Baselines hold nothing per request."""
 
+    def on_replica_reset(self, replica_id: str) -> None:
+        """Baselines learn nothing per replica."""
+
 
 class TreePolicy(BaselinePolicy):
     """A baseline that keeps its own approximate prefix tree of routed requests
