@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
 from firstlight.config import parse_config
+from firstlight.region.decision import PeerChoice
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from tests.regions.peer_server import PeerServer
@@ -102,7 +103,14 @@ async def _forward(
     obs = telemetry.start("chat")
     body = BODY if not stream else BODY.replace(b'"stream": false', b'"stream": true')
     response = await forwarder.forward_any(
-        [(p, 100.0) for p in ranked], body, _request(), "spill-over", obs, "chat", stream, 7
+        tuple(PeerChoice(p.region, 100.0) for p in ranked),
+        body,
+        _request(),
+        "spill-over",
+        obs,
+        "chat",
+        stream,
+        7,
     )
     return response, obs
 

@@ -33,9 +33,9 @@ from opentelemetry import trace
 
 from firstlight.api.responses import DONE_EVENT, Kind, completion_body, error_body, sse_event
 from firstlight.errors import NoCapacityError
+from firstlight.region.decision import PeerChoice, PeerOption
 from firstlight.regions.peers import Peer, PeerTable
-from firstlight.regions.summary import predict_peer_ttft
-from firstlight.routing import Decision, RequestView
+from firstlight.routing import Decision
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
 
@@ -63,25 +63,18 @@ class PeerForwarder:
         self._client = client
         self._timeout = httpx.Timeout(connect=2.0, read=timeout_s, write=10.0, pool=5.0)
 
-    def rank(
-        self, model: str, routing: RequestView, local_ms_per_token: float | None
-    ) -> list[tuple[Peer, float]]:
-        """Usable peers for ``model`` with their predicted TTFT (round trip included),
-        best first (no I/O)."""
-        ranked = []
+    def options(self, model: str) -> list[PeerOption]:
+        """The usable peers for ``model``, as the region decision needs them (no I/O)."""
+        options = []
         for peer in self.peers.usable(model):
             assert peer.summary is not None
             summary = peer.summary.models[model]
-            predicted = predict_peer_ttft(
-                summary, routing, peer.rtt_ms, local_ms_per_token, peer.forwarded_tokens
-            )
-            ranked.append((peer, predicted))
-        ranked.sort(key=lambda item: item[1])
-        return ranked
+            options.append(PeerOption(peer.region, summary, peer.rtt_ms, peer.forwarded_tokens))
+        return options
 
     async def forward_any(
         self,
-        ranked: list[tuple[Peer, float]],
+        ranked: tuple[PeerChoice, ...],
         body: bytes,
         request: Request,
         route: str,
@@ -93,8 +86,10 @@ class PeerForwarder:
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
         The answering peer is charged ``prompt_tokens`` of backlog until its next summary."""
-        for peer, predicted_ms in ranked:
-            if not peer.breaker.allow():
+        for choice in ranked:
+            peer = self.peers.peers.get(choice.region)
+            predicted_ms = choice.predicted_ttft_ms
+            if peer is None or not peer.breaker.allow():
                 continue
             span = self.telemetry.begin_route(obs, route.replace("-", "_"))
             obs.served_region, obs.predicted_ttft_ms = peer.region, predicted_ms

@@ -78,8 +78,9 @@ from firstlight.errors import (
     RequestTooLargeError,
 )
 from firstlight.prefix import HashScheme, hint_hashes
-from firstlight.regions.peers import Peer, PeerTable
-from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, spills_over
+from firstlight.region.decision import PeerChoice, RegionDecision, decide_region, rank_peers
+from firstlight.regions.peers import PeerTable
+from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
 from firstlight.routing import Decision, RequestView
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 
@@ -354,36 +355,28 @@ class GatewayCore:
     async def _dispatch(
         self, prepared: Prepared, body: bytes, request: Request, hop: bool, obs: RequestObservation
     ) -> Response:
+        """Decide where the request goes (:func:`~firstlight.region.decide_region`) and
+        carry it out: forward to the decision's peers in order, then fall back; retry a
+        local attempt that failed before any output, then fail over."""
         state = self.backend.state(prepared.model.name)
         local = state.estimate(prepared.routing) if state is not None else None
         # No router state yet means Ray has not told us of any replica.
         healthy = state is not None and state.healthy_replicas > 0
-        if hop:
-            if not healthy:
-                raise NoCapacityError(
-                    f"no healthy replica of {prepared.model.name!r} in region {self.region}",
-                    retry_after_s=_RETRY_AFTER_S,
-                )
-            bound_ms = self.config.router.admission_wait_ms
-            if bound_ms is not None and local is not None and _wait_ms(local) > bound_ms:
-                raise NoCapacityError(
-                    f"region {self.region} is overloaded (predicted wait "
-                    f"{_wait_ms(local):.0f} ms > router.admission_wait_ms)",
-                    code="overloaded",
-                    retry_after_s=_RETRY_AFTER_S,
-                )
+        ranked = () if hop else self._ranked(prepared, local)
+        decision = decide_region(
+            local, healthy=healthy, from_peer=hop, peers=ranked, router=self.config.router
+        )
+        if decision.route == "refuse":
+            raise self._refusal(prepared, decision, forwarded=False)
+        if decision.route == "from_peer":
             return await self._local.serve(prepared, "local", local, obs, "from_peer")
-        ranked = self._forwarder.rank(prepared.model.name, prepared.routing, _ms_per_token(local))
-        if not healthy:
-            return await self._fail_over(ranked, prepared, body, request, obs)
-        bound_ms = self.config.router.admission_wait_ms
-        if bound_ms is not None and local is not None and _wait_ms(local) > bound_ms:
-            return await self._overflow(ranked, prepared, body, request, obs, local, bound_ms)
-        best_peer_ms = ranked[0][1] if ranked else None
-        if spills_over(local, best_peer_ms, self.config.router.spill_over_margin_ms):
-            spilled = await self._spill(ranked, prepared, body, request, obs, local)
-            if spilled is not None:
-                return spilled
+        if decision.route != "local":
+            route = "spill-over" if decision.route == "overflow" else decision.route
+            forwarded = await self._forward(decision, route, prepared, body, request, obs)
+            if forwarded is not None:
+                return forwarded
+            if decision.fallback == "refuse":
+                raise self._refusal(prepared, decision, forwarded=True)
         attempts = Attempts(self.config.gateway.max_attempts)
         while True:
             try:
@@ -394,97 +387,85 @@ class GatewayCore:
                     obs.route_span.set_status(trace.StatusCode.ERROR, str(exc))
                 if state is None or state.healthy_replicas == 0 or not attempts.another(str(exc)):
                     self.telemetry.migrated(prepared.model.name, "gave_up")
-                    return await self._fail_over(ranked, prepared, body, request, obs)
+                    return await self._fail_over(prepared, body, request, obs, local)
                 self.telemetry.migrated(prepared.model.name, "retried")
                 local = state.estimate(prepared.routing)  # another replica, knowing this
 
-    async def _spill(
+    def _ranked(self, prepared: Prepared, local: Decision | None) -> tuple[PeerChoice, ...]:
+        options = self._forwarder.options(prepared.model.name)
+        return rank_peers(prepared.routing, options, local)
+
+    async def _forward(
         self,
-        peers: list[tuple[Peer, float]],
+        decision: RegionDecision,
+        route: str,
+        prepared: Prepared,
+        body: bytes,
+        request: Request,
+        obs: RequestObservation,
+    ) -> Response | None:
+        """Forward to the first of the decision's peers that answers; ``None`` if none
+        did. ``route`` names the forward in headers and metrics."""
+        return await self._forwarder.forward_any(
+            decision.peers,
+            body,
+            request,
+            route,
+            obs,
+            prepared.kind,
+            prepared.stream,
+            prepared.routing.prompt_tokens,
+            None if route == "fail-over" else decision.local,
+        )
+
+    async def _fail_over(
+        self,
         prepared: Prepared,
         body: bytes,
         request: Request,
         obs: RequestObservation,
         local: Decision | None,
-    ) -> Response | None:
-        """Forward to the first of ``peers`` that answers (a spill-over); ``None`` if none."""
-        return await self._forwarder.forward_any(
-            peers,
-            body,
-            request,
-            "spill-over",
-            obs,
-            prepared.kind,
-            prepared.stream,
-            prepared.routing.prompt_tokens,
-            local,
-        )
-
-    async def _overflow(
-        self,
-        ranked: list[tuple[Peer, float]],
-        prepared: Prepared,
-        body: bytes,
-        request: Request,
-        obs: RequestObservation,
-        local: Decision,
-        bound_ms: float,
     ) -> Response:
-        """The region is full for this request (``router.admission_wait_ms``): a peer
-        that predicts better takes it, or it is refused now rather than queued."""
-        wait_ms = _wait_ms(local)
-        local_ms = local.winner.predicted_ttft_ms or wait_ms
-        better = [(peer, ms) for peer, ms in ranked if ms < local_ms]
-        spilled = await self._spill(better, prepared, body, request, obs, local)
-        if spilled is not None:
-            return spilled
-        raise NoCapacityError(
+        """Every local attempt failed: the usable peers, best first (priced with the
+        last local estimate's rate), or a refusal."""
+        decision = decide_region(
+            None,
+            healthy=False,
+            from_peer=False,
+            peers=self._ranked(prepared, local),
+            router=self.config.router,
+        )
+        forwarded = await self._forward(decision, "fail-over", prepared, body, request, obs)
+        if forwarded is not None:
+            return forwarded
+        raise self._refusal(prepared, decision, forwarded=True)
+
+    def _refusal(
+        self, prepared: Prepared, decision: RegionDecision, *, forwarded: bool
+    ) -> NoCapacityError:
+        """The 503 for a refused decision (``forwarded``: after no peer answered)."""
+        model = prepared.model.name
+        if decision.refusal == "no_replica":
+            tail = " and no peer region could take the request" if forwarded else ""
+            return NoCapacityError(
+                f"no healthy replica of {model!r} in region {self.region}{tail}",
+                retry_after_s=_RETRY_AFTER_S,
+            )
+        bound_ms = self.config.router.admission_wait_ms
+        if not forwarded:
+            return NoCapacityError(
+                f"region {self.region} is overloaded (predicted wait "
+                f"{decision.wait_ms:.0f} ms > router.admission_wait_ms)",
+                code="overloaded",
+                retry_after_s=_RETRY_AFTER_S,
+            )
+        return NoCapacityError(
             f"region {self.region} is overloaded: the predicted queueing wait of "
-            f"{wait_ms:.0f} ms exceeds router.admission_wait_ms ({bound_ms:.0f} ms) and no "
-            "peer region could take the request",
+            f"{decision.wait_ms:.0f} ms exceeds router.admission_wait_ms "
+            f"({bound_ms or 0:.0f} ms) and no peer region could take the request",
             code="overloaded",
-            retry_after_s=min(max(wait_ms / 1000.0, _RETRY_AFTER_S), 60.0),
+            retry_after_s=min(max(decision.wait_ms / 1000.0, _RETRY_AFTER_S), 60.0),
         )
-
-    async def _fail_over(
-        self,
-        ranked: list[tuple[Peer, float]],
-        prepared: Prepared,
-        body: bytes,
-        request: Request,
-        obs: RequestObservation,
-    ) -> Response:
-        response = await self._forwarder.forward_any(
-            ranked,
-            body,
-            request,
-            "fail-over",
-            obs,
-            prepared.kind,
-            prepared.stream,
-            prepared.routing.prompt_tokens,
-        )
-        if response is not None:
-            return response
-        raise NoCapacityError(
-            f"no healthy replica of {prepared.model.name!r} in region {self.region} "
-            "and no peer region could take the request",
-            retry_after_s=_RETRY_AFTER_S,
-        )
-
-
-def _wait_ms(decision: Decision) -> float:
-    """The queueing wait predicted on the local winner (0 when unknown)."""
-    terms = decision.winner.terms
-    return terms.wait_ms if terms is not None else 0.0
-
-
-def _ms_per_token(decision: Decision | None) -> float | None:
-    """The calibrated prefill cost of the local winner, ``None`` if unknown."""
-    if decision is None or decision.winner.terms is None:
-        return None
-    terms = decision.winner.terms
-    return terms.prefill_ms / max(terms.uncached_tokens, 1)
 
 
 CLIENT_CLOSED = 499

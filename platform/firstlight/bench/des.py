@@ -12,10 +12,10 @@ policy (the object the gateway's request router fills); a
 :class:`~firstlight.hints.HintMirror` fed with every replica's cache events at the end of
 each step (the ``oracle`` arm reads the true caches instead). Requests arrive in their
 client's region. Arms that may leave the region (``firstlight``, ``oracle``) take the
-gateway's region decision: the local estimate against each peer's summary (refreshed
-every ``probe_interval_s``) through :func:`~firstlight.regions.summary.predict_peer_ttft`
-and :func:`~firstlight.regions.summary.spills_over`; a forwarded request reaches the peer
-half a round trip later and its tokens come back half a round trip after they exist.
+gateway's region decision — the same function, :func:`~firstlight.region.decide_region`,
+over peers ranked by :func:`~firstlight.region.rank_peers` from their summaries
+(refreshed every ``probe_interval_s``); a forwarded request reaches the peer half a round
+trip later and its tokens come back half a round trip after they exist.
 Every other arm (and ``firstlight_local``) routes inside the client's region only.
 
 Replicas report stats every ``stats_period_s`` (pending prefill tokens, KV usage,
@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from firstlight.bench.results import Outcome
 from firstlight.bench.workloads import TraceRequest, Workload
+from firstlight.config import RouterConfig
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings, Usage
 from firstlight.engine.sim import (
     SimCore,
@@ -49,12 +50,8 @@ from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.region import ReplicaStats, RouterState, with_shared_rates
-from firstlight.regions.summary import (
-    HotPrefixes,
-    ModelSummary,
-    predict_peer_ttft,
-    spills_over,
-)
+from firstlight.region.decision import PeerOption, decide_region, rank_peers
+from firstlight.regions.summary import HotPrefixes, ModelSummary
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight.routing.registry import REGISTRY
 
@@ -237,6 +234,7 @@ class _Run:
         self.cluster = cluster
         self.clock = _Clock()
         policy_name, self.may_spill = ARMS[arm]
+        self.router = RouterConfig(spill_over_margin_ms=cluster.spill_over_margin_ms)
         profile = cluster.build_profile()
         self.block_size = profile.block_size
         self.regions: list[_Region] = []
@@ -331,7 +329,7 @@ class _Run:
         self._sample_imbalance()
         home = self.regions[request.client_region]
         if self.may_spill:
-            peer = self._spill_target(home, view)
+            peer = self._peer_target(home, view)
             if peer is not None:
                 home.forwarded[peer] = home.forwarded.get(peer, 0) + view.prompt_tokens
                 one_way_s = self.cluster.rtt(home.index, peer) / 2000.0
@@ -341,28 +339,35 @@ class _Run:
                 return
         self._route_in_region(home, flight, t)
 
-    def _spill_target(self, home: _Region, view: RequestView) -> int | None:
-        """The gateway's region decision (``GatewayCore._dispatch``), on this state."""
+    def _peer_target(self, home: _Region, view: RequestView) -> int | None:
+        """The gateway's region decision on this state: the peer region the request is
+        forwarded to (simulated peers always answer), or ``None`` to serve it at home."""
         self._fresh_views(home)
         local = home.state.estimate(view)
-        if local is None:
-            return None
-        terms = local.winner.terms
-        local_rate = terms.prefill_ms / max(terms.uncached_tokens, 1) if terms else None
-        best: tuple[float, int] | None = None
-        for region in self.regions:
-            if region is home or region.summary is None or region.summary.healthy_replicas < 1:
-                continue
-            rtt = self.cluster.rtt(home.index, region.index)
-            predicted = predict_peer_ttft(
-                region.summary, view, rtt, local_rate, home.forwarded.get(region.index, 0)
+        peers = [
+            PeerOption(
+                str(region.index),
+                region.summary,
+                self.cluster.rtt(home.index, region.index),
+                home.forwarded.get(region.index, 0),
             )
-            if best is None or predicted < best[0]:
-                best = (predicted, region.index)
-        margin = self.cluster.spill_over_margin_ms
-        if best is not None and spills_over(local, best[0], margin):
-            return best[1]
-        return None
+            for region in self.regions
+            if region is not home
+            and region.summary is not None
+            and region.summary.healthy_replicas > 0
+        ]
+        decision = decide_region(
+            local,
+            healthy=bool(home.state.replicas),
+            from_peer=False,
+            peers=rank_peers(view, peers, local),
+            router=self.router,
+        )
+        if decision.route == "local" or not decision.peers:
+            if decision.fallback == "refuse" and decision.route != "local":
+                raise RuntimeError(f"the simulation refused {view.request_id}: {decision}")
+            return None
+        return int(decision.peers[0].region)
 
     # --- in-region routing (the request router's choose_replicas) ----------------------
 

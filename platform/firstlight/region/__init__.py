@@ -8,8 +8,17 @@ code (the simulator keeps no copy of it).
   region decision and the summary peers read.
 * :mod:`firstlight.region.stats` — :class:`ReplicaStats`, what a replica reports to its
   routers, typed.
+* :mod:`firstlight.region.decision` — the region decision (:func:`decide_region`): serve
+  here, forward to a peer, or refuse.
 """
 
+from firstlight.region.decision import (
+    PeerChoice,
+    PeerOption,
+    RegionDecision,
+    decide_region,
+    rank_peers,
+)
 from firstlight.region.state import (
     Route,
     RouterState,
@@ -21,10 +30,15 @@ from firstlight.region.state import (
 from firstlight.region.stats import ReplicaStats
 
 __all__ = [
+    "PeerChoice",
+    "PeerOption",
+    "RegionDecision",
     "ReplicaStats",
     "Route",
     "RouterState",
     "ServedBy",
+    "decide_region",
+    "rank_peers",
     "router_state",
     "routers",
     "with_shared_rates",

@@ -1,0 +1,148 @@
+"""The region decision: serve a request here, forward it to a peer region, or refuse it.
+
+One pure function, :func:`decide_region`, called by the gateway for every request
+(:meth:`firstlight.api.gateway.GatewayCore.completions`) and by the benchmark's simulator
+for every simulated arrival — the simulator keeps no copy of it. The callers carry it
+out: they forward to the decision's peers in order until one answers, then fall back
+(serve here, or refuse), and the gateway retries failed local attempts; neither adds a
+rule of its own.
+
+The rules, in order:
+
+1. A request a peer forwarded (``from_peer``) is never forwarded again: served here,
+   unless there is no healthy replica or the predicted queueing wait exceeds
+   ``router.admission_wait_ms`` (refused).
+2. No healthy local replica: **fail over** to the usable peers, best predicted first;
+   refused if none answers.
+3. Predicted queueing wait here above ``router.admission_wait_ms``: **overflow** to the
+   peers that predict a faster first token than here; refused if none answers.
+4. The best peer's prediction (round trip included) beats the local winner's by more
+   than ``router.spill_over_margin_ms``: **spill over** to the peers, best first; served
+   here if none answers.
+5. Otherwise served here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from firstlight.config import RouterConfig
+from firstlight.regions.summary import ModelSummary, predict_peer_ttft, spills_over
+from firstlight.routing import Decision, RequestView
+
+__all__ = [
+    "PeerChoice",
+    "PeerOption",
+    "RegionDecision",
+    "decide_region",
+    "local_ms_per_token",
+    "predicted_wait_ms",
+    "rank_peers",
+]
+
+Route = Literal["local", "from_peer", "spill-over", "overflow", "fail-over", "refuse"]
+Refusal = Literal["no_replica", "overloaded"]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerOption:
+    """A usable peer region for the request's model, as this region knows it."""
+
+    region: str
+    summary: ModelSummary
+    rtt_ms: float
+    forwarded_tokens: int = 0
+    """Prefill tokens forwarded there since its summary was built."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerChoice:
+    """A peer to forward to, with the TTFT predicted there (round trip included)."""
+
+    region: str
+    predicted_ttft_ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class RegionDecision:
+    """What to do with one request."""
+
+    route: Route
+    """``local``/``from_peer``: serve here; ``spill-over``/``overflow``/``fail-over``:
+    forward to :attr:`peers` in order; ``refuse``: answer 503 at once."""
+    local: Decision | None
+    """The cost model's view of the best local replica (``None``: no replica)."""
+    peers: tuple[PeerChoice, ...] = ()
+    """Peers to try, in order (forwarding routes only)."""
+    fallback: Literal["local", "refuse"] = "refuse"
+    """What to do when no peer answers (forwarding routes only)."""
+    refusal: Refusal | None = None
+    """Why the request is (or, after the peers, would be) refused."""
+    wait_ms: float = 0.0
+    """The predicted queueing wait here (the overload refusal's ``Retry-After``)."""
+
+
+def predicted_wait_ms(local: Decision) -> float:
+    """The queueing wait predicted on the local winner (0 when unknown)."""
+    terms = local.winner.terms
+    return terms.wait_ms if terms is not None else 0.0
+
+
+def local_ms_per_token(local: Decision | None) -> float | None:
+    """The calibrated prefill cost of the local winner, ``None`` if unknown: a peer that
+    has not measured its own rate is priced at it."""
+    if local is None or local.winner.terms is None:
+        return None
+    terms = local.winner.terms
+    return terms.prefill_ms / max(terms.uncached_tokens, 1)
+
+
+def rank_peers(
+    request: RequestView, peers: Iterable[PeerOption], local: Decision | None
+) -> tuple[PeerChoice, ...]:
+    """The peers with their predicted TTFT for ``request``, best first (ties keep the
+    given order)."""
+    rate = local_ms_per_token(local)
+    choices = [
+        PeerChoice(
+            p.region,
+            predict_peer_ttft(p.summary, request, p.rtt_ms, rate, p.forwarded_tokens),
+        )
+        for p in peers
+    ]
+    return tuple(sorted(choices, key=lambda c: c.predicted_ttft_ms))
+
+
+def decide_region(
+    local: Decision | None,
+    *,
+    healthy: bool,
+    from_peer: bool,
+    peers: tuple[PeerChoice, ...],
+    router: RouterConfig,
+) -> RegionDecision:
+    """Apply the rules of the module docstring. ``local`` is the cost model's estimate
+    here (``RouterState.estimate``), ``healthy`` whether any local replica is live,
+    ``peers`` the output of :func:`rank_peers`. Pure; never raises."""
+    bound_ms = router.admission_wait_ms
+    wait_ms = predicted_wait_ms(local) if local is not None else 0.0
+    overloaded = bound_ms is not None and local is not None and wait_ms > bound_ms
+    if from_peer:
+        if not healthy:
+            return RegionDecision("refuse", local, refusal="no_replica")
+        if overloaded:
+            return RegionDecision("refuse", local, refusal="overloaded", wait_ms=wait_ms)
+        return RegionDecision("from_peer", local)
+    if not healthy:
+        return RegionDecision("fail-over", local, peers, "refuse", "no_replica")
+    if overloaded:
+        assert local is not None
+        local_ms = local.winner.predicted_ttft_ms or wait_ms
+        better = tuple(p for p in peers if p.predicted_ttft_ms < local_ms)
+        return RegionDecision("overflow", local, better, "refuse", "overloaded", wait_ms)
+    best_ms = peers[0].predicted_ttft_ms if peers else None
+    if spills_over(local, best_ms, router.spill_over_margin_ms):
+        return RegionDecision("spill-over", local, peers, "local")
+    return RegionDecision("local", local)

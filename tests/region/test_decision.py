@@ -1,0 +1,100 @@
+"""The region decision, rule by rule (the gateway and the simulator both run it)."""
+
+from __future__ import annotations
+
+import pytest
+
+from firstlight.config import RouterConfig
+from firstlight.region import PeerChoice, PeerOption, decide_region, rank_peers
+from firstlight.regions.summary import ModelSummary
+from firstlight.routing import Candidate, Decision, RequestView
+from firstlight.routing.decision import TtftTerms
+
+
+def _local(wait_ms: float, prefill_ms: float = 100.0, uncached: int = 100) -> Decision:
+    terms = TtftTerms(0.0, wait_ms, prefill_ms, 5.0, cached_tokens=0, uncached_tokens=uncached)
+    return Decision("firstlight", (Candidate("r1", "here", terms.total_ms, terms),), "test")
+
+
+FAST = PeerChoice("fast", 60.0)
+SLOW = PeerChoice("slow", 500.0)
+PEERS = (FAST, SLOW)
+DEFAULT = RouterConfig(spill_over_margin_ms=50.0)
+BOUNDED = RouterConfig(spill_over_margin_ms=50.0, admission_wait_ms=200.0)
+
+CASES = [
+    # (name, local estimate, healthy, from_peer, router, route, peers, fallback, refusal)
+    ("served here", _local(0.0), True, False, DEFAULT, "local", (), "refuse", None),
+    ("a peer beats here by more than the margin", _local(300.0), True, False, DEFAULT, "spill-over", PEERS, "local", None),
+    ("a peer beats here by less than the margin", _local(0.0, prefill_ms=95.0), True, False, RouterConfig(spill_over_margin_ms=60.0), "local", (), "refuse", None),
+    ("no healthy replica", _local(0.0), False, False, DEFAULT, "fail-over", PEERS, "refuse", "no_replica"),
+    ("overloaded: only peers faster than here", _local(300.0), True, False, BOUNDED, "overflow", (FAST,), "refuse", "overloaded"),
+    ("overloaded and every peer slower", _local(30.0, prefill_ms=10.0), True, False, RouterConfig(admission_wait_ms=20.0), "overflow", (), "refuse", "overloaded"),
+    ("forwarded here: served", _local(300.0), True, True, DEFAULT, "from_peer", (), "refuse", None),
+    ("forwarded here, no replica", _local(0.0), False, True, DEFAULT, "refuse", (), "refuse", "no_replica"),
+    ("forwarded here, overloaded", _local(300.0), True, True, BOUNDED, "refuse", (), "refuse", "overloaded"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("local", "healthy", "from_peer", "router", "route", "peers", "fallback", "refusal"),
+    [c[1:] for c in CASES],
+    ids=[c[0] for c in CASES],
+)
+def test_the_rules(
+    local: Decision,
+    healthy: bool,
+    from_peer: bool,
+    router: RouterConfig,
+    route: str,
+    peers: tuple[PeerChoice, ...],
+    fallback: str,
+    refusal: str | None,
+) -> None:
+    decision = decide_region(
+        local, healthy=healthy, from_peer=from_peer, peers=PEERS, router=router
+    )
+    assert (decision.route, decision.peers, decision.fallback, decision.refusal) == (
+        route,
+        peers,
+        fallback,
+        refusal,
+    )
+    assert decision.local is local
+
+
+def test_an_overload_refusal_carries_the_wait_for_retry_after() -> None:
+    decision = decide_region(_local(900.0), healthy=True, from_peer=False, peers=(), router=BOUNDED)
+    assert (decision.route, decision.peers, decision.wait_ms) == ("overflow", (), 900.0)
+
+
+def test_no_peer_and_no_local_estimate_stay_here() -> None:
+    decision = decide_region(None, healthy=True, from_peer=False, peers=(), router=DEFAULT)
+    assert decision.route == "local"
+
+
+def _summary(wait_ms: float, ms_per_token: float, *, measured: bool = True) -> ModelSummary:
+    return ModelSummary(2, wait_ms, ms_per_token, frozenset({11, 12}), measured)
+
+
+def test_peers_are_ranked_by_predicted_ttft_with_round_trip_backlog_and_hot_prefix() -> None:
+    request = RequestView("q", 100, (11, 12, 13), block_size=32)
+    peers = [
+        PeerOption("far", _summary(10.0, 1.0), rtt_ms=200.0),
+        PeerOption("near-busy", _summary(10.0, 1.0), rtt_ms=20.0, forwarded_tokens=400),
+        PeerOption("near", _summary(10.0, 1.0), rtt_ms=20.0),
+    ]
+    ranked = rank_peers(request, peers, _local(0.0))
+    # near: 20 + 10 + (100 - 64 cached) x 1; near-busy adds 400 tokens over 2 replicas.
+    assert ranked == (
+        PeerChoice("near", 66.0),
+        PeerChoice("far", 246.0),
+        PeerChoice("near-busy", 266.0),
+    )
+
+
+def test_an_unmeasured_peer_is_priced_at_the_local_rate() -> None:
+    request = RequestView("q", 101, (), block_size=32)
+    peer = PeerOption("p", _summary(10.0, 0.5, measured=False), rtt_ms=0.0)
+    (choice,) = rank_peers(request, [peer], _local(0.0, prefill_ms=200.0, uncached=100))
+    assert choice.predicted_ttft_ms == pytest.approx(10.0 * 4 + 101 * 2.0)
