@@ -13,11 +13,12 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 LOCAL_CONFIG := examples/local-two-regions.yaml
 REDIS_PORT := 6379
 
-.PHONY: help bootstrap up test lint format redis system-deps tools clean helm-schema
+.PHONY: help bootstrap up test test-fast lint format redis system-deps tools clean helm-schema
 
 help:
 	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
 	@echo "make test   - set up .venv, start Redis and install Prometheus/Chromium if needed, run ruff, mypy and pytest"
+	@echo "make test-fast - the same without the tests that need a Ray cluster or the real model (the edit loop)"
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
 	@echo "make helm-schema - regenerate helm/firstlight/values.schema.json from PlatformConfig"
@@ -99,6 +100,11 @@ $(TOOLS_STAMP):
 
 test: lint redis system-deps tools
 	$(BIN)/pytest
+
+# The edit loop: every test but those on a local Ray cluster or the real model (the
+# `ray` and `model` markers, set in tests/conftest.py from the fixtures a test uses).
+test-fast: lint redis system-deps tools
+	$(BIN)/pytest -m "not ray and not model"
 
 clean:
 	rm -rf $(VENV) $(TOOLS_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,4 +1,12 @@
-"""Shared fixtures: the repository root and an environment free of user overrides."""
+"""Shared fixtures: the repository root and an environment free of user overrides; and
+the test tiers.
+
+Tiers are pytest markers, set here from what a test uses so that none is forgotten:
+``ray`` for tests on a local Ray cluster (the ``serve_port`` fixture, or ``firstlight
+up`` in a subprocess), ``model`` for tests that convert the default model or run a vLLM
+engine on it (the ``prepared`` fixture). ``make test-fast`` runs the rest
+(``-m "not ray and not model"``: the edit loop; Redis is fine); ``make test`` runs all.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +27,20 @@ VENV_BIN = Path(sys.executable).parent
 MODEL = "SmolLM2-135M-Instruct"
 
 Prepared = tuple[Path, subprocess.CompletedProcess[str]]
+
+
+RAY_FIXTURES = frozenset({"serve_port"})
+MODEL_FIXTURES = frozenset({"prepared"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with the tiers its fixtures (direct or indirect) put it in."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & RAY_FIXTURES:
+            item.add_marker(pytest.mark.ray)
+        if used & MODEL_FIXTURES:
+            item.add_marker(pytest.mark.model)
 
 
 class FakeClock:

@@ -14,7 +14,7 @@ import yaml
 from tests.conftest import VENV_BIN
 from tests.serve.cluster import free_port
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
 def test_up_serves_every_region_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
