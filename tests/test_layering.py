@@ -102,6 +102,16 @@ def test_no_import_cycles_between_the_parts_of_the_package() -> None:
     assert cycles(import_graph()) == []
 
 
+def test_the_serving_package_never_imports_the_benchmark() -> None:
+    found = sorted(
+        f"{path.relative_to(PACKAGE)}: {module}"
+        for path in PACKAGE.rglob("*.py")
+        for module in _imports(path)
+        if module.split(".")[0] == "firstlight_bench"
+    )
+    assert found == []
+
+
 def test_the_http_layer_does_not_import_the_ray_adapter() -> None:
     graph = import_graph()
     assert "serve" not in graph["api"]

@@ -15,9 +15,9 @@ def test_platform_folder_has_no_init_file() -> None:
     assert not (REPO_ROOT / "platform" / "__init__.py").exists()
 
 
-def test_platform_source_root_holds_only_the_firstlight_package() -> None:
+def test_platform_source_root_holds_the_serving_and_benchmark_packages() -> None:
     entries = {p.name for p in (REPO_ROOT / "platform").iterdir() if p.name != "__pycache__"}
-    assert entries == {"firstlight"}
+    assert entries == {"firstlight", "firstlight_bench"}
 
 
 def test_import_platform_from_the_repo_root_is_the_standard_library() -> None:

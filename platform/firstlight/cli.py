@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -24,7 +25,6 @@ from firstlight._console import fail as _fail
 from firstlight._console import load as _load
 from firstlight._console import run_steps as _run_steps
 from firstlight._console import stderr as _stderr
-from firstlight.bench.cli import bench_app
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError, ConfigProblem, FirstlightError
 from firstlight.k8s.cli import status
@@ -46,8 +46,41 @@ config_app = typer.Typer(
     help="Check configuration files and explain their fields.", no_args_is_help=True
 )
 app.add_typer(config_app, name="config")
-app.add_typer(bench_app, name="bench")
 app.command("status")(status)
+
+
+def _mount_plugins(parent: typer.Typer) -> None:
+    """Mount the subcommands other installed packages declare in the
+    ``firstlight.commands`` entry-point group (``bench``: the benchmark, with the
+    ``bench`` extra). The CLI imports none of them itself, so the serving package does
+    not depend on the benchmark; one whose dependencies are missing gets a stub that
+    says what to install."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="firstlight.commands"):
+        try:
+            sub = entry.load()
+        except ImportError as exc:
+            parent.command(entry.name, help=f"(unavailable: {exc.name} is not installed)")(
+                _missing(entry.name, exc)
+            )
+            continue
+        parent.add_typer(sub, name=entry.name)
+
+
+def _missing(name: str, exc: ImportError) -> Callable[[], None]:
+    def unavailable() -> None:
+        _stderr.print(
+            f"error: `firstlight {name}` needs {exc.name}, which is not installed: "
+            f"pip install 'firstlight[{name}]'",
+            markup=False,
+        )
+        raise typer.Exit(EXIT_FAILURE)
+
+    return unavailable
+
+
+_mount_plugins(app)
 
 
 class Quantize(StrEnum):

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from firstlight.bench.results import validate_results
 from firstlight.cli import app
+from firstlight_bench.results import validate_results
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -10,14 +10,14 @@ from types import MappingProxyType
 
 import pytest
 
-from firstlight.bench import des
-from firstlight.bench.des import ARMS, ClusterSpec, SimRun, block_hashes, kv_blocks_for, simulate
-from firstlight.bench.results import Outcome, summarize
-from firstlight.bench.sim import default_rtt_ms
-from firstlight.bench.workloads import TraceRequest, Workload, generate
 from firstlight.engine.sim import TrueCacheView, profiles
 from firstlight.engine.sim.profiles import SimProfile
 from firstlight.errors import ConfigError
+from firstlight_bench import des
+from firstlight_bench.des import ARMS, ClusterSpec, SimRun, block_hashes, kv_blocks_for, simulate
+from firstlight_bench.results import Outcome, summarize
+from firstlight_bench.sim import default_rtt_ms
+from firstlight_bench.workloads import TraceRequest, Workload, generate
 
 # Round numbers, so every step's duration is easy to add up by hand:
 # step_ms = 10 + 1 x prefill tokens + 2 x decoding sequences.

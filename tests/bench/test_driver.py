@@ -15,10 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from firstlight.bench.driver import region_index, replay, run_live
-from firstlight.bench.results import Outcome, validate_results
-from firstlight.bench.workloads import TraceRequest, Workload
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight_bench.driver import region_index, replay, run_live
+from firstlight_bench.results import Outcome, validate_results
+from firstlight_bench.workloads import TraceRequest, Workload
 from tests.serve.cluster import platform_config, sim_model
 
 EAST_URL, WEST_URL = "http://gw.test/r-east", "http://gw.test/r-west"

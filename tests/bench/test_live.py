@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from firstlight.bench.live import run_live_arms, with_policy
-from firstlight.bench.results import validate_results
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError
+from firstlight_bench.live import run_live_arms, with_policy
+from firstlight_bench.results import validate_results
 from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-live"

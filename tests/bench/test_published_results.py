@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight.bench.results import validate_results
+from firstlight_bench.results import validate_results
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 RUNS = sorted(p.parent for p in (DOCS / "benchmarks").glob("*/results.json"))

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from firstlight.bench.report import write_run
-from firstlight.bench.results import Outcome, summarize, validate_results
+from firstlight_bench.report import write_run
+from firstlight_bench.results import Outcome, summarize, validate_results
 
 ARMS = ("round_robin", "firstlight", "cache_aware")  # deliberately not sorted
 LOADS = (0.2, 0.6, 1.0)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from firstlight.bench.results import (
+from firstlight_bench.results import (
     DEFAULT_SLOS,
     Outcome,
     Slo,

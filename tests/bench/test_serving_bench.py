@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from firstlight.bench.serving import (
+from firstlight_bench.serving import (
     MODEL,
     REGION,
     added_latency,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from firstlight.bench.des import ClusterSpec, block_hashes, simulate
-from firstlight.bench.sim import default_rtt_ms, measure_capacity_rps
-from firstlight.bench.workloads import generate
 from firstlight.errors import ConfigError
 from firstlight.telemetry.rolling import percentile
+from firstlight_bench.des import ClusterSpec, block_hashes, simulate
+from firstlight_bench.sim import default_rtt_ms, measure_capacity_rps
+from firstlight_bench.workloads import generate
 
 
 def test_default_rtt_matrix() -> None:

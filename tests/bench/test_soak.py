@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from firstlight.bench.soak import SoakReport, main, soak
-from firstlight.bench.steady import SteadyLoad
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight_bench.soak import SoakReport, main, soak
+from firstlight_bench.steady import SteadyLoad
 from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-soak-test"

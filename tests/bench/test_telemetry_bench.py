@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from firstlight.bench.telemetry import main, per_request_us, render_ms
+from firstlight_bench.telemetry import main, per_request_us, render_ms
 
 
 def test_per_request_cost_is_measured_for_both_settings() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from firstlight.bench.vllm_serve import build_args
+from firstlight_bench.vllm_serve import build_args
 
 
 def test_gateway_defaults_are_filled_in() -> None:

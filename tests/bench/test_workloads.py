@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from firstlight.bench.workloads import (
+from firstlight.errors import ConfigError
+from firstlight_bench.workloads import (
     WORKLOADS,
     TraceRequest,
     Workload,
@@ -21,7 +22,6 @@ from firstlight.bench.workloads import (
     generate,
     workload_names,
 )
-from firstlight.errors import ConfigError
 
 # Small content so the statistical tests stay fast; arrivals do not depend on it.
 SMALL: dict[str, dict[str, Any]] = {

@@ -21,9 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from firstlight.bench.steady import Answer, SteadyLoad
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
 from firstlight.telemetry.rolling import percentile
+from firstlight_bench.steady import Answer, SteadyLoad
 from tests.serve.cluster import API_KEY, free_port, platform_config, sim_model
 
 MODEL = "sim-blackhole"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from firstlight.bench.steady import Answer, SteadyLoad
 from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight_bench.steady import Answer, SteadyLoad
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-region-down"

@@ -168,7 +168,7 @@ class VllmEngine:
         cannot run ``model`` as configured (on the CPU, an INT8 dtype its processor gets
         wrong included: :func:`~firstlight.engine.capabilities.engine_dtype`) — both
         before anything is loaded. ``refuse_known_bad_dtype=False`` starts such an engine
-        anyway: only for ``python -m firstlight.bench.int8_dtypes``, which measures them.
+        anyway: only for ``python -m firstlight_bench.int8_dtypes``, which measures them.
         """
         if not (model_dir / "config.json").is_file():
             raise ModelNotFoundError(

@@ -1,6 +1,6 @@
 """Decision-time micro-benchmark of the routing policies, and hint-mirror memory.
 
-Run ``python -m firstlight.bench.decision`` (options: ``--replicas 8,64,256 --blocks 256
+Run ``python -m firstlight_bench.decision`` (options: ``--replicas 8,64,256 --blocks 256
 --requests 2000 --seed 0 --policies firstlight,least_queue``). Prints JSON:
 ``decision_us[replicas][policy] = {p50, p99}`` — the time of ``choose`` plus
 ``on_routed`` (what the request router runs per request, hint lookup included) — and
@@ -120,7 +120,7 @@ def measure_mirror_memory(entries: int = 1_000_000, replicas: int = 64, seed: in
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse options, run the measurements, print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.decision")
+    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.decision")
     parser.add_argument("--replicas", default="8,64,256", help="comma-separated counts")
     parser.add_argument("--blocks", type=int, default=256, help="blocks per prompt")
     parser.add_argument("--requests", type=int, default=2000, help="decisions per point")

@@ -72,7 +72,7 @@ def _floats(text: str, name: str) -> list[float]:
 
 
 def _arms(text: str) -> list[str]:
-    from firstlight.bench.des import ARMS
+    from firstlight_bench.des import ARMS
 
     arms = [a.strip() for a in text.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
@@ -108,9 +108,9 @@ def bench_sim(
 ) -> None:
     """Run every arm on the same simulated trace at each load (simulated: labelled so)."""
     from firstlight._console import fail as _fail
-    from firstlight.bench.sim import run_sim
-    from firstlight.bench.workloads import describe as describe_workload
     from firstlight.errors import FirstlightError
+    from firstlight_bench.sim import run_sim
+    from firstlight_bench.workloads import describe as describe_workload
 
     if describe:
         try:
@@ -176,7 +176,7 @@ def bench_run(
 ) -> None:
     """Replay a workload open loop against running region gateways (live: measured from
     the client; one client region per --target)."""
-    from firstlight.bench.driver import run_live
+    from firstlight_bench.driver import run_live
 
     command = _command_line()
     targets = _targets(target)
@@ -232,8 +232,8 @@ def bench_live(
     from the client; labelled simulated when the engines are sim)."""
     from firstlight._console import load as _load
     from firstlight._console import prepare_models
-    from firstlight.bench.live import run_live_arms
     from firstlight.serve.local import LOCAL_DEFAULT, with_engine
+    from firstlight_bench.live import run_live_arms
 
     command = _command_line()
     cfg = _load(config) if config is not None else LOCAL_DEFAULT
@@ -264,3 +264,37 @@ def bench_live(
             report=lambda line: typer.echo(line, err=True),
         )
     )
+
+
+_TOOLS = {
+    "decision": "Decision time of the routing policies, and hint-mirror memory.",
+    "engine": "Engine: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.",
+    "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
+    "quantization": "bf16 vs INT8 W8A8 on the same engine.",
+    "serving": "What the platform adds over the engine, and one gateway's throughput.",
+    "soak": "Steady load for minutes on two local regions: memory, tasks, latency.",
+    "telemetry": "What metrics cost per request, and what a scrape costs.",
+    "vllm-serve": "Drive a region gateway with vLLM's own `vllm bench serve`.",
+}
+"""Each measurement tool (``python -m firstlight_bench.<module>``) as a subcommand too:
+``firstlight bench <name> [its own options]`` (``--help`` lists them)."""
+
+
+def _tool(name: str) -> Callable[[typer.Context], None]:
+    def run(ctx: typer.Context) -> None:
+        import importlib
+
+        module = importlib.import_module(f"firstlight_bench.{name.replace('-', '_')}")
+        sys.argv[0] = f"firstlight bench {name}"
+        module.main(list(ctx.args))
+
+    return run
+
+
+for _name, _help in _TOOLS.items():
+    bench_app.command(
+        _name,
+        help=_help,
+        add_help_option=False,
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    )(_tool(_name))

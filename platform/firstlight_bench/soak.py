@@ -1,9 +1,9 @@
 """The soak run: steady load for minutes on a local two-region platform, watching for
 what only time shows — lost requests, memory growth, leaked asyncio tasks.
 
-``python -m firstlight.bench.soak --minutes 10`` deploys two emulated regions on the
+``python -m firstlight_bench.soak --minutes 10`` deploys two emulated regions on the
 ``sim`` engine (results are labelled simulated), runs closed-loop
-:class:`~firstlight.bench.steady.SteadyLoad` clients against both, and every
+:class:`~firstlight_bench.steady.SteadyLoad` clients against both, and every
 ``--sample-s`` seconds reads the resident memory of every gateway and model replica
 process (``/proc``; Ray names its processes ``ray::ServeReplica:<app>:<deployment>``)
 and each gateway's ``firstlight_gateway_asyncio_tasks``. It prints one line per sample
@@ -29,9 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from firstlight.bench.steady import Answer, SteadyLoad
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.telemetry.rolling import percentile
+from firstlight_bench.steady import Answer, SteadyLoad
 
 __all__ = ["SoakReport", "main", "soak", "soak_config"]
 
@@ -252,7 +252,7 @@ def _ms(value: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.soak", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the load")
     parser.add_argument("--clients", type=int, default=3, help="closed-loop clients per region")
     parser.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples")

@@ -1,16 +1,16 @@
 """The live load driver: replays a workload over HTTP against running region gateways.
 
-Who calls what: ``firstlight bench run`` (:mod:`firstlight.bench.cli`) calls
+Who calls what: ``firstlight bench run`` (:mod:`firstlight_bench.cli`) calls
 :func:`run_live`, which generates the workload
-(:func:`firstlight.bench.workloads.generate`), replays it with :func:`replay`, turns the
-outcomes into one result point (:func:`firstlight.bench.results.summarize`) and writes the
-run folder (:func:`firstlight.bench.report.write_run`). Tests call :func:`replay` directly
+(:func:`firstlight_bench.workloads.generate`), replays it with :func:`replay`, turns the
+outcomes into one result point (:func:`firstlight_bench.results.summarize`) and writes the
+run folder (:func:`firstlight_bench.report.write_run`). Tests call :func:`replay` directly
 with an ``httpx.AsyncClient`` of their own.
 
 The replay is *open loop*: each request is sent at its ``arrival_s`` offset from the
 start of the replay whatever happened to the earlier ones, so a slow server shows up as
 growing TTFT, not as a lower offered rate. Every time is measured on the client: an
-:class:`~firstlight.bench.results.Outcome`'s times are seconds since the replay started,
+:class:`~firstlight_bench.results.Outcome`'s times are seconds since the replay started,
 like the trace's ``arrival_s``, and TTFT counts from the *scheduled* arrival.
 
 Each request is ``POST {target}/v1/completions`` with the prompt as a list of token ids,
@@ -34,9 +34,9 @@ from typing import Any
 
 import httpx
 
-from firstlight.bench.report import write_run
-from firstlight.bench.results import Outcome, git_commit, summarize
-from firstlight.bench.workloads import TraceRequest, Workload, generate
+from firstlight_bench.report import write_run
+from firstlight_bench.results import Outcome, git_commit, summarize
+from firstlight_bench.workloads import TraceRequest, Workload, generate
 
 __all__ = ["live_meta", "live_point", "replay", "replay_trace", "run_live"]
 
@@ -364,7 +364,7 @@ def replay_trace(
 ) -> tuple[list[Outcome], bool]:
     """Replay ``trace`` in real time (its own event loop); the outcomes and whether any
     response was simulated. Called by :func:`run_live` and
-    :func:`firstlight.bench.live.run_live_arms`."""
+    :func:`firstlight_bench.live.run_live_arms`."""
     return asyncio.run(
         _replay(
             trace,

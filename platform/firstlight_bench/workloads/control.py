@@ -4,7 +4,7 @@ Each prompt is ``min_prompt_tokens..max_prompt_tokens`` random tokens (uniform l
 each output ``min_output_tokens..max_output_tokens`` tokens; arrivals are Poisson and
 ``prefix_group`` is ``None``. Prefix-aware routing can gain nothing here, so it must
 show no regression against ``least_queue``. Called through the registry by
-:func:`firstlight.bench.workloads.generate`.
+:func:`firstlight_bench.workloads.generate`.
 """
 
 from __future__ import annotations
@@ -13,20 +13,20 @@ from typing import Annotated, Self
 
 from pydantic import Field, model_validator
 
-from firstlight.bench.workloads._model import (
+from firstlight.config import FieldValueError
+from firstlight_bench.workloads._model import (
     RequestContent,
     Trace,
     TraceShape,
     WorkloadParams,
     assemble,
 )
-from firstlight.bench.workloads._sampling import (
+from firstlight_bench.workloads._sampling import (
     client_regions,
     exponential_gaps,
     random_tokens,
     stream,
 )
-from firstlight.config import FieldValueError
 
 __all__ = ["ControlParams", "generate_control"]
 

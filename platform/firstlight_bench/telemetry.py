@@ -1,6 +1,6 @@
 """Telemetry benchmark: what metrics cost per request, and what a scrape costs.
 
-Run ``python -m firstlight.bench.telemetry [--requests 20000] [--replicas 1,16,64]``.
+Run ``python -m firstlight_bench.telemetry [--requests 20000] [--replicas 1,16,64]``.
 In this process, no Ray: a :class:`~firstlight.telemetry.GatewayTelemetry` for one model
 records ``--requests`` requests the way the gateway does (start → route → first token →
 routed → finish), with metrics on and with ``telemetry.metrics_enabled: false`` (the

@@ -1,7 +1,7 @@
 """A benchmark run's folder: ``results.json``, ``report.md`` and PNG plots.
 
 :func:`write_run` is called once per run by the simulator and the load driver, with the
-run's ``meta`` and the points :func:`firstlight.bench.results.summarize` made. The plots
+run's ``meta`` and the points :func:`firstlight_bench.results.summarize` made. The plots
 use matplotlib's Agg canvas directly (no pyplot, so no global figure state and no
 display needed); each arm keeps one color and marker across every plot.
 """
@@ -21,7 +21,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from firstlight.bench.results import DEFAULT_SLOS, Slo, validate_results
+from firstlight_bench.results import DEFAULT_SLOS, Slo, validate_results
 
 __all__ = ["write_run"]
 
@@ -46,7 +46,7 @@ def write_run(
     ``slo`` is the pair whose TTFT bounds the "highest load within SLO" table. Returns the
     written paths keyed ``results``, ``report``, ``ttft_vs_load``, ``hit_rate_vs_load``
     and ``goodput_vs_load``. Raises ``ValueError`` (from
-    :func:`~firstlight.bench.results.validate_results`) when the data breaks the schema,
+    :func:`~firstlight_bench.results.validate_results`) when the data breaks the schema,
     before anything is written; ``OSError`` when the folder cannot be written.
     """
     ordered = sorted(points, key=lambda p: (p["arm"], p["load"]))

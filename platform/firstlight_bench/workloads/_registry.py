@@ -16,11 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from firstlight.bench.workloads._model import Trace, TraceShape, Workload, WorkloadParams
-from firstlight.bench.workloads.control import ControlParams, generate_control
-from firstlight.bench.workloads.multi_region import MultiRegionParams, generate_multi_region
-from firstlight.bench.workloads.multi_turn import MultiTurnParams, generate_multi_turn
-from firstlight.bench.workloads.shared_prefix import (
+from firstlight.config import validation_problems
+from firstlight.errors import ConfigError, ConfigProblem
+from firstlight_bench.workloads._model import Trace, TraceShape, Workload, WorkloadParams
+from firstlight_bench.workloads.control import ControlParams, generate_control
+from firstlight_bench.workloads.multi_region import MultiRegionParams, generate_multi_region
+from firstlight_bench.workloads.multi_turn import MultiTurnParams, generate_multi_turn
+from firstlight_bench.workloads.shared_prefix import (
     BurstyParams,
     SharedPrefixParams,
     ZipfPrefixParams,
@@ -28,8 +30,6 @@ from firstlight.bench.workloads.shared_prefix import (
     generate_shared_prefix,
     generate_zipf_prefix,
 )
-from firstlight.config import validation_problems
-from firstlight.errors import ConfigError, ConfigProblem
 
 __all__ = ["WORKLOADS", "WorkloadSpec", "describe", "generate", "workload_names"]
 

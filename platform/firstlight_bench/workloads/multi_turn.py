@@ -27,7 +27,7 @@ rate at the end so another rate only rescales them:
   the last request arrives at exactly ``num_requests / rate_rps`` seconds and the
   overall mean rate is ``rate_rps``. Think times and session starts scale with it.
 
-Called through the registry by :func:`firstlight.bench.workloads.generate`.
+Called through the registry by :func:`firstlight_bench.workloads.generate`.
 """
 
 from __future__ import annotations
@@ -37,20 +37,20 @@ from typing import Annotated
 
 from pydantic import Field
 
-from firstlight.bench.workloads._model import (
+from firstlight.errors import ConfigError, ConfigProblem
+from firstlight_bench.workloads._model import (
     RequestContent,
     Trace,
     TraceShape,
     WorkloadParams,
     assemble,
 )
-from firstlight.bench.workloads._sampling import (
+from firstlight_bench.workloads._sampling import (
     client_regions,
     jittered_length,
     random_tokens,
     stream,
 )
-from firstlight.errors import ConfigError, ConfigProblem
 
 __all__ = ["MultiTurnParams", "generate_multi_turn"]
 

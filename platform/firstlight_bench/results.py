@@ -4,7 +4,7 @@ The simulator and the load driver record one :class:`Outcome` per request, per a
 offered load; :func:`summarize` turns them into one *point* of ``results.json``, whose
 whole shape (``{"meta": {...}, "points": [...]}``) is :data:`RESULTS_SCHEMA`;
 :func:`validate_results` checks a file against it before
-:func:`firstlight.bench.report.write_run` writes it.
+:func:`firstlight_bench.report.write_run` writes it.
 
 Definitions (times in the client's view, trace seconds; reported in ms or µs):
 
@@ -342,7 +342,7 @@ def _document_order(error: ValidationError) -> list[tuple[int, str]]:
 def validate_results(data: Any) -> None:
     """Check a whole results document against :data:`RESULTS_SCHEMA`.
 
-    Called by :func:`firstlight.bench.report.write_run` before it writes, and by tests.
+    Called by :func:`firstlight_bench.report.write_run` before it writes, and by tests.
     Raises ``ValueError`` naming the JSON path of the first problem (``$.points[2].load:
     'x' is not of type 'number'``); also for NaN/infinite numbers (JSON has none) and for
     two points with the same arm and load.

@@ -1,6 +1,6 @@
 """bf16 vs INT8 W8A8 on the same engine: TTFT, decode speed, memory, answer agreement.
 
-Run ``python -m firstlight.bench.quantization --out FILE`` after
+Run ``python -m firstlight_bench.quantization --out FILE`` after
 ``firstlight prepare-model --quantize int8``. Each model gets its own engine, one after
 the other in this process (peak RSS is measured per model, engine included). Prints JSON
 per model: ``startup_s``, ``ttft_ms`` (a 256-token prompt, nothing cached, median of
@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firstlight.bench.engine import _PeakMemory, _tokens, _ttft_ms, chat_prompts, emit
 from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.prefix import HashScheme
+from firstlight_bench.engine import _PeakMemory, _tokens, _ttft_ms, chat_prompts, emit
 
 __all__ = ["PROMPTS", "main"]
 
@@ -86,7 +86,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Measure bf16 then INT8; print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight.bench.quantization")
+    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.quantization")
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     args = parser.parse_args(argv)

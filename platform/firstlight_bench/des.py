@@ -1,9 +1,9 @@
 """The benchmark's discrete-event simulation: regions of simulated replicas in virtual
 time, routed by the same code the gateway runs.
 
-:func:`simulate` replays one :class:`~firstlight.bench.workloads.Workload` through one
-routing arm and returns every request's :class:`~firstlight.bench.results.Outcome`.
-Called by ``firstlight bench sim`` (:mod:`firstlight.bench.sim`) once per arm and load,
+:func:`simulate` replays one :class:`~firstlight_bench.workloads.Workload` through one
+routing arm and returns every request's :class:`~firstlight_bench.results.Outcome`.
+Called by ``firstlight bench sim`` (:mod:`firstlight_bench.sim`) once per arm and load,
 on the same trace. Deterministic for a seed; one process; no asyncio, no sleeping.
 
 What runs, per region: ``replicas`` :class:`~firstlight.engine.sim.VirtualSim` replicas
@@ -34,8 +34,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from firstlight.bench.results import Outcome
-from firstlight.bench.workloads import TraceRequest, Workload
 from firstlight.config import RouterConfig
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings, Usage
 from firstlight.engine.sim import (
@@ -54,6 +52,8 @@ from firstlight.region.decision import PeerOption, decide_region, rank_peers
 from firstlight.regions.summary import HotPrefixes, ModelSummary
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight.routing.registry import REGISTRY
+from firstlight_bench.results import Outcome
+from firstlight_bench.workloads import TraceRequest, Workload
 
 __all__ = [
     "ARMS",

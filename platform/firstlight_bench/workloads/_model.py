@@ -52,7 +52,7 @@ class TraceRequest:
 class Workload:
     """A generated trace plus everything needed to generate it again.
 
-    Built by :func:`firstlight.bench.workloads.generate`; read by the simulator and the
+    Built by :func:`firstlight_bench.workloads.generate`; read by the simulator and the
     load driver, and recorded (minus the requests) in a run's ``results.json``.
     """
 
@@ -95,7 +95,7 @@ class Workload:
         :class:`~firstlight.errors.ConfigError` for a rate that is not positive.
         """
         # Imported here: the registry imports this module.
-        from firstlight.bench.workloads._registry import generate
+        from firstlight_bench.workloads._registry import generate
 
         params = {k: v for k, v in self.params.items() if k != "derived"}
         return generate(

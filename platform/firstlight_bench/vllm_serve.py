@@ -7,7 +7,7 @@ gateway: the OpenAI chat backend on ``/v1/chat/completions``, the default model'
 tokenizer, and the random dataset. Every ``vllm bench serve`` option is accepted and
 passed through::
 
-    python -m firstlight.bench.vllm_serve --base-url http://127.0.0.1:8000/us-east \\
+    python -m firstlight_bench.vllm_serve --base-url http://127.0.0.1:8000/us-east \\
         --model SmolLM2-135M-Instruct --num-prompts 40 --request-rate 2 \\
         --random-input-len 256 --random-output-len 32
 
@@ -44,7 +44,7 @@ def build_args(argv: Sequence[str], default_tokenizer: str | None) -> argparse.N
             args += [option, value]
     if "--tokenizer" not in given and default_tokenizer is not None:
         args += ["--tokenizer", default_tokenizer]
-    parser = FlexibleArgumentParser(prog="python -m firstlight.bench.vllm_serve")  # type: ignore[no-untyped-call]
+    parser = FlexibleArgumentParser(prog="python -m firstlight_bench.vllm_serve")  # type: ignore[no-untyped-call]
     add_cli_args(parser)
     parsed: argparse.Namespace = parser.parse_args(args)
     return parsed
