@@ -18,7 +18,6 @@ import argparse
 import json
 import platform
 import random
-import statistics
 import sys
 import time
 import tracemalloc
@@ -27,6 +26,7 @@ from typing import Any
 
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy, policy_names
+from firstlight.telemetry.rolling import percentile
 
 __all__ = ["main", "measure_decisions", "measure_mirror_memory"]
 
@@ -96,8 +96,9 @@ def measure_decisions(
             policy.on_routed(request, decision.winner)
             samples_ns.append(time.perf_counter_ns() - start)
             policy.on_done(request, decision.winner)
-        cuts = statistics.quantiles(samples_ns, n=100)
-        results[name] = {"p50": round(cuts[49] / 1000, 1), "p99": round(cuts[98] / 1000, 1)}
+        ordered = sorted(samples_ns)
+        p50, p99 = (percentile(ordered, q) or 0.0 for q in (0.5, 0.99))
+        results[name] = {"p50": round(p50 / 1000, 1), "p99": round(p99 / 1000, 1)}
     return results
 
 

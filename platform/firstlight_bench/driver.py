@@ -22,7 +22,6 @@ Each request is ``POST {target}/v1/completions`` with the prompt as a list of to
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any
 
 import httpx
 
+from firstlight.api.sse import sse_events
 from firstlight_bench.report import write_run
 from firstlight_bench.results import Outcome, git_commit, summarize
 from firstlight_bench.workloads import TraceRequest, Workload, generate
@@ -99,14 +99,11 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _handle_event(run: _Replay, state: _Stream, payload: str) -> bool:
-    """Record one SSE ``data:`` payload; returns True at ``[DONE]``."""
-    if payload == "[DONE]":
+def _handle_event(run: _Replay, state: _Stream, event: dict[str, Any] | None) -> bool:
+    """Record one SSE event (``None``: ``[DONE]``); returns True at ``[DONE]``."""
+    if event is None:
         state.finish_s = run.now()
         return True
-    event = json.loads(payload)
-    if not isinstance(event, dict):
-        raise ValueError("SSE event is not a JSON object")
     if "error" in event:
         error = event["error"]
         kind = error.get("code") or error.get("type") if isinstance(error, dict) else None
@@ -149,10 +146,8 @@ async def _stream(run: _Replay, request: TraceRequest, state: _Stream) -> None:
             return
         state.served_region = region_index(run.targets, headers.get("x-firstlight-region"))
         state.replica = headers.get("x-firstlight-replica")
-        async for line in response.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            if _handle_event(run, state, line[len("data:") :].strip()):
+        async for event in sse_events(response.aiter_lines()):
+            if _handle_event(run, state, event):
                 return
     state.error = state.error or "stream ended without [DONE]"
 

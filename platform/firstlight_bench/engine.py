@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 import sys
 import threading
 import time
@@ -36,6 +35,7 @@ import psutil
 from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme
+from firstlight.telemetry.rolling import percentile
 
 __all__ = ["main"]
 
@@ -96,8 +96,9 @@ def chat_prompts(model_dir: Path, questions: Sequence[str]) -> list[tuple[int, .
 
 
 def _summary(samples: Sequence[float]) -> dict[str, float]:
-    cuts = statistics.quantiles(samples, n=10) if len(samples) > 1 else [samples[0]] * 9
-    return {"p50": round(statistics.median(samples), 1), "p90": round(cuts[8], 1)}
+    ordered = sorted(samples)
+    p50, p90 = (percentile(ordered, q) or 0.0 for q in (0.5, 0.9))
+    return {"p50": round(p50, 1), "p90": round(p90, 1)}
 
 
 async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
+from firstlight.telemetry.rolling import percentile
 
 __all__ = ["added_latency", "bench_config", "main", "percentile", "render", "summarize"]
 
@@ -89,21 +90,18 @@ class BenchError(RuntimeError):
 # --- statistics and report (pure) -----------------------------------------------------
 
 
-def percentile(samples: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100), linear between the closest ranks (numpy's
-    default). Raises ``ValueError`` for no samples or ``q`` out of range."""
-    if not samples or not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} of {len(samples)} samples")
-    ordered = sorted(samples)
-    pos = (len(ordered) - 1) * q / 100
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+def _pct(samples: Sequence[float], q: float) -> float:
+    """The ``q``-quantile (0..1) of ``samples`` by the project's one percentile
+    (:func:`firstlight.telemetry.rolling.percentile`); ``ValueError`` for none."""
+    value = percentile(sorted(samples), q)
+    if value is None:
+        raise ValueError(f"quantile {q} of no samples")
+    return value
 
 
 def summarize(samples: Sequence[float]) -> dict[str, float]:
     """Count, mean, p50, p90 and p99 of ``samples`` (3 decimals)."""
-    stats = {f"p{q}": percentile(samples, q) for q in (50, 90, 99)}
+    stats = {f"p{q}": _pct(samples, q / 100) for q in (50, 90, 99)}
     stats["mean"] = sum(samples) / len(samples)
     return {"n": len(samples), **{k: round(v, 3) for k, v in stats.items()}}
 
@@ -132,8 +130,8 @@ def throughput(
         "errors": errors,
         "elapsed_s": round(elapsed_s, 3),
         "requests_per_s": round(done / elapsed_s, 1) if elapsed_s > 0 else 0.0,
-        "p50_ms": round(percentile(latencies_ms, 50), 3) if done else math.nan,
-        "p99_ms": round(percentile(latencies_ms, 99), 3) if done else math.nan,
+        "p50_ms": round(_pct(latencies_ms, 0.5), 3) if done else math.nan,
+        "p99_ms": round(_pct(latencies_ms, 0.99), 3) if done else math.nan,
     }
 
 

@@ -15,13 +15,14 @@ within ``deadline_s`` is *hung* (and lost).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from firstlight.api.sse import sse_events
 
 __all__ = ["Answer", "SteadyLoad"]
 
@@ -148,14 +149,10 @@ class SteadyLoad:
                 return self._answer(started, None, response.status_code, True, response, problem)
             first: float | None = None
             done, tokens, problem = False, None, None
-            async for line in response.aiter_lines():
-                if not line.startswith("data: "):
-                    continue
-                data = line.removeprefix("data: ")
-                if data == "[DONE]":
+            async for event in sse_events(response.aiter_lines()):
+                if event is None:
                     done = True
                     continue
-                event = json.loads(data)
                 if "error" in event:
                     problem = f"error event: {event['error'].get('message')}"
                     continue

@@ -13,7 +13,6 @@ from firstlight_bench.serving import (
     REGION,
     added_latency,
     bench_config,
-    percentile,
     phase,
     render,
     summarize,
@@ -22,28 +21,14 @@ from firstlight_bench.serving import (
 )
 
 
-@pytest.mark.parametrize(
-    ("samples", "q", "expected"),
-    [
-        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
-        ([1.0, 2.0, 3.0, 4.0], 90, 3.7),
-        ([4.0, 1.0, 3.0, 2.0], 0, 1.0),  # unsorted input
-        ([4.0, 1.0, 3.0, 2.0], 100, 4.0),
-        ([7.0], 99, 7.0),
-        ([float(i) for i in range(1, 101)], 99, 99.01),
-        ([float(i) for i in range(1, 101)], 50, 50.5),
-    ],
-)
-def test_percentile_interpolates_linearly_between_ranks(
-    samples: list[float], q: float, expected: float
-) -> None:
-    assert percentile(samples, q) == pytest.approx(expected)
+def test_summarize_uses_the_projects_one_percentile() -> None:
+    stats = summarize([float(i) for i in range(1, 101)])
+    assert (stats["p50"], stats["p90"], stats["p99"]) == (50.5, 90.1, 99.01)
 
 
-@pytest.mark.parametrize(("samples", "q"), [([], 50), ([1.0], -1), ([1.0], 101)])
-def test_percentile_rejects_no_samples_and_out_of_range(samples: list[float], q: float) -> None:
-    with pytest.raises(ValueError, match="percentile"):
-        percentile(samples, q)
+def test_summarize_of_no_samples_is_an_error() -> None:
+    with pytest.raises(ValueError, match="quantile"):
+        summarize([])
 
 
 def test_summarize_rounds_to_microseconds() -> None:

@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 
 from firstlight.api.responses import DONE_EVENT, Kind, completion_body, error_body, sse_event
+from firstlight.api.sse import sse_events
 from firstlight.errors import NoCapacityError
 from firstlight.region.decision import PeerChoice, PeerOption
 from firstlight.regions.peers import Peer, PeerTable
@@ -278,11 +279,15 @@ async def _collect_stream(upstream: httpx.Response, kind: Kind) -> dict[str, Any
     request_id, model, created = "", "", int(time.time())
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
-    async for line in upstream.aiter_lines():
-        if not line.startswith("data: "):
-            continue
-        data = line.removeprefix("data: ")
-        if data == "[DONE]":
+    events = sse_events(upstream.aiter_lines())
+    while True:
+        try:
+            event = await anext(events)
+        except StopAsyncIteration:
+            break
+        except ValueError as exc:
+            return f"the peer sent a malformed event: {type(exc).__name__}: {exc}"
+        if event is None:
             body = completion_body(
                 kind, request_id, model, created, "".join(parts), finish_reason, None
             )
@@ -290,7 +295,6 @@ async def _collect_stream(upstream: httpx.Response, kind: Kind) -> dict[str, Any
                 body["usage"] = usage
             return body
         try:
-            event = json.loads(data)
             if "error" in event:
                 return f"the peer's stream ended in an error: {event['error'].get('message')}"
             request_id = str(event.get("id", request_id))
