@@ -90,7 +90,7 @@ class RouterState:
     stats: dict[str, ReplicaStats] = field(default_factory=dict)
     """The last routing stats of every live replica, accepting or draining, as the
     replica reported them (metrics and the dashboard read the counters in them)."""
-    estimator: FirstlightPolicy = field(init=False)
+    estimator: RoutingPolicy = field(init=False)
     prefilled: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
     """Per replica: (clock time, tokens) of prefills that finished, kept until a stats
     snapshot newer than them arrives (see :meth:`set_replicas`)."""
@@ -104,7 +104,7 @@ class RouterState:
     def __post_init__(self) -> None:
         import random
 
-        if isinstance(self.policy, FirstlightPolicy):
+        if self.policy.predicts_ttft:
             # The routing policy itself, so estimates include its reservations.
             self.estimator = self.policy
         else:

@@ -72,6 +72,8 @@ class FirstlightPolicy:
     :mod:`firstlight.routing.policy` for who calls each method.
     """
 
+    predicts_ttft = True
+
     def __init__(
         self,
         params: FirstlightParams,

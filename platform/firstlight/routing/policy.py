@@ -39,6 +39,10 @@ class RoutingPolicy(Protocol):
     """Ranks candidate replicas for a request."""
 
     name: str
+    predicts_ttft: bool
+    """Whether its decisions carry predicted TTFTs with their terms: the region decision
+    then uses the policy itself as its estimate (reservations included); otherwise it
+    asks a cost model of its own."""
 
     def choose(self, routing: RoutingInput) -> Decision:
         """Rank ``routing.replicas`` (never empty) best first."""

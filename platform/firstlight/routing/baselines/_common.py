@@ -24,6 +24,7 @@ class BaselinePolicy:
     """
 
     name: str
+    predicts_ttft = False
 
     def __init__(self, *, rng: random.Random, clock: Callable[[], float]) -> None:
         self._rng = rng
