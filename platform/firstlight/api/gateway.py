@@ -266,8 +266,9 @@ class GatewayCore:
             parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(raw)
         except ValidationError as exc:
             err = exc.errors()[0]
-            param = ".".join(str(p) for p in err["loc"]) or None
-            raise BadRequestError(f"{param}: {err['msg']}", param=param) from exc
+            param = _param(err["loc"])
+            message = f"{param}: {err['msg']}" if param else err["msg"]
+            raise BadRequestError(message, param=param) from exc
         model = self._models.get(parsed.model)
         if model is None:
             raise ModelNotServedError(
@@ -438,6 +439,14 @@ class GatewayCore:
         forwarded = await self._forward(decision, "fail-over", prepared, body, request, obs)
         if forwarded is not None:
             return forwarded
+        state = self.backend.state(prepared.model.name)
+        if state is not None and state.healthy_replicas > 0:
+            raise NoCapacityError(
+                f"the request failed on every replica of {prepared.model.name!r} it was "
+                f"tried on in region {self.region} (gateway.max_attempts) and no peer "
+                "region could take it",
+                retry_after_s=_RETRY_AFTER_S,
+            )
         raise self._refusal(prepared, decision, forwarded=True)
 
     def _refusal(
@@ -466,6 +475,16 @@ class GatewayCore:
             code="overloaded",
             retry_after_s=min(max(decision.wait_ms / 1000.0, _RETRY_AFTER_S), 60.0),
         )
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})
+
+
+def _param(loc: tuple[int | str, ...]) -> str | None:
+    """The request field a validation error is about (``messages.0.content``), without
+    the union member pydantic tried (``str``, ``list[int]``); ``None`` for the body."""
+    parts = [str(p) for p in loc if not (isinstance(p, str) and (p in _UNION_TAGS or "[" in p))]
+    return ".".join(parts) or None
 
 
 CLIENT_CLOSED = 499
