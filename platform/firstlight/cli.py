@@ -181,7 +181,7 @@ def up(
     model needs it, waits until every region answers ``/readyz``, and prints each
     region's endpoint with ready-to-paste ``curl`` and ``openai`` examples.
     """
-    from firstlight.serve.local import LOCAL_DEFAULT, with_engine
+    from firstlight.serve.local_mode import LOCAL_DEFAULT, with_engine
 
     cfg = _load(config) if config is not None else LOCAL_DEFAULT
     if engine is not None:
@@ -195,7 +195,7 @@ def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
     import threading
     import time
 
-    from firstlight.serve.local import start_local, stop_local
+    from firstlight.serve.local_mode import start_local, stop_local
 
     started = time.monotonic()
     with _stderr.status("Starting the platform") as status:

@@ -232,7 +232,7 @@ def bench_live(
     from the client; labelled simulated when the engines are sim)."""
     from firstlight._console import load as _load
     from firstlight._console import prepare_models
-    from firstlight.serve.local import LOCAL_DEFAULT, with_engine
+    from firstlight.serve.local_mode import LOCAL_DEFAULT, with_engine
     from firstlight_bench.live import run_live_arms
 
     command = _command_line()

@@ -2,7 +2,7 @@
 
 Who calls what: ``firstlight bench live`` (:mod:`firstlight_bench.cli`) calls
 :func:`run_live_arms`. For each arm it deploys the config's regions in the local Ray
-cluster with ``router.policy`` set to the arm (:func:`firstlight.serve.local.start_local`
+cluster with ``router.policy`` set to the arm (:func:`firstlight.serve.local_mode.start_local`
 — the policy is switched through the platform's configuration, as an operator would),
 replays the workload against every region's endpoint
 (:func:`firstlight_bench.driver.replay_trace`), deletes the applications, and finally
@@ -60,10 +60,10 @@ def run_live_arms(
 
     The model is the config's first. Raises ``ConfigError`` for an arm that is not a
     platform policy (``oracle`` needs the simulator's true cache) or a bad workload,
-    and whatever :func:`~firstlight.serve.local.start_local` raises when the platform
+    and whatever :func:`~firstlight.serve.local_mode.start_local` raises when the platform
     does not come up (the applications of that arm are deleted first).
     """
-    from firstlight.serve.local import start_local, stop_local
+    from firstlight.serve.local_mode import start_local, stop_local
 
     allowed = policy_names(platform_only=True)
     unknown = [a for a in arms if a not in allowed]

@@ -461,7 +461,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     import ray
     from ray import serve
 
-    from firstlight.serve.local import start_local, stop_local
+    from firstlight.serve.local_mode import start_local, stop_local
 
     config = bench_config(_free_port(), args.prompt_tokens, uuid.uuid4().hex[:8])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

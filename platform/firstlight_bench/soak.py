@@ -263,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.minutes <= 0 or args.clients < 1 or args.sample_s <= 0 or args.warmup_s < 0:
         parser.error("--minutes and --sample-s must be > 0, --clients ≥ 1, --warmup-s ≥ 0")
 
-    from firstlight.serve.local import start_local, stop_local
+    from firstlight.serve.local_mode import start_local, stop_local
 
     config = soak_config(args.port)
     print(f"soak: deploying {', '.join(r.name for r in config.regions)} (sim engine)")

@@ -52,7 +52,7 @@ def build_args(argv: Sequence[str], default_tokenizer: str | None) -> argparse.N
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run vLLM's benchmark client; returns the exit status."""
-    from firstlight.serve.local import LOCAL_DEFAULT
+    from firstlight.serve.local_mode import LOCAL_DEFAULT
 
     tokenizer = LOCAL_DEFAULT.default_model_dir
     try:

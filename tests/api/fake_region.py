@@ -1,7 +1,7 @@
 """A fake region backend for in-process gateway tests: what the Ray adapter does, in
 process.
 
-:class:`FakeRegion` is a **fake** :class:`~firstlight.api.local.LocalBackend`. In
+:class:`FakeRegion` is a **fake** :class:`~firstlight.api.in_region.LocalBackend`. In
 production :class:`firstlight.serve.gateway_deployment.Gateway` is the backend: it reads
 each model's :class:`~firstlight.region.RouterState` (registered by the
 :class:`~firstlight.serve.request_router.FirstlightRequestRouter` Ray builds in the

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight_bench.driver import region_index, replay, run_live
 from firstlight_bench.results import Outcome, validate_results
 from firstlight_bench.workloads import TraceRequest, Workload

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight_bench.soak import SoakReport, main, soak
 from firstlight_bench.steady import SteadyLoad
 from tests.serve.cluster import platform_config, sim_model

@@ -11,7 +11,7 @@ import httpx
 import openai
 import pytest
 
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import API_KEY, platform_config
 
 MODEL = "sim-chat"

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from firstlight.serve.local import start_local, stop_local
+from firstlight.serve.local_mode import start_local, stop_local
 from tests.serve.cluster import platform_config
 
 pytestmark = pytest.mark.slow

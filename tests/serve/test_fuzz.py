@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
 from firstlight.api.prompts import SIM_VOCABULARY
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 from tests.serve.hostile import Hostile, assert_openai_4xx, hostile_cases
 

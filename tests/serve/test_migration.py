@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from firstlight.engine.sim._filler import Filler
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-migrate"

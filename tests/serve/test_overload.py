@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight.telemetry.rolling import percentile
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.steady import Answer, SteadyLoad
 from tests.serve.cluster import API_KEY, free_port, platform_config, sim_model

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from firstlight.serve.local import start_local, stop_local
+from firstlight.serve.local_mode import start_local, stop_local
 from tests.hints.conftest import RedisServer
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight_bench.steady import Answer, SteadyLoad
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 

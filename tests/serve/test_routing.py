@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from firstlight.config import PlatformConfig
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import platform_config
 
 MODEL = "sim-route"

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from firstlight.serve.local import LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-tenants"

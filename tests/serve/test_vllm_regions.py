@@ -16,7 +16,7 @@ import openai
 import pytest
 
 from firstlight.config import load_config
-from firstlight.serve.local import LOCAL_DEFAULT, LocalPlatform, start_local, stop_local
+from firstlight.serve.local_mode import LOCAL_DEFAULT, LocalPlatform, start_local, stop_local
 from tests.conftest import MODEL, REPO_ROOT, Prepared
 from tests.serve.cluster import platform_config
 from tests.serve.hostile import Hostile, assert_openai_4xx, hostile_cases

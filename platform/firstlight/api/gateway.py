@@ -10,7 +10,7 @@ routes over it. Per request, on the event loop:
 ``auth → validate → tokenize (+ block hashes) → region decision → local or peer → respond``
 
 Peers are reached through :mod:`firstlight.api.forward`; requests kept here are served
-by :class:`~firstlight.api.local.LocalServer` (:mod:`firstlight.api.local`). Every
+by :class:`~firstlight.api.in_region.LocalServer` (:mod:`firstlight.api.in_region`). Every
 request fills a telemetry observation (route, first token, tokens, status) that ends in
 metrics, the request's trace and the dashboard.
 
@@ -47,9 +47,9 @@ from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
+from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
+from firstlight.api.in_region import LocalBackend, LocalServer, Prepared
 from firstlight.api.limits import KeyLimits, Lease
-from firstlight.api.local import RETRY_AFTER_S as _RETRY_AFTER_S
-from firstlight.api.local import LocalBackend, LocalServer, Prepared
 from firstlight.api.migration import Attempts
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.responses import (

@@ -30,7 +30,7 @@ from firstlight.routing import (
     RoutingInput,
     RoutingPolicy,
 )
-from firstlight.routing.firstlight import FirstlightParams, FirstlightPolicy
+from firstlight.routing.predicted_ttft import FirstlightParams, FirstlightPolicy
 
 __all__ = [
     "Route",

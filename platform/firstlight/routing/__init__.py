@@ -7,8 +7,8 @@ Nothing in this package does I/O or imports Ray or Redis.
 
 from firstlight.routing.cost import Calibrator, CostRates, Reservations, predict_ttft
 from firstlight.routing.decision import Candidate, Decision, TtftTerms
-from firstlight.routing.firstlight import FirstlightParams, FirstlightPolicy
 from firstlight.routing.policy import PolicyParams, RoutingPolicy
+from firstlight.routing.predicted_ttft import FirstlightParams, FirstlightPolicy
 from firstlight.routing.registry import REGISTRY, PolicyDeps, PolicySpec, build_policy, policy_names
 from firstlight.routing.views import NO_CACHE, CacheView, ReplicaView, RequestView, RoutingInput
 

@@ -33,8 +33,8 @@ from firstlight.routing.baselines import (
     WeightedScorerParams,
     WeightedScorerPolicy,
 )
-from firstlight.routing.firstlight import FirstlightParams, FirstlightPolicy
 from firstlight.routing.policy import PolicyParams, RoutingPolicy
+from firstlight.routing.predicted_ttft import FirstlightParams, FirstlightPolicy
 
 __all__ = ["REGISTRY", "PolicyDeps", "PolicySpec", "build_policy", "policy_names"]
 
