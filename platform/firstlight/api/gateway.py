@@ -9,6 +9,10 @@ routes over it. Per request, on the event loop:
 
 ``auth → validate → tokenize (+ block hashes) → region decision → local or peer → respond``
 
+Validation, bounds and tokenizing are :class:`~firstlight.api.prepare.RequestPreparer`'s;
+the region decision is :func:`firstlight.region.decide_region`, which this module carries
+out; the response plumbing is :mod:`firstlight.api.plumbing`.
+
 Peers are reached through :mod:`firstlight.api.forward`; requests kept here are served
 by :class:`~firstlight.api.in_region.LocalServer` (:mod:`firstlight.api.in_region`). Every
 request fills a telemetry observation (route, first token, tokens, status) that ends in
@@ -32,18 +36,15 @@ is tried; when nothing can take the request the answer is 503 with ``Retry-After
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
-from pydantic import ValidationError
 
 from firstlight.api.auth import ApiKeys
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
@@ -51,37 +52,27 @@ from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
 from firstlight.api.in_region import LocalBackend, LocalServer, Prepared
 from firstlight.api.limits import KeyLimits, Lease
 from firstlight.api.migration import Attempts
+from firstlight.api.plumbing import ClosingStream, closed_after, once, read_body
+from firstlight.api.prepare import RequestPreparer
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.responses import (
     Kind,
     error_response,
-)
-from firstlight.api.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    invalid_unicode_at,
 )
 from firstlight.api.streams import (
     ReplicaFailedError,
 )
 from firstlight.config import PlatformConfig
 from firstlight.dashboard import dashboard_state
-from firstlight.engine.protocol import (
-    GenerationRequest,
-    SamplingSettings,
-)
 from firstlight.errors import (
     ApiError,
-    BadRequestError,
-    ModelNotServedError,
     NoCapacityError,
-    RequestTooLargeError,
 )
-from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.prefix import HashScheme
 from firstlight.region.decision import PeerChoice, RegionDecision, decide_region, rank_peers
 from firstlight.regions.peers import PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
-from firstlight.routing import Decision, RequestView
+from firstlight.routing import Decision
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 
 __all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend"]  # HOP_HEADER: from .forward
@@ -118,6 +109,7 @@ class GatewayCore:
             region, peers, client, telemetry, config.router.peer_timeout_s
         )
         self._local = LocalServer(config, region, backend, telemetry, self._schemes, self._hot)
+        self._preparer = RequestPreparer(config, encoders, self._schemes)
         self._created = int(time.time())
         gateway = config.gateway
         self._limits = limits or KeyLimits(
@@ -154,8 +146,8 @@ class GatewayCore:
             raise
         response: Response | None = None
         try:
-            body = await _read_body(request, self.config.gateway.max_body_bytes)
-            prepared = self._prepare(kind, body, caller.cache_salt)
+            body = await read_body(request, self.config.gateway.max_body_bytes)
+            prepared = self._preparer.prepare(kind, body, caller.cache_salt)
             obs.model = prepared.model.name
             obs.request_id = prepared.generation.request_id
             obs.input_tokens = prepared.routing.prompt_tokens
@@ -183,8 +175,8 @@ class GatewayCore:
                 self._release(lease)
                 self.telemetry.finish(obs)
 
-            done = _once(release)
-            response = _ClosingStream(response, _closed_after(response.body_iterator, done), done)
+            done = once(release)
+            response = ClosingStream(response, closed_after(response.body_iterator, done), done)
         return response
 
     def _refused(self, obs: RequestObservation, exc: ApiError) -> Response:
@@ -246,110 +238,6 @@ class GatewayCore:
         )
 
     # --- request preparation ------------------------------------------------------------
-
-    def _prepare(self, kind: Kind, body: bytes, cache_salt: str | None = None) -> Prepared:
-        try:
-            raw = json.loads(body)
-        except ValueError as exc:
-            raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
-        except RecursionError as exc:  # json's recursive parser on deeply nested input
-            raise BadRequestError("the body's JSON nests too deeply") from exc
-        invalid = invalid_unicode_at(raw)
-        if invalid is not None:
-            raise BadRequestError(
-                f"{invalid}: the text is not valid Unicode (a lone surrogate such as "
-                "\\ud800 has no UTF-8 encoding)",
-                param=invalid,
-            )
-        schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
-        try:
-            parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(raw)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            param = _param(err["loc"])
-            message = f"{param}: {err['msg']}" if param else err["msg"]
-            raise BadRequestError(message, param=param) from exc
-        model = self._models.get(parsed.model)
-        if model is None:
-            raise ModelNotServedError(
-                f"the model {parsed.model!r} does not exist here; "
-                f"served models: {', '.join(self._models)}",
-                param="model",
-                code="model_not_found",
-            )
-        limits = self.config.gateway
-        encoder = self.encoders[model.name]
-        if isinstance(parsed, ChatCompletionRequest):
-            if len(parsed.messages) > limits.max_messages:
-                raise BadRequestError(
-                    f"{len(parsed.messages)} messages; at most {limits.max_messages} are "
-                    "accepted (gateway.max_messages)",
-                    param="messages",
-                )
-            prompt = encoder.chat(parsed.messages)
-        elif isinstance(parsed.prompt, str):
-            prompt = encoder.text(parsed.prompt)
-        else:
-            prompt = tuple(parsed.prompt)
-            outside = next((t for t in prompt if not 0 <= t < encoder.vocabulary), None)
-            if outside is not None:
-                raise BadRequestError(
-                    f"prompt: token id {outside} is outside the model's vocabulary "
-                    f"(0 to {encoder.vocabulary - 1})",
-                    param="prompt",
-                )
-        if limits.max_prompt_tokens is not None and len(prompt) > limits.max_prompt_tokens:
-            raise BadRequestError(
-                f"the prompt has {len(prompt)} tokens; at most {limits.max_prompt_tokens} are "
-                "accepted (gateway.max_prompt_tokens)",
-                param="messages" if kind == "chat" else "prompt",
-                code="context_length_exceeded",
-            )
-        room = model.max_model_len - len(prompt)
-        if limits.max_output_tokens is not None:
-            room = min(room, limits.max_output_tokens)
-        max_tokens = parsed.requested_max_tokens
-        if (
-            limits.max_output_tokens is not None
-            and max_tokens is not None
-            and max_tokens > limits.max_output_tokens
-        ):
-            raise BadRequestError(
-                f"max_tokens is {max_tokens}; at most {limits.max_output_tokens} are accepted "
-                "(gateway.max_output_tokens)",
-                param="max_tokens",
-            )
-        if room < 1 or (max_tokens is not None and max_tokens > room):
-            asked = max_tokens if max_tokens is not None else 1
-            raise BadRequestError(
-                f"this model's maximum context length is {model.max_model_len} tokens; "
-                f"the prompt has {len(prompt)} tokens and {asked} more were requested",
-                param="messages" if kind == "chat" else "prompt",
-                code="context_length_exceeded",
-            )
-        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
-        sampling = SamplingSettings(
-            max_tokens=max_tokens if max_tokens is not None else room,
-            temperature=parsed.temperature,
-            top_p=parsed.top_p,
-            seed=parsed.seed,
-            stop=parsed.stop_sequences(),
-        )
-        scheme = self._schemes[model.name]
-        routing = RequestView(
-            request_id=request_id,
-            prompt_tokens=len(prompt),
-            block_hashes=hint_hashes(prompt, scheme, cache_salt=cache_salt),
-            block_size=scheme.block_size,
-        )
-        return Prepared(
-            kind,
-            model,
-            GenerationRequest(request_id, prompt, sampling, cache_salt=cache_salt),
-            routing,
-            parsed.stream,
-            parsed.include_usage,
-        )
 
     # --- the region decision ------------------------------------------------------------
 
@@ -477,65 +365,5 @@ class GatewayCore:
         )
 
 
-_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})
-
-
-def _param(loc: tuple[int | str, ...]) -> str | None:
-    """The request field a validation error is about (``messages.0.content``), without
-    the union member pydantic tried (``str``, ``list[int]``); ``None`` for the body."""
-    parts = [str(p) for p in loc if not (isinstance(p, str) and (p in _UNION_TAGS or "[" in p))]
-    return ".".join(parts) or None
-
-
 CLIENT_CLOSED = 499
 """Status recorded when the client disconnects before the response (nginx's convention)."""
-
-
-def _once(action: Callable[[], object]) -> Callable[[], None]:
-    """``action``, run at most once however often the result is called."""
-    pending = [action]
-
-    def run() -> None:
-        while pending:
-            pending.pop()()
-
-    return run
-
-
-async def _closed_after(body: AsyncIterable[Any], done: Callable[[], None]) -> AsyncIterator[Any]:
-    try:
-        async for piece in body:
-            yield piece
-    finally:
-        done()
-
-
-class _ClosingStream(StreamingResponse):
-    """A streaming response that runs ``done`` when the ASGI exchange ends, also when the
-    body was never iterated (the client left before the headers went out): the per-key
-    slot and the request's telemetry are released either way."""
-
-    def __init__(
-        self, inner: StreamingResponse, body: AsyncIterable[Any], done: Callable[[], None]
-    ) -> None:
-        super().__init__(body, status_code=inner.status_code, headers=dict(inner.headers))
-        self._done = done
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._done()
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to exceed ``limit`` bytes."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestTooLargeError(f"the request body exceeds {limit} bytes")
-    body = bytearray()
-    async for piece in request.stream():
-        body += piece
-        if len(body) > limit:
-            raise RequestTooLargeError(f"the request body exceeds {limit} bytes")
-    return bytes(body)

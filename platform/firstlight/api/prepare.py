@@ -1,0 +1,161 @@
+"""Turning a request body into what the region serves: validation, bounds, tokens, hashes.
+
+:class:`RequestPreparer` is built once per gateway (:class:`~firstlight.api.gateway.GatewayCore`)
+and called once per request, on the event loop, before the region decision: invalid JSON,
+text that is not valid Unicode, a schema error, an unknown model, too many messages,
+token ids outside the vocabulary and prompts or outputs over the bounds are refused here
+with an OpenAI-shaped 400 (404 for the model) that names the field. Nothing it refuses
+reaches a tokenizer or an engine.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+
+from pydantic import ValidationError
+
+from firstlight.api.in_region import Prepared
+from firstlight.api.prompts import PromptEncoder
+from firstlight.api.responses import Kind
+from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest, invalid_unicode_at
+from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.engine.protocol import GenerationRequest, SamplingSettings
+from firstlight.errors import BadRequestError, ModelNotServedError
+from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.routing import RequestView
+
+__all__ = ["RequestPreparer"]
+
+
+class RequestPreparer:
+    """Validates and encodes requests for the models of one gateway."""
+
+    def __init__(
+        self,
+        config: PlatformConfig,
+        encoders: Mapping[str, PromptEncoder],
+        schemes: Mapping[str, HashScheme],
+    ) -> None:
+        self.config = config
+        self.encoders = encoders
+        self._schemes = schemes
+        self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
+
+    def prepare(self, kind: Kind, body: bytes, cache_salt: str | None = None) -> Prepared:
+        """The request in ``body`` validated, tokenized and hashed. Raises
+        :class:`~firstlight.errors.BadRequestError` (400, naming the field) or
+        :class:`~firstlight.errors.ModelNotServedError` (404)."""
+        try:
+            raw = json.loads(body)
+        except ValueError as exc:
+            raise BadRequestError(f"the body is not valid JSON: {exc}") from exc
+        except RecursionError as exc:  # json's recursive parser on deeply nested input
+            raise BadRequestError("the body's JSON nests too deeply") from exc
+        invalid = invalid_unicode_at(raw)
+        if invalid is not None:
+            raise BadRequestError(
+                f"{invalid}: the text is not valid Unicode (a lone surrogate such as "
+                "\\ud800 has no UTF-8 encoding)",
+                param=invalid,
+            )
+        schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
+        try:
+            parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            param = _param(err["loc"])
+            message = f"{param}: {err['msg']}" if param else err["msg"]
+            raise BadRequestError(message, param=param) from exc
+        model = self._models.get(parsed.model)
+        if model is None:
+            raise ModelNotServedError(
+                f"the model {parsed.model!r} does not exist here; "
+                f"served models: {', '.join(self._models)}",
+                param="model",
+                code="model_not_found",
+            )
+        limits = self.config.gateway
+        encoder = self.encoders[model.name]
+        if isinstance(parsed, ChatCompletionRequest):
+            if len(parsed.messages) > limits.max_messages:
+                raise BadRequestError(
+                    f"{len(parsed.messages)} messages; at most {limits.max_messages} are "
+                    "accepted (gateway.max_messages)",
+                    param="messages",
+                )
+            prompt = encoder.chat(parsed.messages)
+        elif isinstance(parsed.prompt, str):
+            prompt = encoder.text(parsed.prompt)
+        else:
+            prompt = tuple(parsed.prompt)
+            outside = next((t for t in prompt if not 0 <= t < encoder.vocabulary), None)
+            if outside is not None:
+                raise BadRequestError(
+                    f"prompt: token id {outside} is outside the model's vocabulary "
+                    f"(0 to {encoder.vocabulary - 1})",
+                    param="prompt",
+                )
+        if limits.max_prompt_tokens is not None and len(prompt) > limits.max_prompt_tokens:
+            raise BadRequestError(
+                f"the prompt has {len(prompt)} tokens; at most {limits.max_prompt_tokens} are "
+                "accepted (gateway.max_prompt_tokens)",
+                param="messages" if kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
+        room = model.max_model_len - len(prompt)
+        if limits.max_output_tokens is not None:
+            room = min(room, limits.max_output_tokens)
+        max_tokens = parsed.requested_max_tokens
+        if (
+            limits.max_output_tokens is not None
+            and max_tokens is not None
+            and max_tokens > limits.max_output_tokens
+        ):
+            raise BadRequestError(
+                f"max_tokens is {max_tokens}; at most {limits.max_output_tokens} are accepted "
+                "(gateway.max_output_tokens)",
+                param="max_tokens",
+            )
+        if room < 1 or (max_tokens is not None and max_tokens > room):
+            asked = max_tokens if max_tokens is not None else 1
+            raise BadRequestError(
+                f"this model's maximum context length is {model.max_model_len} tokens; "
+                f"the prompt has {len(prompt)} tokens and {asked} more were requested",
+                param="messages" if kind == "chat" else "prompt",
+                code="context_length_exceeded",
+            )
+        request_id = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+        sampling = SamplingSettings(
+            max_tokens=max_tokens if max_tokens is not None else room,
+            temperature=parsed.temperature,
+            top_p=parsed.top_p,
+            seed=parsed.seed,
+            stop=parsed.stop_sequences(),
+        )
+        scheme = self._schemes[model.name]
+        routing = RequestView(
+            request_id=request_id,
+            prompt_tokens=len(prompt),
+            block_hashes=hint_hashes(prompt, scheme, cache_salt=cache_salt),
+            block_size=scheme.block_size,
+        )
+        return Prepared(
+            kind,
+            model,
+            GenerationRequest(request_id, prompt, sampling, cache_salt=cache_salt),
+            routing,
+            parsed.stream,
+            parsed.include_usage,
+        )
+
+
+_UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})
+
+
+def _param(loc: tuple[int | str, ...]) -> str | None:
+    """The request field a validation error is about (``messages.0.content``), without
+    the union member pydantic tried (``str``, ``list[int]``); ``None`` for the body."""
+    parts = [str(p) for p in loc if not (isinstance(p, str) and (p in _UNION_TAGS or "[" in p))]
+    return ".".join(parts) or None
