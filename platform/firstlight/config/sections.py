@@ -1,68 +1,46 @@
-"""Typed platform configuration: one :class:`PlatformConfig` made of frozen sections.
-
-Who uses it: the CLI (``firstlight config validate``, ``prepare-model``), and later the
-Ray Serve app builders, the Helm values mapping and the benchmark. Everything else
-receives the section it needs, already validated — no module reads its own environment
-variables.
-
-Sources, in increasing precedence:
-
-1. defaults declared here (a one-region local setup serving the default model);
-2. a YAML file (:func:`load_config`);
-3. environment variables ``FIRSTLIGHT__<SECTION>__<FIELD>=<yaml value>``, with list
-   indices as numbers, e.g. ``FIRSTLIGHT__ROUTER__POLICY=least_queue`` or
-   ``FIRSTLIGHT__MODELS__0__REPLICAS=2``.
-
-Every problem is reported at once as a :class:`~firstlight.errors.ConfigError` whose
-problems name the field path and the offending value.
+"""The configuration's typed sections: :class:`PlatformConfig` and the frozen models it is
+made of (a model's own section is :mod:`firstlight.config.model`), with bounds and a
+docstring on every field. Loading (files, environment
+overrides, error reporting) is :mod:`firstlight.config.loading`; import both through
+:mod:`firstlight.config`.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self
+from typing import Annotated, Literal, Self
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+from pydantic import Field, HttpUrl, model_validator
 
+from firstlight.config._base import FieldValueError, Section
+from firstlight.config.model import (
+    DEFAULT_MODEL_NAME,
+    ModelConfig,
+)
 from firstlight.errors import ConfigError, ConfigProblem
 
 __all__ = [
     "ENV_PREFIX",
     "ApiKeyRef",
     "AuthConfig",
-    "Dtype",
     "GatewayConfig",
     "HintsConfig",
-    "ModelConfig",
     "PeerConfig",
     "PlatformConfig",
     "PolicyName",
     "RegionConfig",
-    "ResourcesConfig",
     "RouterConfig",
     "SecretRef",
     "SloConfig",
-    "SpeculativeConfig",
     "TelemetryConfig",
     "default_cache_dir",
-    "load_config",
-    "load_config_data",
-    "parse_config",
-    "validation_problems",
 ]
 
 ENV_PREFIX = "FIRSTLIGHT__"
 """Prefix of environment variables that override configuration fields."""
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
-
-EngineName = Literal["vllm", "sim"]
-Dtype = Literal["auto", "bfloat16", "float16", "float32"]
-"""A model's weight and activation dtype (``auto``: the engine decides)."""
 
 PolicyName = Literal[
     "firstlight",
@@ -77,8 +55,6 @@ PolicyName = Literal[
 """Routing policies a running platform can use. The benchmark's ``oracle`` arm reads the
 true cache state, which only the simulator has, so it is not a platform policy."""
 
-Quantization = Literal["awq", "gptq", "fp8", "compressed-tensors", "bitsandbytes"]
-SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 RegionName = Annotated[str, Field(pattern=_DNS_LABEL)]
@@ -90,25 +66,7 @@ def default_cache_dir() -> Path:
     return Path(base) / "firstlight"
 
 
-class FieldValueError(ValueError):
-    """Raised by cross-field validators: names the field (relative to the model being
-    validated) and the offending value, so the report can print the full path."""
-
-    def __init__(self, path: str, value: object, message: str) -> None:
-        self.path = path
-        self.value = value
-        self.message = message
-        super().__init__(f"{path} = {value!r}: {message}")
-
-
-class _Section(BaseModel):
-    """Base of every section: immutable, no unknown keys, attribute docstrings become
-    field descriptions (shown by ``firstlight config reference``)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-
-class SecretRef(_Section):
+class SecretRef(Section):
     """A secret named by reference: an environment variable or a file, never inline."""
 
     env: Annotated[str | None, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] = None
@@ -146,7 +104,7 @@ class SecretRef(_Section):
         return value
 
 
-class PeerConfig(_Section):
+class PeerConfig(Section):
     """A peer region this region may spill over or fail over to."""
 
     region: RegionName
@@ -160,7 +118,7 @@ class PeerConfig(_Section):
     it, and the delay added to forwards when ``local`` mode emulates regions."""
 
 
-class RegionConfig(_Section):
+class RegionConfig(Section):
     """One region: an independent failure domain with its own replicas and Redis."""
 
     name: RegionName
@@ -182,94 +140,7 @@ class RegionConfig(_Section):
         return self
 
 
-class ResourcesConfig(_Section):
-    """Resources Ray reserves for each replica of a model."""
-
-    num_cpus: Annotated[float, Field(ge=0, le=1024)] = 1.0
-    """CPU cores per replica (0 lets replicas share cores, as on a laptop)."""
-    num_gpus: Annotated[float, Field(ge=0, le=64)] = 0.0
-    """GPUs per replica (fractions share a GPU)."""
-    memory_gib: Annotated[float | None, Field(gt=0, le=4096)] = None
-    """Memory per replica in GiB; ``null`` leaves it unreserved."""
-
-
-class SpeculativeConfig(_Section):
-    """Speculative decoding, passed to the engine; support depends on the device."""
-
-    method: SpeculativeMethod
-    """Proposal method: ``ngram`` (prompt lookup), ``draft_model``, ``eagle``,
-    ``eagle3`` or ``mtp``."""
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
-    """Tokens proposed per step."""
-    draft_model: Annotated[str | None, Field(min_length=1)] = None
-    """Local folder of the draft/EAGLE model; required for ``draft_model``, ``eagle``
-    and ``eagle3``, not allowed otherwise."""
-    prompt_lookup_max: Annotated[int | None, Field(ge=1, le=32)] = None
-    """Longest n-gram matched in the prompt (``ngram`` only)."""
-
-    @model_validator(mode="after")
-    def _draft_model_matches_method(self) -> Self:
-        needs_draft = self.method in ("draft_model", "eagle", "eagle3")
-        if needs_draft and self.draft_model is None:
-            raise FieldValueError("draft_model", None, f"required for method {self.method!r}")
-        if not needs_draft and self.draft_model is not None:
-            raise FieldValueError(
-                "draft_model", self.draft_model, f"not used by method {self.method!r}"
-            )
-        if self.prompt_lookup_max is not None and self.method != "ngram":
-            raise FieldValueError(
-                "prompt_lookup_max", self.prompt_lookup_max, "only valid for method 'ngram'"
-            )
-        return self
-
-
-class ModelConfig(_Section):
-    """A model served in every region, with its engine settings."""
-
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
-    """Name clients pass as ``model`` in OpenAI requests."""
-    source: Annotated[str, Field(min_length=1)] = "default"
-    """``default`` for SmolLM2-135M-Instruct prepared by ``firstlight prepare-model``,
-    ``default-int8`` for its INT8 W8A8 variant (``prepare-model --quantize int8``; set
-    ``quantization: compressed-tensors``), otherwise a local Hugging Face model folder
-    (nothing is downloaded at run time)."""
-    engine: EngineName = "vllm"
-    """``vllm`` (real engine, CPU or GPU) or ``sim`` (simulator, results labelled
-    simulated)."""
-    sim_profile: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")] = "cpu-smollm2-135m"
-    """Simulator profile of an ``engine: sim`` model: ``cpu-smollm2-135m`` (the default
-    model on a CPU), ``h100-llama-8b`` or ``instant`` (near-zero cost, for measuring the
-    platform's own overhead). Ignored by ``vllm``."""
-    dtype: Dtype = "bfloat16"
-    """Weight and activation dtype. ``auto``: the model folder's, except for INT8 W8A8
-    (``compressed-tensors``) on the CPU, where it is the dtype the processor's INT8
-    kernel answers right with (bfloat16 with AMX, float32 without); a dtype known to
-    fail there is refused before the engine starts."""
-    quantization: Quantization | None = None
-    """Quantization method of the checkpoint (``awq``/``gptq`` INT4, ``fp8``,
-    ``compressed-tensors`` INT8 W8A8, ``bitsandbytes``); ``null`` for none. Whether the
-    device supports it is checked before the engine starts."""
-    max_model_len: Annotated[int, Field(ge=64, le=1_048_576)] = 2048
-    """Longest prompt + completion in tokens."""
-    block_size: Annotated[int, Field(ge=16, le=256, multiple_of=16)] = 32
-    """Tokens per KV-cache block; also the block size of prefix-cache hints (vLLM on
-    the CPU needs a multiple of 32)."""
-    enable_prefix_caching: bool = True
-    """Reuse KV-cache blocks of shared prompt prefixes (what the router exploits)."""
-    enforce_eager: bool = True
-    """Skip graph compilation: much faster start-up (about 36 s instead of 120 s for the
-    default model on a CPU) at some decode speed."""
-    kv_cache_gib: Annotated[float | None, Field(gt=0, le=4096)] = None
-    """KV-cache size per replica in GiB; ``null`` keeps the engine's default."""
-    speculative: SpeculativeConfig | None = None
-    """Speculative decoding settings; ``null`` turns it off."""
-    replicas: Annotated[int, Field(ge=1, le=1024)] = 1
-    """Replicas of this model in each region."""
-    resources: ResourcesConfig = ResourcesConfig()
-    """Resources reserved per replica."""
-
-
-class SloConfig(_Section):
+class SloConfig(Section):
     """Service-level objectives; alerts and goodput are measured against them."""
 
     ttft_p95_ms: Annotated[float, Field(gt=0, le=600_000)] = 500.0
@@ -278,7 +149,7 @@ class SloConfig(_Section):
     """Target 95th-percentile time per output token, milliseconds."""
 
 
-class RouterConfig(_Section):
+class RouterConfig(Section):
     """How requests are placed on replicas and regions."""
 
     policy: PolicyName = "firstlight"
@@ -304,7 +175,7 @@ class RouterConfig(_Section):
     """Latency objectives."""
 
 
-class HintsConfig(_Section):
+class HintsConfig(Section):
     """Prefix-cache hints shared through Redis."""
 
     redis_url: Annotated[str, Field(pattern=r"^(redis|rediss|unix)://\S+$")] = (
@@ -330,7 +201,7 @@ class ApiKeyRef(SecretRef):
     tenant isolation is on."""
 
 
-class AuthConfig(_Section):
+class AuthConfig(Section):
     """API keys for the OpenAI-compatible endpoints."""
 
     enabled: bool = False
@@ -356,7 +227,7 @@ class AuthConfig(_Section):
         return any(key.tenant is not None for key in self.api_keys)
 
 
-class TelemetryConfig(_Section):
+class TelemetryConfig(Section):
     """Metrics, traces and logs."""
 
     metrics_enabled: bool = True
@@ -369,7 +240,7 @@ class TelemetryConfig(_Section):
     """Log level of Firstlight's own loggers."""
 
 
-class GatewayConfig(_Section):
+class GatewayConfig(Section):
     """Where the OpenAI-compatible HTTP endpoint listens."""
 
     host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
@@ -417,7 +288,7 @@ def _default_models() -> tuple[ModelConfig, ...]:
     return (ModelConfig(name=DEFAULT_MODEL_NAME),)
 
 
-class PlatformConfig(_Section):
+class PlatformConfig(Section):
     """The whole platform's configuration (one per regional deployment)."""
 
     mode: Literal["local", "kubernetes"] = "local"
@@ -502,147 +373,3 @@ def _reject_duplicates(field: str, values: list[str], attr: str, what: str) -> N
         if value in seen:
             raise FieldValueError(f"{field}[{i}].{attr}", value, f"duplicate {what} name")
         seen.add(value)
-
-
-# --- loading -------------------------------------------------------------------------
-
-
-def load_config(
-    path: str | Path | None = None, environ: Mapping[str, str] | None = None
-) -> PlatformConfig:
-    """Load a configuration from a YAML file (or defaults) plus environment overrides.
-
-    Called by the CLI and the app builders. Raises :class:`ConfigError` listing every
-    problem: unreadable file, malformed YAML, bad override, invalid field.
-    """
-    source = str(path) if path is not None else "defaults"
-    data: dict[str, Any] = {}
-    if path is not None:
-        data = _read_yaml(Path(path))
-    return load_config_data(data, source, environ)
-
-
-def load_config_data(
-    data: Mapping[str, Any], source: str, environ: Mapping[str, str] | None = None
-) -> PlatformConfig:
-    """Like :func:`load_config` for an already-parsed mapping, such as the config a
-    RayService passes inline in ``serveConfigV2`` (``build_app``). ``data`` is copied,
-    not changed. Raises :class:`ConfigError`."""
-    mutable: dict[str, Any] = copy.deepcopy(dict(data))
-    overrides = _env_overrides(os.environ if environ is None else environ)
-    problems = [_apply_override(mutable, name, value) for name, value in overrides]
-    failed = [p for p in problems if p is not None]
-    if failed:
-        raise ConfigError(failed, source)
-    return parse_config(mutable, source)
-
-
-def parse_config(data: Mapping[str, Any], source: str | None = None) -> PlatformConfig:
-    """Validate an already-parsed mapping; raises :class:`ConfigError`."""
-    try:
-        return PlatformConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(validation_problems(exc), source) from exc
-
-
-def validation_problems(exc: ValidationError, prefix: str = "") -> list[ConfigProblem]:
-    """Turn pydantic's errors into problems named by field path (under ``prefix``).
-
-    Also used by components that validate their own section later, such as routing
-    policies checking ``router.params``.
-    """
-    errors = exc.errors()
-    item_locs = [err["loc"] for err in errors]
-    problems = []
-    for err in errors:
-        # A list whose item failed also reports itself "too short"; that is an echo.
-        echo = err["type"] == "too_short" and any(
-            loc[: len(err["loc"])] == err["loc"] != loc for loc in item_locs
-        )
-        if not echo:
-            problem = _problem(err)
-            if prefix:
-                path = f"{prefix}.{problem.path}" if problem.path else prefix
-                problem = ConfigProblem(path, problem.message, problem.value, problem.has_value)
-            problems.append(problem)
-    return problems
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        problem = ConfigProblem("", f"cannot read file: {exc.strerror}")
-        raise ConfigError([problem], str(path)) from exc
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc)
-        problem = ConfigProblem("", f"malformed YAML{where}: {reason}")
-        raise ConfigError([problem], str(path)) from exc
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        problem = ConfigProblem("", f"the document must be a mapping, not {type(data).__name__}")
-        raise ConfigError([problem], str(path))
-    return data
-
-
-def _env_overrides(environ: Mapping[str, str]) -> list[tuple[str, str]]:
-    return sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX))
-
-
-def _apply_override(data: dict[str, Any], name: str, raw: str) -> ConfigProblem | None:
-    """Set the field named by environment variable ``name``; return a problem or None."""
-    segments = [s.lower() for s in name[len(ENV_PREFIX) :].split("__")]
-    if not all(segments):
-        return ConfigProblem(name, "empty path segment in environment override")
-    try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
-        value = raw
-    node: Any = data
-    for depth, segment in enumerate(segments):
-        last = depth == len(segments) - 1
-        here = ".".join(segments[: depth + 1])
-        if isinstance(node, list):
-            if not segment.isdigit() or int(segment) >= len(node):
-                return ConfigProblem(name, f"{here}: no list item {segment!r} to override")
-            if last:
-                node[int(segment)] = value
-            else:
-                node = node[int(segment)]
-        elif isinstance(node, dict):
-            if last:
-                node[segment] = value
-            else:
-                node = node.setdefault(segment, {})
-        else:
-            return ConfigProblem(name, f"{here}: cannot override inside a scalar value")
-    return None
-
-
-def _problem(err: Any) -> ConfigProblem:
-    path = _format_loc(err["loc"])
-    inner = err.get("ctx", {}).get("error")
-    if isinstance(inner, FieldValueError):
-        full = f"{path}.{inner.path}" if path else inner.path
-        return ConfigProblem(full, inner.message, inner.value, True)
-    if err["type"] == "missing":
-        return ConfigProblem(path, "field required")
-    message = str(err["msg"])
-    if err["type"] == "extra_forbidden":
-        message = "unknown field"
-    return ConfigProblem(path, message, err.get("input"), True)
-
-
-def _format_loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
