@@ -53,6 +53,9 @@ def test_up_serves_every_region_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> N
             if "Press Ctrl-C to stop." in line:
                 break
         text = "".join(printed)
+        if "Press Ctrl-C to stop." not in text:  # it exited before serving: say why
+            process.wait(timeout=60)
+            pytest.fail(f"firstlight up exited {process.returncode}: {process.stderr.read()}")
         assert f"http://127.0.0.1:{port}/cli-a/v1" in text
         assert f"http://127.0.0.1:{port}/cli-b/v1" in text
         assert "curl -s" in text
