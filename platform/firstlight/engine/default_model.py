@@ -32,7 +32,7 @@ __all__ = [
     "DEFAULT_GGUF_FILE",
     "DEFAULT_GGUF_PACKAGE",
     "STEPS",
-    "ModelSummary",
+    "PreparedFolder",
     "PreparedModel",
     "locate_default_gguf",
     "prepare_default_model",
@@ -53,7 +53,7 @@ ProgressCallback = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-class ModelSummary:
+class PreparedFolder:
     """What verification found in a model folder."""
 
     architecture: str
@@ -69,7 +69,7 @@ class PreparedModel:
     path: Path
     converted: bool
     """False when an already prepared folder was verified and reused."""
-    summary: ModelSummary
+    summary: PreparedFolder
 
 
 def locate_default_gguf(package: str = DEFAULT_GGUF_PACKAGE) -> Path:
@@ -127,9 +127,9 @@ def build_folder(
     target: Path,
     marker: dict[str, Any],
     build: Callable[[Path], None],
-    verify: Callable[[Path], ModelSummary],
+    verify: Callable[[Path], PreparedFolder],
     report: ProgressCallback,
-) -> ModelSummary:
+) -> PreparedFolder:
     """Build a model folder in a hidden sibling, mark and verify it, then rename it over
     ``target``: an interrupted or failed build never leaves a half-written model behind.
 
@@ -153,7 +153,7 @@ def build_folder(
     return summary
 
 
-def verify_model_dir(path: Path) -> ModelSummary:
+def verify_model_dir(path: Path) -> PreparedFolder:
     """Check that ``path`` loads offline: config, tokenizer and a working chat template.
 
     Renders a one-message chat and round-trips a sentence through the tokenizer.
@@ -178,7 +178,7 @@ def verify_model_dir(path: Path) -> ModelSummary:
     ids = tokenizer.encode(probe, add_special_tokens=False)
     if tokenizer.decode(ids) != probe:
         raise ModelPreparationError(f"{path}: the tokenizer does not round-trip text")
-    return ModelSummary(
+    return PreparedFolder(
         architecture=(config.architectures or ["unknown"])[0],
         vocab_size=int(config.vocab_size),
         max_position_embeddings=int(config.max_position_embeddings),

@@ -24,7 +24,7 @@ from typing import Any
 
 from firstlight.engine.default_model import (
     MARKER_FILE,
-    ModelSummary,
+    PreparedFolder,
     PreparedModel,
     ProgressCallback,
     _is_prepared,
@@ -110,7 +110,7 @@ def _run(command: list[str], what: str) -> None:
         raise ModelPreparationError(f"{what} (exit {done.returncode}):\n{tail}")
 
 
-def _verify(folder: Path) -> ModelSummary:
+def _verify(folder: Path) -> PreparedFolder:
     summary = verify_model_dir(folder)
     try:
         config = json.loads((folder / "config.json").read_text())
