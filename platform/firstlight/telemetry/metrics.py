@@ -17,7 +17,6 @@ region. The names and attributes are those of :mod:`firstlight.telemetry.catalog
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from firstlight.config import PlatformConfig
 from firstlight.telemetry.catalog import CATALOG, MetricSpec
+from firstlight.telemetry.observers import ScrapeObservers
 from firstlight.telemetry.replicas import PER_REPLICA, ReplicaCollector
 from firstlight.telemetry.rolling import (
     CounterRatio,
@@ -115,8 +115,6 @@ class GatewayTelemetry:
         self.config = config
         self.region = region
         self.enabled = config.telemetry.metrics_enabled
-        self._states = states
-        self._peers = peers
         self._wall = wall_clock
         self._policy = config.router.policy
         self.tracer = tracer or build_tracer(config.telemetry, region, "gateway")
@@ -133,7 +131,9 @@ class GatewayTelemetry:
         }
         """Requests re-sent after a replica failed, by model and outcome (the
         ``firstlight.request.migrations`` counter reads it)."""
-        observers = self._observers()
+        observers = ScrapeObservers(
+            config, region, states, peers, self.migrations, wall_clock
+        ).callbacks()
         for spec in CATALOG:
             if spec in PER_REPLICA:
                 continue  # ReplicaCollector: replica ids must not pile up in the SDK
@@ -340,92 +340,6 @@ class GatewayTelemetry:
         if tracker.covers_window():
             return tracker.ratio()
         return hits / queries if queries > 0 else None
-
-    # --- observable instruments (read at scrape time) -----------------------------------
-
-    def _observers(self) -> dict[str, Callable[[CallbackOptions], Iterable[Observation]]]:
-        return {
-            "firstlight.route.fallbacks": self._observe_fallbacks,
-            "firstlight.replicas.healthy": self._observe_healthy,
-            "firstlight.hints.mirror.blocks": self._observe_mirror,
-            "firstlight.hints.staleness": self._observe_staleness,
-            "firstlight.hints.redis.up": self._observe_redis,
-            "firstlight.peer.rtt": self._observe_peer_rtt,
-            "firstlight.peer.up": self._observe_peer_up,
-            "firstlight.request.migrations": self._observe_migrations,
-            "firstlight.gateway.asyncio_tasks": self._observe_tasks,
-            "firstlight.slo.time_to_first_token": lambda _: [
-                Observation(self.config.router.slo.ttft_p95_ms / 1000.0, {"region": self.region})
-            ],
-            "firstlight.slo.time_per_output_token": lambda _: [
-                Observation(self.config.router.slo.tpot_p95_ms / 1000.0, {"region": self.region})
-            ],
-        }
-
-    def _live_states(self) -> Iterable[tuple[str, RouterState]]:
-        for model, state in self._states().items():
-            if state is not None:
-                yield model, state
-
-    def _observe_fallbacks(self, _: CallbackOptions) -> Iterable[Observation]:
-        for model, state in self._live_states():
-            yield Observation(state.fallbacks, {"region": self.region, "model": model})
-
-    def _observe_healthy(self, _: CallbackOptions) -> Iterable[Observation]:
-        # A model whose router does not exist yet has no healthy replica either.
-        for model, state in self._states().items():
-            healthy = 0 if state is None else state.healthy_replicas
-            yield Observation(healthy, {"region": self.region, "model": model})
-
-    def _observe_mirror(self, _: CallbackOptions) -> Iterable[Observation]:
-        for model, state in self._live_states():
-            if state.hints_feed() is not None:
-                yield Observation(state.hint_blocks(), {"region": self.region, "model": model})
-
-    def _observe_staleness(self, _: CallbackOptions) -> Iterable[Observation]:
-        now = self._wall()
-        for model, state in self._live_states():
-            feed = state.hints_feed()
-            if feed is None:
-                continue
-            stale_s = 0.0 if feed.stale_since is None else max(now - feed.stale_since, 0.0)
-            yield Observation(stale_s, {"region": self.region, "model": model})
-
-    def _observe_redis(self, _: CallbackOptions) -> Iterable[Observation]:
-        feeds = [s.hints_feed() for _, s in self._live_states()]
-        known = [f for f in feeds if f is not None]
-        if known:
-            yield Observation(int(all(f.connected for f in known)), {"region": self.region})
-
-    def _observe_peer_rtt(self, _: CallbackOptions) -> Iterable[Observation]:
-        if self._peers is None:
-            return
-        for peer in self._peers.peers.values():
-            if peer.summary_received_at is None:
-                continue  # only the configured prior so far, nothing measured
-            attrs = {"region": self.region, "peer": peer.region}
-            yield Observation(peer.rtt_ms / 1000.0, attrs)
-
-    def _observe_peer_up(self, _: CallbackOptions) -> Iterable[Observation]:
-        if self._peers is None:
-            return
-        for peer in self._peers.peers.values():
-            attrs = {"region": self.region, "peer": peer.region}
-            yield Observation(int(self._peers.is_up(peer)), attrs)
-
-    def _observe_migrations(self, _: CallbackOptions) -> Iterable[Observation]:
-        for (model, outcome), count in self.migrations.items():
-            attrs = {"region": self.region, "model": model, "outcome": outcome}
-            yield Observation(count, attrs)
-
-    def _observe_tasks(self, _: CallbackOptions) -> Iterable[Observation]:
-        # Scrapes run on the gateway's event loop (the /metrics route); elsewhere (a
-        # scrape from a plain thread, in tests) there is no loop to count.
-        try:
-            tasks = len(asyncio.all_tasks())
-        except RuntimeError:
-            return
-        yield Observation(tasks, {"region": self.region})
 
 
 def _tpot_s(obs: RequestObservation) -> float | None:
