@@ -363,11 +363,11 @@ class _Run:
             peers=rank_peers(view, peers, local),
             router=self.router,
         )
-        if decision.route == "local" or not decision.peers:
-            if decision.fallback == "refuse" and decision.route != "local":
-                raise RuntimeError(f"the simulation refused {view.request_id}: {decision}")
-            return None
-        return int(decision.peers[0].region)
+        if decision.peers:
+            return int(decision.peers[0].region)
+        if decision.route != "local" and decision.fallback == "refuse":
+            raise RuntimeError(f"the simulation refused {view.request_id}: {decision}")
+        return None
 
     # --- in-region routing (the request router's choose_replicas) ----------------------
 
