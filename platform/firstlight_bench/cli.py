@@ -4,6 +4,7 @@ commands, so ``firstlight --help`` stays fast."""
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -24,8 +25,9 @@ _KV_HELP = (
     "KV-cache blocks per replica (default: sized so the shared prefixes need 70% of the "
     "cluster's cache)."
 )
+_CPUS = os.cpu_count() or 1
 _ALL_ARMS = (
-    "firstlight,oracle,round_robin,random,least_queue,power_of_two,cache_aware,"
+    "firstlight,round_robin,random,least_queue,power_of_two,cache_aware,"
     "prefix_affinity,weighted_scorer"
 )
 
@@ -71,8 +73,20 @@ def _floats(text: str, name: str) -> list[float]:
     return values
 
 
+def _seeds(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}", param_hint="--seeds") from exc
+    if not values or len(set(values)) != len(values) or min(values) < 0:
+        raise typer.BadParameter(
+            f"{text!r}: distinct non-negative integers, at least one", param_hint="--seeds"
+        )
+    return values
+
+
 def _arms(text: str) -> list[str]:
-    from firstlight_bench.des import ARMS
+    from firstlight_bench.cluster import ARMS
 
     arms = [a.strip() for a in text.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]
@@ -93,7 +107,12 @@ def bench_sim(
     workload: Annotated[str, typer.Option(help="W1..W6 (see --describe).")] = "W1",
     regions: Annotated[int, typer.Option(min=1, max=16)] = 4,
     replicas: Annotated[int, typer.Option(min=1, max=256, help="Per region.")] = 16,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
+    seeds: Annotated[
+        str, typer.Option(help="Comma-separated seeds: one trace each, every point on each.")
+    ] = "0,1,2",
+    jobs: Annotated[
+        int, typer.Option(min=1, max=256, help="Processes at once (one per seed and load).")
+    ] = _CPUS,
     arms: Annotated[str, typer.Option(help="Comma-separated routing arms.")] = _ALL_ARMS,
     loads: Annotated[str, typer.Option(help="Offered loads, fractions of capacity.")] = (
         "0.2,0.4,0.6,0.7,0.8,1.0,1.2"
@@ -130,13 +149,14 @@ def bench_sim(
             workload=workload,
             regions=regions,
             replicas=replicas,
-            seed=seed,
+            seeds=_seeds(seeds),
             arms=arm_list,
             loads=load_list,
             out=out,
             requests=requests,
             profile=profile,
             kv_blocks=kv_blocks,
+            jobs=jobs,
             params=parse_params(param or []),
             command=command,
             progress=lambda line: typer.echo(line, err=True),
@@ -176,7 +196,7 @@ def bench_run(
 ) -> None:
     """Replay a workload open loop against running region gateways (live: measured from
     the client; one client region per --target)."""
-    from firstlight_bench.driver import run_live
+    from firstlight_bench.live import run_live
 
     command = _command_line()
     targets = _targets(target)

@@ -126,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--blocks", type=int, default=256, help="blocks per prompt")
     parser.add_argument("--requests", type=int, default=2000, help="decisions per point")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policies", default=",".join(policy_names(platform_only=True)))
+    parser.add_argument("--policies", default=",".join(policy_names()))
     args = parser.parse_args(argv)
     policies = [p for p in args.policies.split(",") if p]
     report: dict[str, Any] = {

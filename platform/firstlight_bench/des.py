@@ -10,8 +10,8 @@ What runs, per region: ``replicas`` :class:`~firstlight.engine.sim.VirtualSim` r
 of one GPU profile; a :class:`~firstlight.region.state.RouterState` with the arm's
 policy (the object the gateway's request router fills); a
 :class:`~firstlight.hints.HintMirror` fed with every replica's cache events at the end of
-each step (the ``oracle`` arm reads the true caches instead). Requests arrive in their
-client's region. Arms that may leave the region (``firstlight``, ``oracle``) take the
+each step (one :class:`~firstlight_bench.sim_region.SimRegion` per region). Requests
+arrive in their client's region. Arms that may leave the region (``firstlight``) take the
 gateway's region decision — the same function, :func:`~firstlight.region.decide_region`,
 over peers ranked by :func:`~firstlight.region.rank_peers` from their summaries
 (refreshed every ``probe_interval_s``); a forwarded request reaches the peer half a round
@@ -26,92 +26,28 @@ clock (``decision_us``).
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
-import random
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from firstlight.config import RouterConfig
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings, Usage
 from firstlight.engine.sim import (
-    SimCore,
-    SimProfile,
-    TrueCacheView,
     VirtualSim,
     VirtualStep,
-    get_profile,
 )
-from firstlight.errors import ConfigError, ConfigProblem
-from firstlight.hints import BlockEvent, HintMirror
-from firstlight.prefix import HashScheme, hint_hashes
-from firstlight.region import ReplicaStats, RouterState, with_shared_rates
 from firstlight.region.decision import PeerOption, decide_region, rank_peers
-from firstlight.regions.summary import HotPrefixes, ModelSummary
-from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
-from firstlight.routing.registry import REGISTRY
+from firstlight.routing import RequestView
+from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes
 from firstlight_bench.results import Outcome
+from firstlight_bench.sim_region import SimRegion
 from firstlight_bench.workloads import TraceRequest, Workload
 
-__all__ = [
-    "ARMS",
-    "ClusterSpec",
-    "SimRun",
-    "arm_names",
-    "block_hashes",
-    "kv_blocks_for",
-    "simulate",
-]
+__all__ = ["SimRun", "simulate"]
 
 _MODEL = "bench"
-_COST_MODEL_POLICIES = ("firstlight", "oracle")
-
-ARMS: dict[str, tuple[str, bool]] = {
-    **{name: (name, False) for name in REGISTRY},
-    "firstlight": ("firstlight", True),
-    "oracle": ("oracle", True),
-    "firstlight_local": ("firstlight", False),
-}
-"""Arm name → (routing policy, may spill over to a peer region)."""
-
-
-def arm_names() -> tuple[str, ...]:
-    return tuple(ARMS)
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterSpec:
-    """The simulated deployment."""
-
-    regions: int
-    replicas_per_region: int
-    profile: str = "h100-llama-8b"
-    kv_cache_blocks: int | None = None
-    """Per replica; ``None`` keeps the profile's."""
-    rtt_ms: tuple[tuple[float, ...], ...] = ()
-    """``rtt_ms[a][b]``: round trip between regions a and b; empty means 0 everywhere."""
-    spill_over_margin_ms: float = 50.0
-    stats_period_s: float = 0.5
-    probe_interval_s: float = 1.0
-    hash_seed: int = 0
-    policy_params: dict[str, object] = field(default_factory=dict)
-    """Parameters of the cost-model arms (``firstlight``, ``oracle``); baselines keep
-    their published defaults."""
-
-    def rtt(self, a: int, b: int) -> float:
-        return self.rtt_ms[a][b] if self.rtt_ms else 0.0
-
-    def build_profile(self) -> SimProfile:
-        profile = get_profile(self.profile)
-        if self.kv_cache_blocks is not None:
-            # A smaller cache also caps the longest request it can hold.
-            longest = min(profile.max_model_len, self.kv_cache_blocks * profile.block_size)
-            profile = dataclasses.replace(
-                profile, kv_cache_blocks=self.kv_cache_blocks, max_model_len=longest
-            )
-        return profile
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,27 +88,6 @@ class _Flight:
     decision_us: float | None = None
 
 
-@dataclass(slots=True)
-class _Region:
-    index: int
-    sims: dict[str, VirtualSim]
-    state: RouterState
-    mirror: HintMirror
-    hot: HotPrefixes
-    snapshots: dict[str, ReplicaView] = field(default_factory=dict)
-    summary: ModelSummary | None = None
-    forwarded: dict[int, int] = field(default_factory=dict)
-    """Peer region → prompt tokens this region forwarded there since the last probe
-    (the gateway's ``Peer.forwarded_tokens``)."""
-
-
-def block_hashes(workload: Workload, cluster: ClusterSpec) -> dict[str, tuple[int, ...]]:
-    """Every request's hint-form block hashes (the gateway's), computed once per
-    workload content and shared by all arms and loads (they do not depend on the rate)."""
-    scheme = HashScheme(cluster.build_profile().block_size, cluster.hash_seed)
-    return {r.request_id: hint_hashes(r.prompt, scheme) for r in workload.requests}
-
-
 def simulate(
     workload: Workload,
     arm: str,
@@ -184,35 +99,10 @@ def simulate(
     """Replay ``workload`` through ``arm`` on ``cluster`` (see the module docstring);
     ``hashes`` from :func:`block_hashes` saves recomputing them per arm.
 
-    Raises :class:`ConfigError` for an unknown arm, a workload with more client regions
-    than the cluster has, or an RTT matrix of the wrong shape.
+    Raises :class:`~firstlight.errors.ConfigError` for what :meth:`ClusterSpec.check`
+    refuses.
     """
-    if arm not in ARMS:
-        raise ConfigError(
-            [ConfigProblem("arms", f"unknown arm; known: {', '.join(ARMS)}", arm, True)]
-        )
-    if workload.regions > cluster.regions:
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "regions",
-                    f"the workload has {workload.regions} client regions",
-                    cluster.regions,
-                    True,
-                )
-            ]
-        )
-    if cluster.rtt_ms and (
-        len(cluster.rtt_ms) != cluster.regions
-        or any(len(row) != cluster.regions for row in cluster.rtt_ms)
-    ):
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    "rtt_ms", f"must be {cluster.regions} x {cluster.regions}", cluster.rtt_ms, True
-                )
-            ]
-        )
+    cluster.check(arm, workload.regions)
     started = time.perf_counter()
     if hashes is None:
         hashes = block_hashes(workload, cluster)
@@ -237,25 +127,10 @@ class _Run:
         self.router = RouterConfig(spill_over_margin_ms=cluster.spill_over_margin_ms)
         profile = cluster.build_profile()
         self.block_size = profile.block_size
-        self.regions: list[_Region] = []
-        oracle = REGISTRY[policy_name].needs_true_cache
-        for g in range(cluster.regions):
-            sims = {
-                f"g{g}-r{i:02d}": VirtualSim(
-                    SimCore(profile, hash_seed=cluster.hash_seed, seed=seed * 7919 + g * 131 + i)
-                )
-                for i in range(cluster.replicas_per_region)
-            }
-            mirror = HintMirror(ttl_s=1e12, clock=self.clock)
-            cache = TrueCacheView({rid: s.core for rid, s in sims.items()}) if oracle else mirror
-            policy = build_policy(
-                policy_name,
-                cluster.policy_params if policy_name in _COST_MODEL_POLICIES else {},
-                rng=random.Random(seed * 1_000_003 + g),
-                clock=self.clock,
-            )
-            state = RouterState(f"region-{g}", _MODEL, policy, cache=cache, clock=self.clock)
-            self.regions.append(_Region(g, sims, state, mirror, HotPrefixes()))
+        self.regions = [
+            SimRegion.build(g, cluster, profile, policy_name, seed, self.clock)
+            for g in range(cluster.regions)
+        ]
         self.flights: dict[str, _Flight] = {}
         self.outcomes: list[Outcome] = []
         # Replica step ends: (end time, sequence, region, replica id); an entry whose
@@ -339,10 +214,10 @@ class _Run:
                 return
         self._route_in_region(home, flight, t)
 
-    def _peer_target(self, home: _Region, view: RequestView) -> int | None:
+    def _peer_target(self, home: SimRegion, view: RequestView) -> int | None:
         """The gateway's region decision on this state: the peer region the request is
         forwarded to (simulated peers always answer), or ``None`` to serve it at home."""
-        self._fresh_views(home)
+        home.fresh_views()
         local = home.state.estimate(view)
         peers = [
             PeerOption(
@@ -371,31 +246,8 @@ class _Run:
 
     # --- in-region routing (the request router's choose_replicas) ----------------------
 
-    def _fresh_views(self, region: _Region) -> None:
-        """The last stats snapshot of each replica with its current queue length."""
-        views = {
-            rid: dataclasses.replace(
-                region.snapshots[rid],
-                queue_len=sim.core.num_running + sim.core.num_waiting,
-                running=sim.core.num_running,
-                waiting=sim.core.num_waiting,
-            )
-            for rid, sim in region.sims.items()
-        }
-        region.state.set_replicas(with_shared_rates(views))
-
-    def _route_in_region(self, region: _Region, flight: _Flight, t: float) -> None:
-        state = region.state
-        self._fresh_views(region)
-        began = time.perf_counter_ns()
-        decision = state.policy.choose(
-            RoutingInput(flight.view, tuple(state.replicas.values()), state.cache)
-        )
-        flight.decision_us = (time.perf_counter_ns() - began) / 1000.0
-        state.record_decision(flight.view, decision, flight.decision_us / 1e6)
-        replica = decision.winner.replica_id
-        state.record_routed(flight.view.request_id, replica)
-        region.hot.add(flight.view.block_hashes)
+    def _route_in_region(self, region: SimRegion, flight: _Flight, t: float) -> None:
+        replica, flight.decision_us = region.route(flight.view)
         flight.served_region, flight.replica, flight.dispatched_s = region.index, replica, t
         sim = region.sims[replica]
         self._apply(region, replica, sim.advance_to(t))
@@ -420,17 +272,16 @@ class _Run:
 
     # --- replica steps ----------------------------------------------------------------
 
-    def _step_end(self, region: _Region, replica: str, t: float) -> None:
+    def _step_end(self, region: SimRegion, replica: str, t: float) -> None:
         sim = region.sims[replica]
         self._apply(region, replica, sim.advance_to(t))
         self._schedule(region.index, replica, sim)
 
-    def _apply(self, region: _Region, replica: str, steps: list[VirtualStep]) -> None:
+    def _apply(self, region: SimRegion, replica: str, steps: list[VirtualStep]) -> None:
         """Record what completed steps did: first tokens (calibration), finished
         requests, and the cache events the region's hint mirror learns from."""
         if not steps:
             return
-        sim = region.sims[replica]
         for step in steps:
             result = step.result
             for request_id in result.first_token_ids:
@@ -440,10 +291,9 @@ class _Run:
                 region.state.first_token(request_id, observed_ms)
             for finished in result.finished:
                 self._finish(region, finished.request_id, step.end_s, finished.usage)
-        for event in sim.core.drain_cache_events():
-            region.mirror.apply(BlockEvent(replica, 1, event.stored, event.removed, event.cleared))
+        region.learn_cache_events(replica)
 
-    def _finish(self, region: _Region, request_id: str, t: float, usage: Usage) -> None:
+    def _finish(self, region: SimRegion, request_id: str, t: float, usage: Usage) -> None:
         flight = self.flights.pop(request_id)
         region.state.finished(request_id)
         request = flight.request
@@ -469,50 +319,15 @@ class _Run:
 
     def _refresh_stats(self) -> None:
         for region in self.regions:
-            for rid, sim in region.sims.items():
-                # As the gateway's routers see a replica: its stats record, turned
-                # into the cost model's view by the same code (waiting included).
-                stats = ReplicaStats.of_engine(sim.core.stats(), at=self.clock.now)
-                region.snapshots[rid] = stats.view(rid, region.state.region, None)
+            region.refresh_stats(self.clock.now)
 
     def _refresh_summaries(self) -> None:
         for region in self.regions:
-            region.state.set_replicas(with_shared_rates(dict(region.snapshots)))
-            region.summary = region.state.summary(region.hot.snapshot())
-            region.forwarded.clear()  # the new summaries show what was forwarded
+            region.refresh_summary()
 
     def _sample_imbalance(self) -> None:
-        loads = [
-            sim.core.num_running + sim.core.num_waiting
-            for region in self.regions
-            for sim in region.sims.values()
-        ]
+        loads = [load for region in self.regions for load in region.loads()]
         mean = sum(loads) / len(loads)
         if mean > 0:
             self.imbalance_sum += max(loads) / mean
             self.imbalance_n += 1
-
-
-def kv_blocks_for(
-    workload: Workload,
-    hashes: Mapping[str, tuple[int, ...]],
-    replicas: int,
-    profile: SimProfile,
-    share: float = 0.7,
-    min_requests: int = 16,
-) -> int:
-    """Per-replica KV-cache blocks such that the workload's distinct shared blocks (held
-    by more than one request) need ``share`` of the whole cluster's cache (BENCHMARKS.md),
-    but at least room for ``min_requests`` requests of the workload's mean size at once
-    (a replica that can hold only a handful of requests measures its KV cache, not
-    routing)."""
-    seen: dict[int, int] = {}
-    for block_list in hashes.values():
-        for block in block_list:
-            seen[block] = seen.get(block, 0) + 1
-    shared = sum(1 for count in seen.values() if count > 1)
-    mean_tokens = workload.mean_prompt_tokens() + workload.mean_output_tokens()
-    longest = max((len(r.prompt) + r.max_tokens) for r in workload.requests)
-    floor_tokens = max(min_requests * mean_tokens, 2 * longest)
-    wanted = math.ceil(shared / (share * replicas)) if shared else 0
-    return max(wanted, math.ceil(floor_tokens / profile.block_size))

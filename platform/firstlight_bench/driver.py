@@ -1,11 +1,8 @@
 """The live load driver: replays a workload over HTTP against running region gateways.
 
-Who calls what: ``firstlight bench run`` (:mod:`firstlight_bench.cli`) calls
-:func:`run_live`, which generates the workload
-(:func:`firstlight_bench.workloads.generate`), replays it with :func:`replay`, turns the
-outcomes into one result point (:func:`firstlight_bench.results.summarize`) and writes the
-run folder (:func:`firstlight_bench.report.write_run`). Tests call :func:`replay` directly
-with an ``httpx.AsyncClient`` of their own.
+Who calls what: ``firstlight bench run`` and ``firstlight bench live``
+(:mod:`firstlight_bench.live`) replay a generated workload with :func:`replay_trace`;
+tests call :func:`replay` directly with an ``httpx.AsyncClient`` of their own.
 
 The replay is *open loop*: each request is sent at its ``arrival_s`` offset from the
 start of the replay whatever happened to the earlier ones, so a slow server shows up as
@@ -23,29 +20,21 @@ from __future__ import annotations
 
 import asyncio
 import math
-import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
 
 from firstlight.api.sse import sse_events
-from firstlight_bench.report import write_run
-from firstlight_bench.results import Outcome, git_commit, summarize
-from firstlight_bench.workloads import TraceRequest, Workload, generate
+from firstlight_bench.results import Outcome
+from firstlight_bench.workloads import TraceRequest, Workload
 
-__all__ = ["live_meta", "live_point", "replay", "replay_trace", "run_live"]
+__all__ = ["replay", "replay_trace"]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-
-_NOT_MEASURED_IMBALANCE = 1.0
-"""What :func:`run_live` stores as ``imbalance``: the per-replica load is not visible to a
-client, and the results schema needs a finite number (1.0 = perfectly balanced)."""
 
 
 @dataclass(slots=True)
@@ -259,7 +248,7 @@ async def replay(
     """Replay ``workload`` open loop against ``targets``; one :class:`Outcome` per request,
     in the workload's order.
 
-    Called by :func:`run_live` and by tests. Each request is sent no earlier than its
+    Called by :func:`replay_trace` and by tests. Each request is sent no earlier than its
     ``arrival_s`` after the start (``clock`` and ``sleep`` are injectable for tests), to
     ``targets[client_region % len(targets)]``. At most ``max_concurrency`` requests are
     in flight; a request that waits for a slot still counts its TTFT (and e2e) from its
@@ -292,63 +281,6 @@ async def replay(
     return outcomes
 
 
-def run_live(
-    *,
-    targets: Sequence[str],
-    workload: str,
-    seed: int,
-    rate_rps: float,
-    requests: int,
-    model: str,
-    out: Path,
-    label: str = "firstlight",
-    params: Mapping[str, Any] | None = None,
-    command: str | None = None,
-    max_concurrency: int = 256,
-    timeout_s: float = 120.0,
-) -> dict[str, Path]:
-    """Generate ``workload`` (one client region per target), replay it at ``rate_rps``
-    against ``targets`` and write the run folder ``out``; returns the written paths.
-
-    Called by ``firstlight bench run``. The single point has arm ``label`` and load
-    ``rate_rps`` (requests per second, not a fraction of capacity). ``imbalance`` is not
-    measured from the client (it needs per-replica queue lengths): the point stores 1.0.
-    ``meta.simulated`` is True when any response carried ``x-firstlight-simulated: true``.
-    Raises ``ConfigError`` for a bad workload, parameter, rate or request count and
-    ``ValueError`` for no targets.
-    """
-    if not targets:
-        raise ValueError("targets: at least one region endpoint is needed")
-    trace = generate(
-        workload,
-        seed=seed,
-        rate_rps=rate_rps,
-        num_requests=requests,
-        regions=len(targets),
-        **dict(params or {}),
-    )
-    started = time.monotonic()
-    outcomes, simulated = replay_trace(
-        trace, targets, model=model, max_concurrency=max_concurrency, timeout_s=timeout_s
-    )
-    wall = time.monotonic() - started
-    meta = live_meta(
-        trace,
-        seed=seed,
-        simulated=simulated,
-        command=command,
-        config={
-            "targets": list(targets),
-            "model": model,
-            "label": label,
-            "max_concurrency": max_concurrency,
-            "timeout_s": timeout_s,
-        },
-        wall_s=wall,
-    )
-    return write_run(out, meta, [live_point(label, rate_rps, outcomes)])
-
-
 def replay_trace(
     trace: Workload,
     targets: Sequence[str],
@@ -358,8 +290,8 @@ def replay_trace(
     timeout_s: float,
 ) -> tuple[list[Outcome], bool]:
     """Replay ``trace`` in real time (its own event loop); the outcomes and whether any
-    response was simulated. Called by :func:`run_live` and
-    :func:`firstlight_bench.live.run_live_arms`."""
+    response was simulated. Called by
+    :func:`firstlight_bench.live.run_live` and :func:`firstlight_bench.live.run_live_arms`."""
     return asyncio.run(
         _replay(
             trace,
@@ -372,44 +304,3 @@ def replay_trace(
             sleep=asyncio.sleep,
         )
     )
-
-
-def live_point(label: str, rate_rps: float, outcomes: Sequence[Outcome]) -> dict[str, Any]:
-    """One result point of a live replay: arm ``label`` at load ``rate_rps`` (req/s)."""
-    ends = [o.finish_s for o in outcomes if o.finish_s is not None]
-    span = max([*ends, *(o.arrival_s for o in outcomes)], default=0.0)
-    return summarize(
-        label,
-        rate_rps,
-        list(outcomes),
-        imbalance=_NOT_MEASURED_IMBALANCE,
-        duration_s=span if span > 0 else None,
-    )
-
-
-def live_meta(
-    trace: Workload,
-    *,
-    seed: int,
-    simulated: bool,
-    command: str | None,
-    config: Mapping[str, Any],
-    wall_s: float,
-) -> dict[str, Any]:
-    """The ``meta`` of a live run's ``results.json``."""
-    return {
-        "seed": seed,
-        "git_commit": git_commit(),
-        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "simulated": simulated,
-        "command": command or "",
-        "workload": {
-            "name": trace.name,
-            "requests": len(trace.requests),
-            "rate_rps": float(trace.rate_rps),
-            "params": trace.params,
-        },
-        "config": {**config, "imbalance": "not measured from the client; stored as 1.0"},
-        "environment": {"python": sys.version.split()[0]},
-        "wall_s": round(wall_s, 2),
-    }

@@ -1,6 +1,8 @@
 """Live policy comparison: the same trace against a local platform, once per routing arm.
 
-Who calls what: ``firstlight bench live`` (:mod:`firstlight_bench.cli`) calls
+Who calls what: ``firstlight bench run`` (:mod:`firstlight_bench.cli`) calls
+:func:`run_live`, which replays one generated workload against gateways that are
+already running and writes a one-point run folder. ``firstlight bench live`` calls
 :func:`run_live_arms`. For each arm it deploys the config's regions in the local Ray
 cluster with ``router.policy`` set to the arm (:func:`firstlight.serve.local_mode.start_local`
 — the policy is switched through the platform's configuration, as an operator would),
@@ -15,19 +17,26 @@ with ``sim`` engines they are labelled simulated (``meta.simulated``).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing.registry import policy_names
-from firstlight_bench.driver import live_meta, live_point, replay_trace
+from firstlight_bench.driver import replay_trace
 from firstlight_bench.report import write_run
-from firstlight_bench.workloads import generate
+from firstlight_bench.results import Outcome, git_commit, summarize
+from firstlight_bench.workloads import Workload, generate
 
-__all__ = ["run_live_arms", "with_policy"]
+__all__ = ["live_meta", "live_point", "run_live", "run_live_arms", "with_policy"]
+
+_NOT_MEASURED_IMBALANCE = 1.0
+"""What :func:`run_live` stores as ``imbalance``: the per-replica load is not visible to a
+client, and the results schema needs a finite number (1.0 = perfectly balanced)."""
 
 
 def with_policy(config: PlatformConfig, arm: str) -> PlatformConfig:
@@ -59,13 +68,13 @@ def run_live_arms(
     the run folder; returns the written paths.
 
     The model is the config's first. Raises ``ConfigError`` for an arm that is not a
-    platform policy (``oracle`` needs the simulator's true cache) or a bad workload,
+    platform policy (``firstlight_local`` is the simulator's) or a bad workload,
     and whatever :func:`~firstlight.serve.local_mode.start_local` raises when the platform
     does not come up (the applications of that arm are deleted first).
     """
     from firstlight.serve.local_mode import start_local, stop_local
 
-    allowed = policy_names(platform_only=True)
+    allowed = policy_names()
     unknown = [a for a in arms if a not in allowed]
     if not arms or unknown:
         raise ConfigError(
@@ -131,3 +140,101 @@ def run_live_arms(
         wall_s=sum(walls.values()),
     )
     return write_run(out, meta, points)
+
+
+def run_live(
+    *,
+    targets: Sequence[str],
+    workload: str,
+    seed: int,
+    rate_rps: float,
+    requests: int,
+    model: str,
+    out: Path,
+    label: str = "firstlight",
+    params: Mapping[str, Any] | None = None,
+    command: str | None = None,
+    max_concurrency: int = 256,
+    timeout_s: float = 120.0,
+) -> dict[str, Path]:
+    """Generate ``workload`` (one client region per target), replay it at ``rate_rps``
+    against ``targets`` and write the run folder ``out``; returns the written paths.
+
+    Called by ``firstlight bench run``. The single point has arm ``label`` and load
+    ``rate_rps`` (requests per second, not a fraction of capacity). ``imbalance`` is not
+    measured from the client (it needs per-replica queue lengths): the point stores 1.0.
+    ``meta.simulated`` is True when any response carried ``x-firstlight-simulated: true``.
+    Raises ``ConfigError`` for a bad workload, parameter, rate or request count and
+    ``ValueError`` for no targets.
+    """
+    if not targets:
+        raise ValueError("targets: at least one region endpoint is needed")
+    trace = generate(
+        workload,
+        seed=seed,
+        rate_rps=rate_rps,
+        num_requests=requests,
+        regions=len(targets),
+        **dict(params or {}),
+    )
+    started = time.monotonic()
+    outcomes, simulated = replay_trace(
+        trace, targets, model=model, max_concurrency=max_concurrency, timeout_s=timeout_s
+    )
+    wall = time.monotonic() - started
+    meta = live_meta(
+        trace,
+        seed=seed,
+        simulated=simulated,
+        command=command,
+        config={
+            "targets": list(targets),
+            "model": model,
+            "label": label,
+            "max_concurrency": max_concurrency,
+            "timeout_s": timeout_s,
+        },
+        wall_s=wall,
+    )
+    return write_run(out, meta, [live_point(label, rate_rps, outcomes)])
+
+
+def live_point(label: str, rate_rps: float, outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    """One result point of a live replay: arm ``label`` at load ``rate_rps`` (req/s)."""
+    ends = [o.finish_s for o in outcomes if o.finish_s is not None]
+    span = max([*ends, *(o.arrival_s for o in outcomes)], default=0.0)
+    return summarize(
+        label,
+        rate_rps,
+        list(outcomes),
+        imbalance=_NOT_MEASURED_IMBALANCE,
+        duration_s=span if span > 0 else None,
+    )
+
+
+def live_meta(
+    trace: Workload,
+    *,
+    seed: int,
+    simulated: bool,
+    command: str | None,
+    config: Mapping[str, Any],
+    wall_s: float,
+) -> dict[str, Any]:
+    """The ``meta`` of a live run's ``results.json``."""
+    return {
+        "seed": seed,
+        "git_commit": git_commit(),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "simulated": simulated,
+        "command": command or "",
+        "workload": {
+            "name": trace.name,
+            "requests": len(trace.requests),
+            "rate_rps": float(trace.rate_rps),
+            "params": trace.params,
+        },
+        "config": {**config, "imbalance": "not measured from the client; stored as 1.0"},
+        "environment": {"python": sys.version.split()[0]},
+        "wall_s": round(wall_s, 2),
+    }

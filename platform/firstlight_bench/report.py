@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from firstlight_bench.results import DEFAULT_SLOS, Slo, validate_results
+from firstlight_bench.spread import Spread, best_other, mean_points, spreads, verdict
 
 __all__ = ["write_run"]
 
@@ -49,7 +50,7 @@ def write_run(
     :func:`~firstlight_bench.results.validate_results`) when the data breaks the schema,
     before anything is written; ``OSError`` when the folder cannot be written.
     """
-    ordered = sorted(points, key=lambda p: (p["arm"], p["load"]))
+    ordered = sorted(points, key=lambda p: (p["arm"], p["load"], p.get("seed", -1)))
     data = {"meta": dict(meta), "points": [dict(p) for p in ordered]}
     validate_results(data)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -61,12 +62,15 @@ def write_run(
         "goodput_vs_load": out_dir / "goodput_vs_load.png",
     }
     paths["results"].write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
-    paths["report"].write_text(_markdown(meta, ordered, slo, paths))
-    _plot_ttft(meta, ordered, slo, paths["ttft_vs_load"])
+    # Several seeds: tables and plots show each (arm, load) as its mean over the seeds.
+    seeded = len({p.get("seed") for p in ordered}) > 1
+    shown: list[Point] = [*mean_points(ordered)] if seeded else ordered
+    paths["report"].write_text(_markdown(meta, ordered, shown, slo, paths))
+    _plot_ttft(meta, shown, slo, paths["ttft_vs_load"])
     hit_rate = ("Prefix-cache hit rate (token-weighted)", "hit rate (%)")
-    _plot_fraction(meta, ordered, "prefix_hit_rate", hit_rate, paths["hit_rate_vs_load"])
+    _plot_fraction(meta, shown, "prefix_hit_rate", hit_rate, paths["hit_rate_vs_load"])
     goodput = (f"Goodput ({_slo_text(slo)})", "requests within SLO (%)")
-    _plot_fraction(meta, ordered, "goodput", goodput, paths["goodput_vs_load"])
+    _plot_fraction(meta, shown, "goodput", goodput, paths["goodput_vs_load"])
     return paths
 
 
@@ -129,10 +133,16 @@ _COLUMNS: tuple[tuple[str, tuple[str, ...], Formatter, str | None], ...] = (
 )
 
 
+_FLOOR_COLUMNS: tuple[tuple[str, tuple[str, ...], Formatter, str | None], ...] = (
+    ("TTFT p50 ÷ floor", ("ttft_vs_floor", "p50"), _two, "low"),
+    ("TTFT p90 ÷ floor", ("ttft_vs_floor", "p90"), _two, "low"),
+)
+
+
 def _get(point: Point, keys: tuple[str, ...]) -> float | None:
     value: Any = point
     for key in keys:
-        value = value[key]
+        value = value.get(key) if isinstance(value, Mapping) else None
     return None if value is None else float(value)
 
 
@@ -147,13 +157,16 @@ def _column_cells(values: list[float | None], fmt: Formatter, better: str | None
 
 
 def _load_table(points: list[Point]) -> list[str]:
+    chosen = _COLUMNS
+    if any("ttft_vs_floor" in p for p in points):
+        chosen = _COLUMNS[:3] + _FLOOR_COLUMNS + _COLUMNS[3:]
     columns = [
         _column_cells([_get(p, keys) for p in points], fmt, better)
-        for _, keys, fmt, better in _COLUMNS
+        for _, keys, fmt, better in chosen
     ]
     lines = [
-        "| arm | " + " | ".join(header for header, *_ in _COLUMNS) + " |",
-        "|---|" + "---:|" * len(_COLUMNS),
+        "| arm | " + " | ".join(header for header, *_ in chosen) + " |",
+        "|---|" + "---:|" * len(chosen),
     ]
     for row, point in enumerate(points):
         lines.append(f"| {point['arm']} | " + " | ".join(c[row] for c in columns) + " |")
@@ -187,9 +200,50 @@ def _capacity_table(by_arm: dict[str, list[Point]], slo: Slo) -> list[str]:
     return lines
 
 
+def _spread_text(found: Spread | None) -> str:
+    if found is None:
+        return "n/a"
+    if found.n == 1:
+        return _ms(found.mean)
+    return f"{_ms(found.mean)} ({_ms(found.low)} to {_ms(found.high)})"
+
+
+_QUANTILES = ("p50", "p90", "p99")
+
+
+def _spread_table(seeded: list[Point], load: float) -> list[str]:
+    """TTFT mean (lowest to highest over the seeds) per arm at ``load``, and each arm's
+    verdict at p90 and p99 against the best arm of another policy."""
+    by_quantile = {
+        q: {arm: s for (arm, at), s in spreads(seeded, ("ttft_ms", q)).items() if at == load}
+        for q in _QUANTILES
+    }
+    arms = sorted({arm for by_arm in by_quantile.values() for arm in by_arm})
+    lines = [
+        "| arm | TTFT p50 ms | TTFT p90 ms | TTFT p99 ms | p90 vs best other | p99 vs best other |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for arm in arms:
+        cells = [_spread_text(by_quantile[q].get(arm)) for q in _QUANTILES]
+        for q in ("p90", "p99"):
+            mine, other = by_quantile[q].get(arm), best_other(by_quantile[q], arm)
+            if mine is None or other is None:
+                cells.append("n/a")
+            else:
+                cells.append(f"{verdict(mine, other[1])} vs {other[0]}")
+        lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _markdown(
-    meta: Mapping[str, Any], points: list[Point], slo: Slo, paths: dict[str, Path]
+    meta: Mapping[str, Any],
+    seeded: list[Point],
+    points: list[Point],
+    slo: Slo,
+    paths: dict[str, Path],
 ) -> str:
+    """The report; ``seeded`` are the stored points, ``points`` what the tables show
+    (their means over the seeds when there are several)."""
     by_arm: dict[str, list[Point]] = {}
     by_load: dict[float, list[Point]] = {}
     for point in points:
@@ -199,7 +253,8 @@ def _markdown(
         f"# Firstlight benchmark: {_workload_name(meta)}{_title_suffix(meta)}",
         "",
         f"- simulated: {'yes' if meta['simulated'] else 'no (real platform)'}",
-        f"- seed: `{meta['seed']}`",
+        f"- seed{'s' if len(meta.get('seeds', [])) > 1 else ''}: "
+        f"`{', '.join(str(x) for x in meta.get('seeds', [meta['seed']]))}`",
         f"- git commit: `{meta['git_commit']}`",
         f"- created at: {meta['created_at']}",
         f"- arms: {', '.join(by_arm)}",
@@ -216,8 +271,26 @@ def _markdown(
         "(cross-region share is context, not ranked); n/a means no samples.",
         "",
     ]
+    several = points is not seeded
+    if several:
+        lines += [
+            f"Each row is the mean over {points[0]['seeds']} seeds (the stored points hold "
+            "every seed). Under each load: TTFT as mean (lowest to highest); a verdict is a "
+            "win or a loss only when the two spreads do not overlap, else a tie; the "
+            "other arm is the best, by mean, of another policy.",
+            "",
+        ]
+    if any("ttft_vs_floor" in p for p in points):
+        lines += [
+            "`÷ floor`: the arm's TTFT percentile over the `floor` reference's (each "
+            "request alone on an idle replica of its region, with every block its region "
+            "saw before cached).",
+            "",
+        ]
     for load, at_load in sorted(by_load.items()):
         lines += [f"## Load {load:g}", "", *_load_table(at_load), ""]
+        if several:
+            lines += [*_spread_table(seeded, load), ""]
     lines += [
         f"## Highest load with p99 TTFT within SLO ({slo.ttft_ms:g} ms)",
         "",

@@ -24,7 +24,14 @@ Definitions (times in the client's view, trace seconds; reported in ms or µs):
   keyed ``"<ttft>ms/<tpot>ms"``;
 * ``cross_region_share`` = fraction of completed requests (with a known serving
   region) served outside the client's region;
-* ``decision_us`` p50/p99 = router decision time over the requests that measured it;
+* ``decision_us`` p50/p99 = router decision time over the requests that measured it
+  (in the simulator: the policy's choice and its bookkeeping after it);
+* ``floor_ttft_ms`` p50/p90/p99 = the same percentiles of the requests' ``floor``
+  reference TTFTs (:mod:`firstlight_bench.floor`), over all requests of the trace, and
+  ``ttft_vs_floor`` p50/p90 = the arm's TTFT percentile over the floor's (a ratio of
+  percentiles, not a percentile of ratios); only when the caller passes the floors;
+* ``seed`` = the trace's seed, when a run holds several (a point is one arm at one load
+  on one seed's trace);
 * ``imbalance`` = max/mean outstanding requests per replica, time-averaged — computed
   by the caller and stored as given.
 
@@ -190,14 +197,18 @@ def summarize(
     imbalance: float,
     slos: Sequence[Slo] = DEFAULT_SLOS,
     duration_s: float | None = None,
+    seed: int | None = None,
+    floor_ttft_ms: Sequence[float] | None = None,
 ) -> dict[str, Any]:
     """One result point: the metrics of ``arm`` at offered ``load`` (module docstring).
 
     Called by the simulator and the load driver once per arm and load. With
     ``duration_s`` (the measured span of the run) the point also carries
     ``duration_s``, ``throughput_rps`` (completed requests per second) and
-    ``output_tokens_per_s``. Raises ``ValueError`` for an empty arm name, no SLO pairs,
-    or a non-finite ``load``, ``imbalance`` or ``duration_s``.
+    ``output_tokens_per_s``; with ``seed``, ``seed``; with ``floor_ttft_ms`` (every
+    request's floor TTFT), ``floor_ttft_ms`` and ``ttft_vs_floor``. Raises
+    ``ValueError`` for an empty arm name, no SLO pairs, or a non-finite ``load``,
+    ``imbalance`` or ``duration_s``.
     """
     if not arm:
         raise ValueError("arm: must not be empty")
@@ -237,6 +248,15 @@ def summarize(
         "decision_us": _percentiles(decision, ("p50", "p99")),
         "goodput_by_slo": goodput_by_slo,
     }
+    if seed is not None:
+        point["seed"] = seed
+    if floor_ttft_ms is not None:
+        floor = _percentiles(list(floor_ttft_ms), ("p50", "p90", "p99"))
+        point["floor_ttft_ms"] = floor
+        point["ttft_vs_floor"] = {
+            q: None if (arm_q := point["ttft_ms"][q]) is None or not floor[q] else arm_q / floor[q]
+            for q in ("p50", "p90")
+        }
     if duration_s is not None:
         point["duration_s"] = float(duration_s)
         point["throughput_rps"] = len(done) / duration_s
@@ -290,6 +310,9 @@ _POINT_SCHEMA: dict[str, Any] = {
         "duration_s": {"type": "number", "exclusiveMinimum": 0},
         "throughput_rps": {"type": "number", "minimum": 0},
         "output_tokens_per_s": {"type": "number", "minimum": 0},
+        "seed": {"type": "integer"},
+        "floor_ttft_ms": _percentile_block("p50", "p90", "p99"),
+        "ttft_vs_floor": _percentile_block("p50", "p90"),
     },
     "additionalProperties": False,
 }
@@ -345,7 +368,7 @@ def validate_results(data: Any) -> None:
     Called by :func:`firstlight_bench.report.write_run` before it writes, and by tests.
     Raises ``ValueError`` naming the JSON path of the first problem (``$.points[2].load:
     'x' is not of type 'number'``); also for NaN/infinite numbers (JSON has none) and for
-    two points with the same arm and load.
+    two points with the same arm, load and seed.
     """
     errors = sorted(_VALIDATOR.iter_errors(data), key=_document_order)
     if errors:
@@ -353,12 +376,13 @@ def validate_results(data: Any) -> None:
         raise ValueError(f"{first.json_path}: {first.message}")
     for path in _non_finite(data, "$"):
         raise ValueError(f"{path}: not a finite number (JSON has no NaN or infinity)")
-    seen: dict[tuple[str, float], int] = {}
+    seen: dict[tuple[str, float, int | None], int] = {}
     for index, point in enumerate(data["points"]):
-        key = (point["arm"], point["load"])
+        key = (point["arm"], point["load"], point.get("seed"))
         if key in seen:
+            on_seed = "" if key[2] is None else f" on seed {key[2]}"
             raise ValueError(
-                f"$.points[{index}]: arm {key[0]!r} at load {key[1]!r} repeats "
+                f"$.points[{index}]: arm {key[0]!r} at load {key[1]!r}{on_seed} repeats "
                 f"$.points[{seen[key]}]"
             )
         seen[key] = index

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import platform
 import random
@@ -55,20 +54,25 @@ from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
-from firstlight.telemetry.rolling import percentile
+from firstlight_bench.ray_floor import FLOOR_APP, deploy_floor
+from firstlight_bench.serving_report import (
+    Timing,
+    added_latency,
+    phase,
+    render,
+    target,
+    throughput,
+)
 
-__all__ = ["added_latency", "bench_config", "main", "percentile", "render", "summarize"]
+__all__ = ["bench_config", "main"]
 
 MODEL = "bench-instant"
 REGION = "bench"
-FLOOR_APP = "bench-ray-floor"
-TARGET_ADDED_P50_MS = 3.0
 WARM_UP = 20
 _VOCAB = (1000, 40_000)
 _CHAT_TEMPLATE = "<user>\n{}\n<assistant>\n"  # SimPromptEncoder's: one token per byte
 _JSON = {"content-type": "application/json"}
 _CHAT = "/v1/chat/completions"
-_METRICS = ("ttft_ms", "e2e_ms")
 _PATHS = ("direct", "handle", "http_floor", "ray_serve_floor", "http_tokens", "http_chat_text")
 _COMPARISONS = (  # (path, baseline)
     ("http_tokens", "direct"),  # the platform's added latency: the issue's target
@@ -78,115 +82,9 @@ _COMPARISONS = (  # (path, baseline)
     ("http_chat_text", "http_tokens"),  # chat template + tokenizing text
 )
 
-Timing = tuple[float, float]
-"""(TTFT, end-to-end) of one request, milliseconds."""
-Summary = dict[str, dict[str, float]]
-
 
 class BenchError(RuntimeError):
     """A request failed: the benchmark stops rather than report a broken run."""
-
-
-# --- statistics and report (pure) -----------------------------------------------------
-
-
-def _pct(samples: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0..1) of ``samples`` by the project's one percentile
-    (:func:`firstlight.telemetry.rolling.percentile`); ``ValueError`` for none."""
-    value = percentile(sorted(samples), q)
-    if value is None:
-        raise ValueError(f"quantile {q} of no samples")
-    return value
-
-
-def summarize(samples: Sequence[float]) -> dict[str, float]:
-    """Count, mean, p50, p90 and p99 of ``samples`` (3 decimals)."""
-    stats = {f"p{q}": _pct(samples, q / 100) for q in (50, 90, 99)}
-    stats["mean"] = sum(samples) / len(samples)
-    return {"n": len(samples), **{k: round(v, 3) for k, v in stats.items()}}
-
-
-def phase(timings: Sequence[Timing]) -> Summary:
-    """Summaries of one path's TTFTs and end-to-end times."""
-    return {
-        "ttft_ms": summarize([t for t, _ in timings]),
-        "e2e_ms": summarize([e for _, e in timings]),
-    }
-
-
-def added_latency(base: Summary, other: Summary) -> Summary:
-    """``other - base`` at p50 and p99, per metric."""
-    return {m: {q: round(other[m][q] - base[m][q], 3) for q in ("p50", "p99")} for m in _METRICS}
-
-
-def throughput(
-    latencies_ms: Sequence[float], elapsed_s: float, errors: int, concurrency: int
-) -> dict[str, float]:
-    """One closed-loop level: completed requests/s and latency percentiles."""
-    done = len(latencies_ms)
-    return {
-        "concurrency": concurrency,
-        "requests": done,
-        "errors": errors,
-        "elapsed_s": round(elapsed_s, 3),
-        "requests_per_s": round(done / elapsed_s, 1) if elapsed_s > 0 else 0.0,
-        "p50_ms": round(_pct(latencies_ms, 0.5), 3) if done else math.nan,
-        "p99_ms": round(_pct(latencies_ms, 0.99), 3) if done else math.nan,
-    }
-
-
-def target(added: Summary) -> dict[str, Any]:
-    """Whether ``http_tokens - direct`` meets the issue's goal (added p50 ≤ 3 ms)."""
-    ttft, e2e = added["ttft_ms"]["p50"], added["e2e_ms"]["p50"]
-    return {
-        "p50_ms": TARGET_ADDED_P50_MS,
-        "ttft_added_p50_ms": ttft,
-        "ttft_met": ttft <= TARGET_ADDED_P50_MS,
-        "e2e_added_p50_ms": e2e,
-        "e2e_met": e2e <= TARGET_ADDED_P50_MS,
-    }
-
-
-def _row(label: str, cells: Sequence[Any], fmt: str = ".3f") -> str:
-    shown = (format(c, fmt) if isinstance(c, float) else str(c) for c in cells)
-    return f"{label:<30}" + "".join(f"{s:>10}" for s in shown)
-
-
-def render(report: dict[str, Any]) -> str:
-    """The report as a readable table."""
-    meta, overhead = report["meta"], report["overhead"]
-    opts, target = meta["options"], overhead["target"]
-    lines = [
-        "Firstlight serving benchmark: SIMULATED ENGINE (sim profile 'instant'), REAL PLATFORM",
-        f"machine: os.cpu_count()={meta['cpu_count']}, {meta['platform']}, Python "
-        f"{meta['python']}, Ray {meta['ray']} (num_cpus=2; this process's clients share "
-        f"the same cores); RAY_SERVE_THROUGHPUT_OPTIMIZED={meta['serve_throughput_optimized']}",
-        f"overhead: {opts['requests']} sequential requests per path (+{meta['warm_up']} warm-up)"
-        f", {opts['prompt_tokens']} prompt tokens, max_tokens={opts['max_tokens']}, "
-        f"2 replicas; {meta['hints']}",
-        "",
-        _row("path (ms)", ["TTFT p50", "p90", "p99", "e2e p50", "p90", "p99"]),
-    ]
-    for name, s in overhead["paths"].items():
-        lines.append(_row(name, [s[m][q] for m in _METRICS for q in ("p50", "p90", "p99")]))
-    lines += ["", _row("added (ms, diff of pctiles)", ["TTFT p50", "p99", "e2e p50", "p99"])]
-    for name, a in overhead["added_ms"].items():
-        lines.append(_row(name, [a[m][q] for m in _METRICS for q in ("p50", "p99")], "+.3f"))
-    verdict = {True: "MET", False: "NOT MET"}
-    lines += [
-        "",
-        f"target: added p50 <= {target['p50_ms']} ms (http_tokens - direct): "
-        f"TTFT {target['ttft_added_p50_ms']:+.3f} ms {verdict[target['ttft_met']]}; "
-        f"e2e {target['e2e_added_p50_ms']:+.3f} ms {verdict[target['e2e_met']]}",
-        "",
-        "throughput, one gateway replica (non-streaming chat, max_tokens=1, closed loop, "
-        f"{opts['duration']:g} s per level; clients share the 2 cores with Ray)",
-        _row("concurrency", ["req/s", "p50 ms", "p99 ms", "requests", "errors"]),
-    ]
-    for r in report["throughput"]:
-        cells = [r["requests_per_s"], r["p50_ms"], r["p99_ms"], r["requests"], r["errors"]]
-        lines.append(_row(str(r["concurrency"]), cells))
-    return "\n".join(lines)
 
 
 # --- the measured paths ---------------------------------------------------------------
@@ -298,52 +196,7 @@ async def _throughput(url: str, levels: Sequence[int], duration_s: float) -> lis
         return [await _closed_loop(client, url, c, duration_s) for c in levels]
 
 
-# --- the bare Ray Serve app (floor) and the platform's config --------------------------
-
-
-class _FloorEcho:
-    """A bare deployment that streams ``n`` items back (``ModelServer``'s shape)."""
-
-    async def generate(self, prompt: list[int], n: int) -> AsyncIterator[int]:
-        for i in range(n):
-            yield i
-
-
-class _FloorIngress:
-    """A bare ingress relaying :class:`_FloorEcho`'s items as SSE (the gateway's shape,
-    without FastAPI or any of Firstlight's per-request work)."""
-
-    def __init__(self, echo: Any) -> None:
-        self._echo = echo
-
-    async def __call__(self, request: Any) -> Any:
-        from starlette.responses import StreamingResponse
-
-        body = json.loads(await request.body())
-        items = self._echo.options(stream=True).generate.remote(
-            body["prompt"], body["max_tokens"] + 1
-        )
-
-        async def events() -> AsyncIterator[bytes]:
-            async for i in items:
-                if i:  # the first item stands for ServedBy
-                    yield f"data: {i}\n\n".encode()
-            yield b"data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
-
-
-def _deploy_floor() -> None:
-    from ray import serve
-
-    deployment: Any = serve.deployment
-    echo = deployment(_FloorEcho).options(
-        num_replicas=2, max_ongoing_requests=256, ray_actor_options={"num_cpus": 0}
-    )
-    ingress = deployment(_FloorIngress).options(
-        max_ongoing_requests=1024, ray_actor_options={"num_cpus": 0}
-    )
-    serve.run(ingress.bind(echo.bind()), name=FLOOR_APP, route_prefix=f"/{FLOOR_APP}")
+# --- the platform's config ----------------------------------------------------------------
 
 
 def _drop_hints(config: PlatformConfig) -> None:
@@ -428,7 +281,7 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
         "http_chat_text": lambda c, i: _stream_once(c, f"{endpoint}{_CHAT}", chat_bodies[i]),
         "http_floor": lambda c, i: _get_once(c, f"{endpoint}/healthz"),
     }
-    _deploy_floor()  # deployed while every path is measured: the same processes run
+    deploy_floor()  # deployed while every path is measured: the same processes run
     t: dict[str, list[Timing]] = {name: [] for name in http}
     with httpx.Client(timeout=60.0) as client:
         for i in range(n):  # the HTTP paths take turns, request by request

@@ -4,23 +4,29 @@ in the discrete-event simulation — results.json, report.md and plots in one fo
 Called by the CLI (:func:`firstlight.cli.bench_sim`) with the parsed options. For each
 load the workload is generated once (its content depends only on the seed, so every load
 replays the same prompts with arrivals rescaled) and :func:`~firstlight_bench.des.simulate`
-runs it through each arm. Loads are fractions of :func:`measure_capacity_rps`.
+runs it through each arm, once per seed; each (seed, load) is one task and tasks run in
+parallel processes. Loads are fractions of :func:`measure_capacity_rps`. Every point
+also carries the trace's ``floor`` reference (:mod:`firstlight_bench.floor`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import platform
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.telemetry.rolling import percentile
-from firstlight_bench.des import ClusterSpec, block_hashes, kv_blocks_for, simulate
+from firstlight_bench.cluster import ClusterSpec, block_hashes, kv_blocks_for
+from firstlight_bench.des import simulate
+from firstlight_bench.floor import floor_ttfts_ms
 from firstlight_bench.report import write_run
 from firstlight_bench.results import git_commit, summarize
 from firstlight_bench.workloads import generate
@@ -45,7 +51,7 @@ def default_rtt_ms(regions: int) -> tuple[tuple[float, ...], ...]:
 def measure_capacity_rps(
     workload: str,
     cluster: ClusterSpec,
-    hashes: Mapping[str, tuple[int, ...]],
+    memo: dict[tuple[int, ...], tuple[int, ...]],
     *,
     seed: int,
     requests: int,
@@ -72,6 +78,7 @@ def measure_capacity_rps(
     for _ in range(iterations):
         rate = math.sqrt(low * high)
         trace = probe.with_rate(rate)
+        hashes = block_hashes(trace, cluster, memo)
         run = simulate(trace, "least_queue", cluster, seed=seed, hashes=hashes)
         ttfts = sorted(o.ttft_ms for o in run.outcomes if o.ttft_ms is not None)
         p90 = percentile(ttfts, 0.9)
@@ -94,12 +101,64 @@ def measure_capacity_rps(
     return low
 
 
+@dataclass(frozen=True, slots=True)
+class _Task:
+    """One (seed, load) of a sweep: its trace through every arm, in one process."""
+
+    workload: str
+    seed: int
+    load: float
+    rate_rps: float
+    requests: int
+    regions: int
+    params: Mapping[str, Any]
+    arms: tuple[str, ...]
+    cluster: ClusterSpec
+
+
+def _run_task(task: _Task) -> tuple[list[dict[str, Any]], dict[str, float], list[str]]:
+    """The points, wall times and progress lines of one task (runs in a worker)."""
+    trace = generate(
+        task.workload,
+        seed=task.seed,
+        rate_rps=task.rate_rps,
+        num_requests=task.requests,
+        regions=task.regions,
+        **task.params,
+    )
+    cluster = task.cluster
+    hashes = block_hashes(trace, cluster)
+    profile = cluster.build_profile()
+    floors = floor_ttfts_ms(trace, hashes, {g: profile for g in range(cluster.regions)})
+    points, wall, lines = [], {}, []
+    for arm in task.arms:
+        run = simulate(trace, arm, cluster, seed=task.seed, hashes=hashes)
+        point = summarize(
+            arm,
+            task.load,
+            run.outcomes,
+            imbalance=run.imbalance,
+            duration_s=run.duration_s,
+            seed=task.seed,
+            floor_ttft_ms=list(floors.values()),
+        )
+        points.append(point)
+        wall[f"{arm}@{task.load}/seed{task.seed}"] = round(run.wall_s, 2)
+        ttft = point["ttft_ms"]
+        lines.append(
+            f"  seed {task.seed} load {task.load:.2f} {arm:<16} TTFT p50/p90/p99 "
+            f"{_ms(ttft['p50'])}/{_ms(ttft['p90'])}/{_ms(ttft['p99'])} ms, "
+            f"hit {_pct(point['prefix_hit_rate'])}, {run.wall_s:.1f} s"
+        )
+    return points, wall, lines
+
+
 def run_sim(
     *,
     workload: str,
     regions: int,
     replicas: int,
-    seed: int,
+    seeds: Sequence[int],
     arms: Sequence[str],
     loads: Sequence[float],
     out: Path,
@@ -108,10 +167,17 @@ def run_sim(
     kv_blocks: int | None = None,
     params: Mapping[str, Any] | None = None,
     command: str | None = None,
+    jobs: int = 1,
     progress: Callable[[str], None] = lambda line: None,
 ) -> dict[str, Path]:
     """Run the sweep and write the folder; returns the written paths. Raises
-    ``ConfigError`` for a bad workload parameter, arm or cluster shape."""
+    ``ConfigError`` for a bad workload parameter, arm, seed list or cluster shape.
+
+    The KV-cache size and the capacity (load 1.0) come from the first seed's trace, so
+    every seed runs at the same offered rates; each (seed, load) is one task, run in
+    ``jobs`` processes at once (``1``: in this process)."""
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ConfigError([ConfigProblem("seeds", "empty or repeated", list(seeds), True)])
     params = dict(params or {})
     total = regions * replicas
     sim_profile = ClusterSpec(regions, replicas, profile=profile).build_profile()
@@ -121,59 +187,47 @@ def run_sim(
         "step_overhead_ms": sim_profile.step_overhead_ms,
         "decode_ms_per_running_seq": sim_profile.decode_ms_per_seq,
     }
+    first = seeds[0]
     probe = generate(
-        workload, seed=seed, rate_rps=1.0, num_requests=requests, regions=regions, **params
+        workload, seed=first, rate_rps=1.0, num_requests=requests, regions=regions, **params
     )
     cluster = ClusterSpec(
         regions, replicas, profile=profile, rtt_ms=default_rtt_ms(regions), policy_params=priors
     )
-    hashes = block_hashes(probe, cluster)
+    memo: dict[tuple[int, ...], tuple[int, ...]] = {}
+    hashes = block_hashes(probe, cluster, memo)
     blocks = (
         kv_blocks
         if kv_blocks is not None
         else kv_blocks_for(probe, hashes, total, cluster.build_profile())
     )
-    cluster = ClusterSpec(
-        regions,
-        replicas,
-        profile=profile,
-        kv_cache_blocks=blocks,
-        rtt_ms=cluster.rtt_ms,
-        policy_params=priors,
-    )
+    cluster = dataclasses.replace(cluster, kv_cache_blocks=blocks)
     capacity = measure_capacity_rps(
-        workload, cluster, hashes, seed=seed, requests=requests, regions=regions, params=params
+        workload, cluster, memo, seed=first, requests=requests, regions=regions, params=params
     )
+    del memo, hashes
     progress(
         f"{workload}: {requests} requests, {regions} x {replicas} replicas ({profile}, "
-        f"{blocks} KV blocks each), capacity estimate {capacity:.0f} req/s"
+        f"{blocks} KV blocks each), capacity estimate {capacity:.0f} req/s, "
+        f"seeds {', '.join(map(str, seeds))}, {jobs} process(es)"
     )
-    points = []
-    wall = {}
-    for load in loads:
-        trace = generate(
-            workload,
-            seed=seed,
-            rate_rps=load * capacity,
-            num_requests=requests,
-            regions=regions,
-            **params,
+    tasks = [
+        _Task(
+            workload, seed, load, load * capacity, requests, regions, params, tuple(arms), cluster
         )
-        for arm in arms:
-            run = simulate(trace, arm, cluster, seed=seed, hashes=hashes)
-            point = summarize(
-                arm, load, run.outcomes, imbalance=run.imbalance, duration_s=run.duration_s
-            )
-            points.append(point)
-            wall[f"{arm}@{load}"] = round(run.wall_s, 2)
-            ttft = point["ttft_ms"]
-            progress(
-                f"  load {load:.2f} {arm:<16} TTFT p50/p90/p99 "
-                f"{_ms(ttft['p50'])}/{_ms(ttft['p90'])}/{_ms(ttft['p99'])} ms, "
-                f"hit {_pct(point['prefix_hit_rate'])}, {run.wall_s:.1f} s"
-            )
+        for seed in seeds
+        for load in loads
+    ]
+    points: list[dict[str, Any]] = []
+    wall: dict[str, float] = {}
+    for task_points, task_wall, lines in _map(tasks, jobs):
+        points += task_points
+        wall.update(task_wall)
+        for line in lines:
+            progress(line)
     meta = {
-        "seed": seed,
+        "seed": first,
+        "seeds": list(seeds),
         "git_commit": git_commit(),
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "simulated": True,
@@ -189,6 +243,19 @@ def run_sim(
         "wall_s": wall,
     }
     return write_run(out, meta, points)
+
+
+def _map(
+    tasks: Sequence[_Task], jobs: int
+) -> Iterator[tuple[list[dict[str, Any]], dict[str, float], list[str]]]:
+    """Each task's result as it completes (in this process when ``jobs`` is 1)."""
+    if jobs <= 1 or len(tasks) <= 1:
+        yield from map(_run_task, tasks)
+        return
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks))) as pool:
+        futures = [pool.submit(_run_task, task) for task in tasks]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def _ms(value: float | None) -> str:

@@ -22,7 +22,7 @@ def _sim_args(out: Path) -> list[str]:
     return [
         "bench", "sim", "--out", str(out), "--workload", "W1", "--regions", "2",
         "--replicas", "2", "--arms", "firstlight,round_robin", "--loads", "0.5,1.0",
-        "--requests", "80", "--param", "groups=4",
+        "--requests", "80", "--param", "groups=4", "--seeds", "0,5", "--jobs", "2",
     ]  # fmt: skip
 
 
@@ -41,15 +41,24 @@ def test_bench_sim_writes_a_valid_run_folder(
     validate_results(data)
 
     points = data["points"]
-    assert len(points) == 4
-    assert {(p["arm"], p["load"]) for p in points} == {
-        (arm, load) for arm in ("firstlight", "round_robin") for load in (0.5, 1.0)
+    assert len(points) == 8
+    assert {(p["arm"], p["load"], p["seed"]) for p in points} == {
+        (arm, load, seed)
+        for arm in ("firstlight", "round_robin")
+        for load in (0.5, 1.0)
+        for seed in (0, 5)
     }
     for point in points:
         assert (point["completed"], point["errors"]) == (80, 0)
+        # The floor is a lower bound for every request, so for every percentile too.
+        assert all(ratio >= 0.999 for ratio in point["ttft_vs_floor"].values()), point
+    # Each seed is its own trace; the arms of one (seed, load) share one floor.
+    floors = {(p["seed"], p["load"]): p["floor_ttft_ms"]["p90"] for p in points}
+    assert floors[(0, 0.5)] != floors[(5, 0.5)]
+    assert len({p["floor_ttft_ms"]["p90"] for p in points}) == len(floors)
 
     meta = data["meta"]
-    assert meta["seed"] == 0
+    assert (meta["seed"], meta["seeds"]) == (0, [0, 5])
     assert meta["simulated"] is True
     assert meta["git_commit"]  # a commit, "-dirty" or "unknown": never empty
     assert meta["command"] == "firstlight " + shlex.join(args)
@@ -62,7 +71,10 @@ def test_bench_sim_writes_a_valid_run_folder(
     assert config["loads"] == [0.5, 1.0]
     assert config["capacity_rps"] > 0
 
-    assert (out / "report.md").read_text().strip()
+    report = (out / "report.md").read_text()
+    assert "Each row is the mean over 2 seeds" in report
+    assert "p90 vs best other" in report
+    assert "TTFT p90 ÷ floor" in report
     for name in ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load"):
         assert (out / f"{name}.png").read_bytes().startswith(PNG_MAGIC), name
     # The written paths are listed on stdout.
@@ -111,8 +123,15 @@ def test_bad_loads_are_rejected(tmp_path: Path, loads: str) -> None:
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--arms", ","), ("--arms", "round_robin,round_robin"), ("--loads", "0.5,0.5")],
-    ids=["no-arms", "repeated-arm", "repeated-load"],
+    [
+        ("--arms", ","),
+        ("--arms", "round_robin,round_robin"),
+        ("--loads", "0.5,0.5"),
+        ("--seeds", "1,1"),
+        ("--seeds", "x"),
+        ("--seeds", "-1"),
+    ],
+    ids=["no-arms", "repeated-arm", "repeated-load", "repeated-seed", "bad-seed", "negative"],
 )
 def test_empty_or_repeated_arms_and_loads_fail_cleanly_before_the_sweep(
     tmp_path: Path, option: str, value: str
@@ -136,7 +155,10 @@ def test_empty_or_repeated_arms_and_loads_fail_cleanly_before_the_sweep(
 
 @pytest.mark.parametrize(
     ("arms", "expected_code", "named"),
-    [("firstlight,oracle", 2, "oracle"), ("round_robin,round_robin", 2, "--arms")],
+    [
+        ("firstlight,firstlight_local", 2, "firstlight_local"),
+        ("round_robin,round_robin", 2, "--arms"),
+    ],
     ids=["simulator-only-arm", "repeated-arm"],
 )
 def test_bench_live_refuses_bad_arms_before_deploying(

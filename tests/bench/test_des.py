@@ -1,20 +1,19 @@
 """The benchmark's discrete-event simulation: exact step timing on a hand-computed trace,
-determinism, the oracle's true cache, region spill-over, every arm end to end, config
+determinism, region spill-over, every arm end to end, config
 errors, and KV-cache sizing."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from types import MappingProxyType
 
 import pytest
 
-from firstlight.engine.sim import TrueCacheView, profiles
+from firstlight.engine.sim import profiles
 from firstlight.engine.sim.profiles import SimProfile
 from firstlight.errors import ConfigError
-from firstlight_bench import des
-from firstlight_bench.des import ARMS, ClusterSpec, SimRun, block_hashes, kv_blocks_for, simulate
+from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes, kv_blocks_for
+from firstlight_bench.des import SimRun, simulate
 from firstlight_bench.results import Outcome, summarize
 from firstlight_bench.sim import default_rtt_ms
 from firstlight_bench.workloads import TraceRequest, Workload, generate
@@ -159,7 +158,7 @@ def test_hand_trace_without_chunking_shows_the_budget_matters(tiny_profile: str)
 # --- determinism ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("arm", ["firstlight", "random", "power_of_two", "oracle"])
+@pytest.mark.parametrize("arm", ["firstlight", "random", "power_of_two", "cache_aware"])
 def test_same_workload_arm_and_seed_give_identical_outcomes(arm: str) -> None:
     workload = _w1()
     cluster = ClusterSpec(2, 2, rtt_ms=default_rtt_ms(2), kv_cache_blocks=2_000)
@@ -175,34 +174,6 @@ def test_the_seed_drives_the_random_arm() -> None:
     replicas = [[o.replica for o in simulate(workload, "random", cluster, seed=s).outcomes]
                 for s in (1, 2)]  # fmt: skip
     assert replicas[0] != replicas[1]
-
-
-# --- the oracle reads the true cache ---------------------------------------------------
-
-
-def test_oracle_reads_the_true_cache_and_hits_at_least_as_often(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    lookups: list[int] = []
-
-    class SpyView(TrueCacheView):
-        __slots__ = ()
-
-        def longest_prefix(self, block_hashes: Sequence[int]) -> dict[str, int]:
-            lookups.append(len(block_hashes))
-            return super().longest_prefix(block_hashes)
-
-    monkeypatch.setattr(des, "TrueCacheView", SpyView)
-    workload = _w1(requests=80, rate_rps=40.0)
-    cluster = ClusterSpec(2, 2, kv_cache_blocks=2_000)
-
-    round_robin = simulate(workload, "round_robin", cluster)
-    assert lookups == []  # only the oracle builds a TrueCacheView
-    oracle = simulate(workload, "oracle", cluster)
-    assert len(lookups) >= len(workload.requests)  # at least one lookup per decision
-
-    assert _hit_rate(oracle) >= _hit_rate(round_robin)
-    assert _hit_rate(oracle) > 0.5  # 4 shared 1024-token system prompts
 
 
 # --- regions: spill-over and the local-only arm ---------------------------------------

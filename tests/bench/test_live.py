@@ -38,13 +38,13 @@ def test_with_policy_switches_the_policy_and_drops_foreign_params() -> None:
     assert baseline.regions == config.regions
 
 
-def test_an_arm_that_needs_the_true_cache_is_refused_before_anything_runs(
+def test_a_simulator_only_arm_is_refused_before_anything_runs(
     tmp_path: Path,
 ) -> None:
-    with pytest.raises(ConfigError, match="oracle") as caught:
+    with pytest.raises(ConfigError, match="firstlight_local") as caught:
         run_live_arms(
             config=_config(8000),
-            arms=["firstlight", "oracle"],
+            arms=["firstlight", "firstlight_local"],
             workload="W1",
             seed=0,
             rate_rps=1.0,

@@ -137,6 +137,26 @@ def test_contradictory_outcomes_are_refused(kwargs: dict[str, Any], message: str
         Outcome(**(fields | kwargs))
 
 
+def test_floor_ratios_are_percentile_over_percentile() -> None:
+    # Floors of the four requests (all of them, failed ones included): 50, 100, 150, 200.
+    point = summarize("a", 0.5, OUTCOMES, imbalance=1.0, seed=3, floor_ttft_ms=[50, 100, 150, 200])
+    assert point["seed"] == 3
+    assert point["floor_ttft_ms"] == pytest.approx({"p50": 125.0, "p90": 185.0, "p99": 198.5})
+    # Arm TTFT p50 300 / 125, p90 860 / 185.
+    assert point["ttft_vs_floor"] == pytest.approx({"p50": 2.4, "p90": 860 / 185})
+    validate_results({"meta": _meta(), "points": [point]})
+    no_ttft = summarize("a", 0.5, OUTCOMES[3:], imbalance=1.0, floor_ttft_ms=[50.0])
+    assert no_ttft["ttft_vs_floor"] == {"p50": None, "p90": None}
+
+
+def test_points_of_other_seeds_are_not_repeats() -> None:
+    points = [summarize("a", 0.5, OUTCOMES, imbalance=1.0, seed=s) for s in (0, 1)]
+    validate_results({"meta": _meta(), "points": points})
+    points.append(summarize("a", 0.5, OUTCOMES, imbalance=1.0, seed=1))
+    with pytest.raises(ValueError, match=r"points\[2\]: arm 'a' at load 0.5 on seed 1 repeats"):
+        validate_results({"meta": _meta(), "points": points})
+
+
 def test_summarize_refuses_bad_arguments() -> None:
     with pytest.raises(ValueError, match="imbalance"):
         summarize("a", 0.5, OUTCOMES, imbalance=math.nan)

@@ -8,11 +8,9 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.serving import (
-    MODEL,
-    REGION,
+from firstlight_bench.serving import MODEL, REGION, bench_config
+from firstlight_bench.serving_report import (
     added_latency,
-    bench_config,
     phase,
     render,
     summarize,

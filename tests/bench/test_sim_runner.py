@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from firstlight.errors import ConfigError
 from firstlight.telemetry.rolling import percentile
-from firstlight_bench.des import ClusterSpec, block_hashes, simulate
+from firstlight_bench.cluster import ClusterSpec, block_hashes
+from firstlight_bench.des import simulate
 from firstlight_bench.sim import default_rtt_ms, measure_capacity_rps
 from firstlight_bench.workloads import generate
 

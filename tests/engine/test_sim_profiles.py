@@ -143,6 +143,34 @@ def test_the_cpu_profile_reproduces_the_measured_ttft_by_prompt_position(
     assert cached == pytest.approx(cached_ms, rel=0.10)
 
 
+@pytest.mark.parametrize("profile", [H100, CPU], ids=["h100", "cpu"])
+@pytest.mark.parametrize(
+    ("prompt_tokens", "cached_tokens"),
+    [(1, 0), (100, 0), (1000, 512), (1024, 1024), (20_000, 0), (20_000, 12_288)],
+)
+def test_lone_ttft_is_what_the_simulator_takes_for_a_lone_request(
+    profile: Any, prompt_tokens: int, cached_tokens: int
+) -> None:
+    profile = replace(profile, max_model_len=32_768, kv_cache_blocks=40_000)
+    sim = VirtualSim(SimCore(profile))
+    if cached_tokens:
+        sim.add(GenerationRequest("warm", tuple(range(cached_tokens)), SamplingSettings(1)))
+        sim.run_until_idle()
+    suffix = tuple(range(100_000, 100_000 + prompt_tokens - cached_tokens))
+    start_s = sim.now_s
+    sim.add(GenerationRequest("q", tuple(range(cached_tokens)) + suffix, SamplingSettings(1)))
+    simulated_ms = (sim.run_until_idle()[-1].end_s - start_s) * 1000
+    # A fully cached prompt still computes its last block.
+    assert profile.lone_ttft_ms(prompt_tokens, cached_tokens) == pytest.approx(simulated_ms)
+
+
+def test_lone_ttft_refuses_impossible_counts() -> None:
+    with pytest.raises(ValueError, match="cached"):
+        H100.lone_ttft_ms(10, 11)
+    with pytest.raises(ValueError, match="cached"):
+        H100.lone_ttft_ms(0)
+
+
 def test_filler_cycles_through_every_word() -> None:
     filler = Filler(seed=0)
     offset = filler.offset("x")

@@ -1,5 +1,5 @@
 """VirtualSim (the discrete-event driver), determinism of whole traces, and the true cache
-view for the oracle arm."""
+view."""
 
 from __future__ import annotations
 

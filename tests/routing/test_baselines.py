@@ -436,10 +436,10 @@ def test_defaults_are_the_published_ones(name: str, defaults: dict[str, object])
 
 
 def test_platform_policies_are_exactly_the_configurable_ones() -> None:
-    assert set(policy_names(platform_only=True)) == set(typing.get_args(PolicyName))
+    assert set(policy_names()) == set(typing.get_args(PolicyName))
 
 
-@pytest.mark.parametrize("name", policy_names(platform_only=True))
+@pytest.mark.parametrize("name", policy_names())
 def test_a_policy_says_whether_its_decisions_predict_ttft(name: str) -> None:
     """The region decision uses a policy as its own estimate only if it says so."""
     p = policy(name)

@@ -52,8 +52,8 @@ PolicyName = Literal[
     "prefix_affinity",
     "weighted_scorer",
 ]
-"""Routing policies a running platform can use. The benchmark's ``oracle`` arm reads the
-true cache state, which only the simulator has, so it is not a platform policy."""
+"""Routing policies a running platform can use: the routing registry's names (a test
+holds the two together; configuration cannot import the routing package)."""
 
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"

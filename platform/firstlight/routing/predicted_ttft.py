@@ -1,9 +1,4 @@
-"""The ``firstlight`` policy: rank replicas by predicted time to first token.
-
-Also registered as ``oracle``: the same cost model fed the *true* cache state by the
-simulator instead of announced hints, an upper bound for what better hints could buy
-(benchmark only).
-"""
+"""The ``firstlight`` policy: rank replicas by predicted time to first token."""
 
 from __future__ import annotations
 
@@ -26,7 +21,7 @@ tiers the request router may fall back to); the rest carry only their predicted 
 
 
 class FirstlightParams(PolicyParams):
-    """Parameters of the ``firstlight`` and ``oracle`` policies."""
+    """Parameters of the ``firstlight`` policy."""
 
     prefill_tokens_per_s: Annotated[float, Field(gt=0, le=10_000_000)] = 5000.0
     """Prefill throughput assumed until a replica reports its own measurement."""

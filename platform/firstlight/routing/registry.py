@@ -55,8 +55,6 @@ class PolicySpec:
     summary: str
     params: type[PolicyParams]
     build: Callable[[Any, PolicyDeps], RoutingPolicy]
-    needs_true_cache: bool = False
-    """Only the simulator can feed it (the benchmark's ``oracle``)."""
 
 
 def _firstlight(name: str) -> Callable[[Any, PolicyDeps], RoutingPolicy]:
@@ -85,13 +83,6 @@ _SPECS: tuple[PolicySpec, ...] = (
         "predicted TTFT from hints, queue and calibrated rates",
         FirstlightParams,
         _firstlight("firstlight"),
-    ),
-    PolicySpec(
-        "oracle",
-        "the firstlight cost model on the true cache state (simulation only)",
-        FirstlightParams,
-        _firstlight("oracle"),
-        needs_true_cache=True,
     ),
     PolicySpec(
         "round_robin",
@@ -142,9 +133,9 @@ _SPECS: tuple[PolicySpec, ...] = (
 REGISTRY: Mapping[str, PolicySpec] = {spec.name: spec for spec in _SPECS}
 
 
-def policy_names(*, platform_only: bool = False) -> tuple[str, ...]:
-    """Registered names; ``platform_only`` leaves out those needing the true cache."""
-    return tuple(s.name for s in _SPECS if not (platform_only and s.needs_true_cache))
+def policy_names() -> tuple[str, ...]:
+    """Registered names, in registration order."""
+    return tuple(s.name for s in _SPECS)
 
 
 def build_policy(

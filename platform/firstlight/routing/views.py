@@ -64,8 +64,8 @@ class CacheView(Protocol):
     """Which replica holds how much of a prompt's prefix.
 
     Implemented by :class:`firstlight.hints.HintMirror` (announced blocks) and by the
-    simulator (true cache state, for the ``oracle`` arm). Called once per routing
-    decision, so it must be fast and never block.
+    simulator's :class:`~firstlight.engine.sim.TrueCacheView` (true cache state, in
+    tests). Called once per routing decision, so it must be fast and never block.
     """
 
     def longest_prefix(self, block_hashes: Sequence[int]) -> Mapping[str, int]:

@@ -10,7 +10,7 @@ name   content                                             arrivals
 =====  ==================================================  ===========================
 W1     ``groups`` shared system prompts + short questions  Poisson
 W2     multi-turn sessions, each turn extends the last     Poisson session starts +
-                                                           exponential think times
+                                                           think times in seconds
 W3     no sharing, random lengths (the control)            Poisson
 W4     W1 with Zipf-hot groups                             Poisson
 W5     W1's content                                        Gamma (bursty)
@@ -27,7 +27,10 @@ arrivals come from separate ``random.Random`` streams seeded by SHA-256 of
 ``num_requests`` and ``regions``, never on ``rate_rps``; arrivals are drawn in
 normalized time and divided by the rate, so sweeping the load only rescales
 ``arrival_s`` (rate 100 gives a trace 10 times shorter than rate 10, request for request).
-The one exception is an explicit W6 ``period_s`` (see :mod:`.multi_region`).
+Two exceptions: an explicit W6 ``period_s`` (see :mod:`.multi_region`), and W2,
+whose think times are seconds whatever the load, so its sessions are the same at every
+rate but which of their turns make up the trace is not (see :mod:`.multi_turn`).
+Consumers that cache per-request data across loads key it by prompt, not request id.
 """
 
 from firstlight_bench.workloads._model import TraceRequest, Workload, WorkloadParams

@@ -6,26 +6,24 @@ of a session is the system prompt plus a user message of ``user_tokens`` tokens;
 new user message, so each prompt extends the previous one exactly and a replica that
 kept the session's cache only prefills the new part. A turn's ``max_tokens`` is its
 answer's length, so the simulator generates exactly the tokens the next turn replays.
-Lengths are uniform in ``mean * (1 ± length_spread)``.
+Lengths are uniform in ``mean * (1 ± length_spread)``. Session ``i``'s content is the
+same at every rate.
 
-Sessions: ``sessions`` of them (default ``ceil(num_requests / turns)``), the requests
-split as evenly as possible, so each session has at most ``turns`` turns. Client
-regions are drawn per session.
+Arrivals are in seconds, as people chat: a session has ``turns`` turns ``think_s``
+seconds apart on average (``think_distribution``: exponential, log-normal with shape
+``think_sigma``, or constant), counted from one turn's arrival to the next — reading the
+answer included; the trace is open loop, so a turn never waits for the previous answer.
+Sessions start as a Poisson process at ``rate_rps / turns``, so requests arrive at
+``rate_rps`` on average, and about ``rate_rps * think_s`` sessions are open at once: the
+load decides how many histories compete for the KV caches, as in production.
 
-Arrivals, in normalized time (one unit = the mean gap ``1 / rate_rps``), divided by the
-rate at the end so another rate only rescales them:
-
-* the mean think time between two turns of a session is ``think_requests`` units, i.e.
-  ``think_requests / rate_rps`` seconds (exponential). Expressed this way, the number of
-  other requests that arrive in between, hence the cache pressure on a session's
-  history, does not change with the load;
-* sessions start as a Poisson process over a window of ``num_requests - (T - 1) *
-  think_requests`` units (``T`` the mean turns per session; at least half the trace),
-  so the last sessions finish about ``num_requests`` units in;
-* finally all times are scaled by ``num_requests / (last arrival)`` (recorded as
-  ``derived["time_scale"]``, within a few percent of 1 for a few thousand requests), so
-  the last request arrives at exactly ``num_requests / rate_rps`` seconds and the
-  overall mean rate is ``rate_rps``. Think times and session starts scale with it.
+The trace is a window of a process in its **steady state**: sessions start from
+``warm_up_s = (2 * turns - 1) * think_s`` before time 0, and the first ``num_requests``
+turns arriving at or after 0 are the trace. A session that began before 0 enters the
+trace at a later turn with its whole history in the prompt (a cold, long prompt, as a
+session already open when a router starts); the last sessions are cut off. The rate is
+therefore flat from the first request instead of ramping up. Another rate draws the
+same sessions at other times, so which turns fall in the window changes with it.
 
 Called through the registry by :func:`firstlight_bench.workloads.generate`.
 """
@@ -33,11 +31,11 @@ Called through the registry by :func:`firstlight_bench.workloads.generate`.
 from __future__ import annotations
 
 import math
-from typing import Annotated
+import random
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from firstlight.errors import ConfigError, ConfigProblem
 from firstlight_bench.workloads._model import (
     RequestContent,
     Trace,
@@ -58,9 +56,6 @@ __all__ = ["MultiTurnParams", "generate_multi_turn"]
 class MultiTurnParams(WorkloadParams):
     """Parameters of W2."""
 
-    sessions: Annotated[int | None, Field(ge=1, le=10_000_000)] = None
-    """Number of sessions; ``None``: ``ceil(num_requests / turns)``. Must leave every
-    session at least one and at most ``turns`` turns."""
     turns: Annotated[int, Field(ge=1, le=10_000)] = 6
     """Most turns per session."""
     system_tokens: Annotated[int, Field(ge=1, le=1_000_000)] = 256
@@ -71,23 +66,15 @@ class MultiTurnParams(WorkloadParams):
     """Mean length of an answer (a turn's ``max_tokens``), in tokens."""
     length_spread: Annotated[float, Field(ge=0, lt=1)] = 0.25
     """Message and answer lengths are uniform in ``mean * (1 ± length_spread)``."""
-    think_requests: Annotated[float, Field(ge=0, le=1_000_000)] = 20.0
-    """Mean think time between two turns of a session, in mean inter-arrival times
-    (``think_requests / rate_rps`` seconds: 2 s at 10 rps); about how many other
-    requests arrive in between."""
+    think_s: Annotated[float, Field(gt=0, le=86_400)] = 10.0
+    """Mean time between two turns of a session, in seconds (arrival to arrival)."""
+    think_distribution: Literal["exponential", "lognormal", "constant"] = "exponential"
+    """How think times vary around ``think_s``."""
+    think_sigma: Annotated[float, Field(gt=0, le=5)] = 1.0
+    """Shape of the log-normal think time (the standard deviation of its log); its mean
+    stays ``think_s``."""
     vocab_size: Annotated[int, Field(ge=2, le=2**31)] = 32_000
     """Token ids are drawn uniformly from ``1..vocab_size-1``."""
-
-
-def _session_count(params: MultiTurnParams, num_requests: int) -> int:
-    sessions = params.sessions or math.ceil(num_requests / params.turns)
-    if sessions > num_requests:
-        message = f"more sessions than requests ({num_requests}): a session needs a turn"
-        raise ConfigError([ConfigProblem("W2.sessions", message, sessions, True)])
-    if sessions * params.turns < num_requests:
-        message = f"{params.turns} turns each cannot hold {num_requests} requests"
-        raise ConfigError([ConfigProblem("W2.sessions", message, sessions, True)])
-    return sessions
 
 
 def _session_contents(
@@ -110,40 +97,62 @@ def _session_contents(
     return sessions
 
 
-def generate_multi_turn(params: MultiTurnParams, shape: TraceShape) -> Trace:
-    """W2: growing multi-turn sessions; Poisson session starts, exponential think times.
+def _think(rng: random.Random, params: MultiTurnParams) -> float:
+    mean = params.think_s
+    if params.think_distribution == "constant":
+        return mean
+    if params.think_distribution == "lognormal":
+        sigma = params.think_sigma
+        return rng.lognormvariate(math.log(mean) - sigma * sigma / 2, sigma)
+    return rng.expovariate(1 / mean)
 
-    Raises :class:`~firstlight.errors.ConfigError` when ``sessions`` cannot hold
-    ``num_requests`` in at most ``turns`` turns each, or exceeds ``num_requests``.
-    """
-    n = shape.num_requests
-    session_count = _session_count(params, n)
-    base, extra = divmod(n, session_count)
-    turn_counts = [base + (1 if s < extra else 0) for s in range(session_count)]
-    regions = client_regions(shape.seed, session_count, shape.regions)
-    sessions = _session_contents(params, turn_counts, regions, shape.seed)
 
+def _arrivals(
+    params: MultiTurnParams, shape: TraceShape, horizon_s: float
+) -> list[tuple[float, int, int]]:
+    """(arrival s, session, turn) of every turn at or after 0 of the sessions that start
+    in ``[-warm_up_s, horizon_s)``, sorted."""
     rng = stream(shape.seed, "arrivals")
-    mean_turns = n / session_count
-    window = max(n - (mean_turns - 1) * params.think_requests, n / 2)
-    start_rate = session_count / window
-    timed: list[tuple[float, int, int]] = []  # (arrival_u, session, turn)
-    start = 0.0
-    for session, turns in enumerate(turn_counts):
+    start_rate = shape.rate_rps / params.turns
+    start = -(2 * params.turns - 1) * params.think_s
+    timed = []
+    session = 0
+    while True:
         start += rng.expovariate(start_rate)
+        if start >= horizon_s:
+            break
         arrival = start
-        for turn in range(turns):
-            if turn and params.think_requests > 0:
-                arrival += rng.expovariate(1 / params.think_requests)
-            timed.append((arrival, session, turn))
+        for turn in range(params.turns):
+            if turn:
+                arrival += _think(rng, params)
+            if arrival >= 0:
+                timed.append((arrival, session, turn))
+        session += 1
     timed.sort()
-    scale = n / timed[-1][0]
+    return timed
+
+
+def generate_multi_turn(params: MultiTurnParams, shape: TraceShape) -> Trace:
+    """W2: growing multi-turn sessions in steady state; Poisson session starts, think
+    times in seconds (see the module docstring)."""
+    n = shape.num_requests
+    horizon = n / shape.rate_rps
+    timed = _arrivals(params, shape, horizon)
+    while len(timed) < n or timed[n - 1][0] >= horizon:
+        # Later sessions only add later turns: extend until the n-th turn is settled.
+        horizon *= 1.5
+        timed = _arrivals(params, shape, horizon)
+    timed = timed[:n]
+    session_count = max(session for _, session, _ in timed) + 1
+    regions = client_regions(shape.seed, session_count, shape.regions)
+    turn_counts = [params.turns] * session_count
+    sessions = _session_contents(params, turn_counts, regions, shape.seed)
     contents = [sessions[session][turn] for _, session, turn in timed]
-    arrivals = [arrival * scale for arrival, _, _ in timed]
+    arrivals = [arrival * shape.rate_rps for arrival, _, _ in timed]
     derived = {
-        "sessions": session_count,
-        "time_scale": scale,
-        "mean_think_s": params.think_requests * scale / shape.rate_rps,
-        "session_start_rate_rps": start_rate / scale * shape.rate_rps,
+        "sessions": len({session for _, session, _ in timed}),
+        "warm_up_s": (2 * params.turns - 1) * params.think_s,
+        "session_start_rate_rps": shape.rate_rps / params.turns,
+        "open_sessions": shape.rate_rps * params.think_s * (params.turns - 1) / params.turns,
     }
     return Trace(assemble("w2", arrivals, shape.rate_rps, contents), derived)

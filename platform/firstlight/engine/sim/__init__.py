@@ -11,13 +11,12 @@ For CI without GPUs, capacity planning and routing studies at 64+ replicas. Piec
   contract, stepping in real time on asyncio (the ModelServer's ``engine: sim``).
 * :class:`VirtualSim` — the core on a virtual clock, for the benchmark's discrete-event
   simulation (no asyncio, no sleeping).
-* :class:`TrueCacheView` — the replicas' real cache state as a routing ``CacheView``, for
-  the ``oracle`` arm.
+* :class:`TrueCacheView` — the replicas' real cache state as a routing ``CacheView``
+  (hints without delay, for tests).
 """
 
 from firstlight.engine.sim.core import SimCore
 from firstlight.engine.sim.engine import SimEngine, Sleep
-from firstlight.engine.sim.oracle import TrueCacheView
 from firstlight.engine.sim.profiles import (
     DEFAULT_PROFILE,
     PROFILES,
@@ -26,6 +25,7 @@ from firstlight.engine.sim.profiles import (
     profile_names,
 )
 from firstlight.engine.sim.results import FinishedRequest, StepResult
+from firstlight.engine.sim.true_cache import TrueCacheView
 from firstlight.engine.sim.virtual import VirtualSim, VirtualStep
 
 __all__ = [

@@ -344,7 +344,7 @@ class SimCore:
 
     def cached_prefix_blocks(self, block_hashes: Sequence[int]) -> int:
         """How many leading blocks of ``block_hashes`` the cache holds right now (the true
-        state the ``oracle`` arm reads). Linear in the answer; never raises."""
+        state, as :class:`TrueCacheView` reads it). Linear in the answer; never raises."""
         return self._pool.longest_prefix(block_hashes, len(block_hashes))
 
     def cache_contents(self) -> frozenset[int]:

@@ -133,7 +133,7 @@ class SimEngine:
 
     @property
     def core(self) -> SimCore:
-        """The scheduler core (true cache state for the ``oracle`` arm, tests)."""
+        """The scheduler core (its true cache state, for tests)."""
         return self._core
 
     def describe(self) -> dict[str, Any]:

@@ -128,6 +128,24 @@ class SimProfile:
             + decode_seqs * self.decode_ms_per_seq
         )
 
+    def lone_ttft_ms(self, prompt_tokens: int, cached_tokens: int = 0) -> float:
+        """Time to first token of a request alone on an idle replica, milliseconds: its
+        uncached prompt (at least the last block: a cache hit covers at most
+        ``(prompt_tokens - 1) // block_size`` blocks, as in vLLM) in chunks of
+        ``max_num_batched_tokens``, one step each; the first token comes with the last.
+
+        The benchmark's ``floor`` reference (:mod:`firstlight_bench.floor`). Raises
+        ``ValueError`` for a prompt of no tokens or a cached count outside it."""
+        if prompt_tokens < 1 or not 0 <= cached_tokens <= prompt_tokens:
+            raise ValueError(f"{cached_tokens} cached of a {prompt_tokens}-token prompt")
+        start = min(cached_tokens, (prompt_tokens - 1) // self.block_size * self.block_size)
+        total = 0.0
+        while start < prompt_tokens:
+            n = min(prompt_tokens - start, self.max_num_batched_tokens)
+            total += self.step_ms(n, 0, self.prefill_context(start, n))
+            start += n
+        return total
+
 
 _NON_NEGATIVE = ("prefill_ms_per_token_per_context",)
 """Number fields of :class:`SimProfile` that may be zero."""

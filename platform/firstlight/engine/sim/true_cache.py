@@ -1,8 +1,9 @@
-"""The true cache view: what the benchmark's ``oracle`` routing arm reads.
+"""The true cache view: simulated replicas' real prefix caches as a routing cache view.
 
 Implements :class:`firstlight.routing.views.CacheView` over simulated replicas, from
 their real prefix caches rather than announced hints (no delay, no TTL, no lost
-events). Built once per run by the benchmark; called once per routing decision.
+events): hints without delay, for tests that need routing on exact cache state. Called
+once per routing decision.
 """
 
 from __future__ import annotations

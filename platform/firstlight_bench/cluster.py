@@ -1,0 +1,151 @@
+"""The simulated deployment and the arms it can run: what
+:func:`firstlight_bench.des.simulate` is given besides the workload.
+
+Who calls what: ``firstlight bench sim`` (:mod:`firstlight_bench.sim`) builds a
+:class:`ClusterSpec` from its options, sizes the replicas' KV caches with
+:func:`kv_blocks_for` and hashes the workload once with :func:`block_hashes`; the
+simulation checks the spec against the arm and workload (:meth:`ClusterSpec.check`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from firstlight.engine.sim import SimProfile, get_profile
+from firstlight.errors import ConfigError, ConfigProblem
+from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.routing.registry import REGISTRY
+from firstlight_bench.workloads import Workload
+
+__all__ = [
+    "ARMS",
+    "COST_MODEL_POLICIES",
+    "ClusterSpec",
+    "arm_names",
+    "block_hashes",
+    "kv_blocks_for",
+]
+
+COST_MODEL_POLICIES = ("firstlight",)
+"""Policies that take :attr:`ClusterSpec.policy_params`; baselines keep their published
+defaults."""
+
+ARMS: dict[str, tuple[str, bool]] = {
+    **{name: (name, False) for name in REGISTRY},
+    "firstlight": ("firstlight", True),
+    "firstlight_local": ("firstlight", False),
+}
+"""Arm name → (routing policy, may spill over to a peer region)."""
+
+
+def arm_names() -> tuple[str, ...]:
+    return tuple(ARMS)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSpec:
+    """The simulated deployment."""
+
+    regions: int
+    replicas_per_region: int
+    profile: str = "h100-llama-8b"
+    kv_cache_blocks: int | None = None
+    """Per replica; ``None`` keeps the profile's."""
+    rtt_ms: tuple[tuple[float, ...], ...] = ()
+    """``rtt_ms[a][b]``: round trip between regions a and b; empty means 0 everywhere."""
+    spill_over_margin_ms: float = 50.0
+    stats_period_s: float = 0.5
+    probe_interval_s: float = 1.0
+    hash_seed: int = 0
+    policy_params: dict[str, object] = field(default_factory=dict)
+    """Parameters of the cost-model arms (``firstlight``, ``firstlight_local``); baselines keep
+    their published defaults."""
+
+    def rtt(self, a: int, b: int) -> float:
+        return self.rtt_ms[a][b] if self.rtt_ms else 0.0
+
+    def build_profile(self) -> SimProfile:
+        profile = get_profile(self.profile)
+        if self.kv_cache_blocks is not None:
+            # A smaller cache also caps the longest request it can hold.
+            longest = min(profile.max_model_len, self.kv_cache_blocks * profile.block_size)
+            profile = dataclasses.replace(
+                profile, kv_cache_blocks=self.kv_cache_blocks, max_model_len=longest
+            )
+        return profile
+
+    def check(self, arm: str, workload_regions: int) -> None:
+        """Raise :class:`ConfigError` for an unknown arm, a workload with more client
+        regions than the cluster has, or an RTT matrix of the wrong shape."""
+        if arm not in ARMS:
+            raise ConfigError(
+                [ConfigProblem("arms", f"unknown arm; known: {', '.join(ARMS)}", arm, True)]
+            )
+        if workload_regions > self.regions:
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "regions",
+                        f"the workload has {workload_regions} client regions",
+                        self.regions,
+                        True,
+                    )
+                ]
+            )
+        if self.rtt_ms and (
+            len(self.rtt_ms) != self.regions or any(len(row) != self.regions for row in self.rtt_ms)
+        ):
+            raise ConfigError(
+                [
+                    ConfigProblem(
+                        "rtt_ms", f"must be {self.regions} x {self.regions}", self.rtt_ms, True
+                    )
+                ]
+            )
+
+
+def block_hashes(
+    workload: Workload,
+    cluster: ClusterSpec,
+    memo: dict[tuple[int, ...], tuple[int, ...]] | None = None,
+) -> dict[str, tuple[int, ...]]:
+    """Every request's hint-form block hashes (the gateway's), by request id. ``memo``
+    (prompt → hashes), shared across the loads of a sweep, saves hashing a prompt
+    twice: request ids need not name the same prompt at another rate (W2)."""
+    scheme = HashScheme(cluster.build_profile().block_size, cluster.hash_seed)
+    memo = {} if memo is None else memo
+    out = {}
+    for r in workload.requests:
+        hashes = memo.get(r.prompt)
+        if hashes is None:
+            hashes = memo[r.prompt] = hint_hashes(r.prompt, scheme)
+        out[r.request_id] = hashes
+    return out
+
+
+def kv_blocks_for(
+    workload: Workload,
+    hashes: Mapping[str, tuple[int, ...]],
+    replicas: int,
+    profile: SimProfile,
+    share: float = 0.7,
+    min_requests: int = 16,
+) -> int:
+    """Per-replica KV-cache blocks such that the workload's distinct shared blocks (held
+    by more than one request) need ``share`` of the whole cluster's cache (BENCHMARKS.md),
+    but at least room for ``min_requests`` requests of the workload's mean size at once
+    (a replica that can hold only a handful of requests measures its KV cache, not
+    routing)."""
+    seen: dict[int, int] = {}
+    for block_list in hashes.values():
+        for block in block_list:
+            seen[block] = seen.get(block, 0) + 1
+    shared = sum(1 for count in seen.values() if count > 1)
+    mean_tokens = workload.mean_prompt_tokens() + workload.mean_output_tokens()
+    longest = max((len(r.prompt) + r.max_tokens) for r in workload.requests)
+    floor_tokens = max(min_requests * mean_tokens, 2 * longest)
+    wanted = math.ceil(shared / (share * replicas)) if shared else 0
+    return max(wanted, math.ceil(floor_tokens / profile.block_size))

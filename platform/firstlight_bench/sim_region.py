@@ -1,0 +1,128 @@
+"""One simulated region: its replicas, its router state and what its gateway knows.
+
+The discrete-event loop (:mod:`firstlight_bench.des`) owns time, arrivals and requests
+in flight; a :class:`SimRegion` owns what one region's gateway and request router hold,
+built from the serving package's own objects: a
+:class:`~firstlight.region.state.RouterState` with the arm's policy, a
+:class:`~firstlight.hints.HintMirror` fed with the replicas' cache events, the
+region's hot prefixes, the last stats snapshot of each replica and the region's last
+summary as its peers read it. Called only by :class:`firstlight_bench.des._Run`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from firstlight.engine.sim import SimCore, SimProfile, VirtualSim
+from firstlight.hints import BlockEvent, HintMirror
+from firstlight.region import ReplicaStats, RouterState, with_shared_rates
+from firstlight.regions.summary import HotPrefixes, ModelSummary
+from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
+from firstlight_bench.cluster import COST_MODEL_POLICIES, ClusterSpec
+
+__all__ = ["SimRegion"]
+
+_MODEL = "bench"
+
+
+@dataclass(slots=True)
+class SimRegion:
+    """One region of the simulated deployment (mutable; the event loop drives it)."""
+
+    index: int
+    sims: dict[str, VirtualSim]
+    state: RouterState
+    mirror: HintMirror
+    hot: HotPrefixes = field(default_factory=HotPrefixes)
+    snapshots: dict[str, ReplicaView] = field(default_factory=dict)
+    summary: ModelSummary | None = None
+    forwarded: dict[int, int] = field(default_factory=dict)
+    """Peer region → prompt tokens this region forwarded there since the last probe
+    (the gateway's ``Peer.forwarded_tokens``)."""
+
+    @classmethod
+    def build(
+        cls,
+        g: int,
+        cluster: ClusterSpec,
+        profile: SimProfile,
+        policy_name: str,
+        seed: int,
+        clock: Callable[[], float],
+    ) -> SimRegion:
+        """Region ``g``'s replicas and router, seeded from ``seed``; the policy reads the
+        hint mirror, fed with the replicas' cache events."""
+        sims = {
+            f"g{g}-r{i:02d}": VirtualSim(
+                SimCore(profile, hash_seed=cluster.hash_seed, seed=seed * 7919 + g * 131 + i)
+            )
+            for i in range(cluster.replicas_per_region)
+        }
+        mirror = HintMirror(ttl_s=1e12, clock=clock)
+        policy = build_policy(
+            policy_name,
+            cluster.policy_params if policy_name in COST_MODEL_POLICIES else {},
+            rng=random.Random(seed * 1_000_003 + g),
+            clock=clock,
+        )
+        state = RouterState(f"region-{g}", _MODEL, policy, cache=mirror, clock=clock)
+        return cls(g, sims, state, mirror)
+
+    def fresh_views(self) -> None:
+        """Give the router the last stats snapshot of each replica with its current
+        queue length (Ray's queue-length cache is current between stats)."""
+        views = {
+            rid: dataclasses.replace(
+                self.snapshots[rid],
+                queue_len=sim.core.num_running + sim.core.num_waiting,
+                running=sim.core.num_running,
+                waiting=sim.core.num_waiting,
+            )
+            for rid, sim in self.sims.items()
+        }
+        self.state.set_replicas(with_shared_rates(views))
+
+    def route(self, view: RequestView) -> tuple[str, float]:
+        """The request router's ``choose_replicas`` and ``on_request_routed`` for one
+        request: the chosen replica and the decision time in µs (wall clock), the
+        bookkeeping after the choice included (the policy's ``on_routed``: reservations,
+        prefix-tree inserts)."""
+        state = self.state
+        self.fresh_views()
+        began = time.perf_counter_ns()
+        decision = state.policy.choose(
+            RoutingInput(view, tuple(state.replicas.values()), state.cache)
+        )
+        state.record_decision(view, decision)
+        replica = decision.winner.replica_id
+        state.record_routed(view.request_id, replica)  # the policy's on_routed
+        decision_us = (time.perf_counter_ns() - began) / 1000.0
+        self.hot.add(view.block_hashes)
+        return replica, decision_us
+
+    def learn_cache_events(self, replica: str) -> None:
+        """Feed the replica's cache events since the last call to the hint mirror."""
+        for event in self.sims[replica].core.drain_cache_events():
+            self.mirror.apply(BlockEvent(replica, 1, event.stored, event.removed, event.cleared))
+
+    def refresh_stats(self, now: float) -> None:
+        """Every replica reports its stats (Ray's controller relays them)."""
+        for rid, sim in self.sims.items():
+            # As the gateway's routers see a replica: its stats record, turned into the
+            # cost model's view by the same code (waiting included).
+            stats = ReplicaStats.of_engine(sim.core.stats(), at=now)
+            self.snapshots[rid] = stats.view(rid, self.state.region, None)
+
+    def refresh_summary(self) -> None:
+        """The summary peers read at their next probe."""
+        self.state.set_replicas(with_shared_rates(dict(self.snapshots)))
+        self.summary = self.state.summary(self.hot.snapshot())
+        self.forwarded.clear()  # the new summary shows what was forwarded
+
+    def loads(self) -> list[int]:
+        """Outstanding requests per replica."""
+        return [sim.core.num_running + sim.core.num_waiting for sim in self.sims.values()]
