@@ -2,33 +2,30 @@
 
 :func:`write_run` is called once per run by the simulator and the load driver, with the
 run's ``meta`` and the points :func:`firstlight_bench.results.summarize` made. The plots
-use matplotlib's Agg canvas directly (no pyplot, so no global figure state and no
-display needed); each arm keeps one color and marker across every plot.
+are drawn by :mod:`firstlight_bench.plots`.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from matplotlib import colormaps
-from matplotlib.axes import Axes
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
+from firstlight_bench.plots import (
+    plot_fraction,
+    plot_ttft,
+    slo_text,
+    title_suffix,
+    workload_name,
+)
 from firstlight_bench.results import DEFAULT_SLOS, Slo, validate_results
-from firstlight_bench.spread import Spread, best_other, mean_points, spreads, verdict
+from firstlight_bench.spread import Spread, best_other, mean_points, metric, spreads, verdict
 
 __all__ = ["write_run"]
 
-_FIGSIZE_IN = (12.0, 8.0)
-_DPI = 100  # 1200 x 800 pixels
-_MARKERS = "osD^vP*Xhp<>"
 
 Point = Mapping[str, Any]
 Formatter = Callable[[float], str]
@@ -66,29 +63,15 @@ def write_run(
     seeded = len({p.get("seed") for p in ordered}) > 1
     shown: list[Point] = [*mean_points(ordered)] if seeded else ordered
     paths["report"].write_text(_markdown(meta, ordered, shown, slo, paths))
-    _plot_ttft(meta, shown, slo, paths["ttft_vs_load"])
+    plot_ttft(meta, shown, slo, paths["ttft_vs_load"])
     hit_rate = ("Prefix-cache hit rate (token-weighted)", "hit rate (%)")
-    _plot_fraction(meta, shown, "prefix_hit_rate", hit_rate, paths["hit_rate_vs_load"])
-    goodput = (f"Goodput ({_slo_text(slo)})", "requests within SLO (%)")
-    _plot_fraction(meta, shown, "goodput", goodput, paths["goodput_vs_load"])
+    plot_fraction(meta, shown, "prefix_hit_rate", hit_rate, paths["hit_rate_vs_load"])
+    goodput = (f"Goodput ({slo_text(slo)})", "requests within SLO (%)")
+    plot_fraction(meta, shown, "goodput", goodput, paths["goodput_vs_load"])
     return paths
 
 
 # --- report.md -------------------------------------------------------------------
-
-
-def _workload_name(meta: Mapping[str, Any]) -> str:
-    workload = meta["workload"]
-    name = workload.get("name") or workload.get("kind")
-    return str(name) if name else json.dumps(workload, sort_keys=True)
-
-
-def _title_suffix(meta: Mapping[str, Any]) -> str:
-    return " (simulated)" if meta["simulated"] else ""
-
-
-def _slo_text(slo: Slo) -> str:
-    return f"TTFT ≤ {slo.ttft_ms:g} ms & TPOT ≤ {slo.tpot_ms:g} ms"
 
 
 def _ms(value: float) -> str:
@@ -139,13 +122,6 @@ _FLOOR_COLUMNS: tuple[tuple[str, tuple[str, ...], Formatter, str | None], ...] =
 )
 
 
-def _get(point: Point, keys: tuple[str, ...]) -> float | None:
-    value: Any = point
-    for key in keys:
-        value = value.get(key) if isinstance(value, Mapping) else None
-    return None if value is None else float(value)
-
-
 def _column_cells(values: list[float | None], fmt: Formatter, better: str | None) -> list[str]:
     texts = ["n/a" if v is None else fmt(v) for v in values]
     present = [v for v in values if v is not None]
@@ -161,7 +137,7 @@ def _load_table(points: list[Point]) -> list[str]:
     if any("ttft_vs_floor" in p for p in points):
         chosen = _COLUMNS[:3] + _FLOOR_COLUMNS + _COLUMNS[3:]
     columns = [
-        _column_cells([_get(p, keys) for p in points], fmt, better)
+        _column_cells([metric(p, keys) for p in points], fmt, better)
         for _, keys, fmt, better in chosen
     ]
     lines = [
@@ -178,7 +154,7 @@ def _capacity(points: list[Point], ttft_ms: float) -> tuple[float, float] | None
     (a pass after a miss is noise, not capacity), with its p99 TTFT."""
     best: tuple[float, float] | None = None
     for point in sorted(points, key=lambda p: p["load"]):
-        p99 = _get(point, ("ttft_ms", "p99"))
+        p99 = metric(point, ("ttft_ms", "p99"))
         if p99 is None or p99 > ttft_ms:
             break
         best = (float(point["load"]), p99)
@@ -250,7 +226,7 @@ def _markdown(
         by_arm.setdefault(point["arm"], []).append(point)
         by_load.setdefault(float(point["load"]), []).append(point)
     lines = [
-        f"# Firstlight benchmark: {_workload_name(meta)}{_title_suffix(meta)}",
+        f"# Firstlight benchmark: {workload_name(meta)}{title_suffix(meta)}",
         "",
         f"- simulated: {'yes' if meta['simulated'] else 'no (real platform)'}",
         f"- seed{'s' if len(meta.get('seeds', [])) > 1 else ''}: "
@@ -267,7 +243,7 @@ def _markdown(
         lines += [f"{label}:", "", "```yaml", dumped.rstrip(), "```", ""]
     lines += [
         "Percentiles are over completed requests; goodput is the share of all requests "
-        f"that completed with {_slo_text(slo)}. Best value per column in **bold** "
+        f"that completed with {slo_text(slo)}. Best value per column in **bold** "
         "(cross-region share is context, not ranked); n/a means no samples.",
         "",
     ]
@@ -302,104 +278,3 @@ def _markdown(
     for key in ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load"):
         lines += [f"![{key.replace('_', ' ')}]({paths[key].name})", ""]
     return "\n".join(lines)
-
-
-# --- plots -----------------------------------------------------------------------
-
-
-def _styles(points: list[Point]) -> dict[str, dict[str, Any]]:
-    """A color and marker per arm, by its place in the sorted arm names, so an arm looks
-    the same in every plot of the run."""
-    arms = sorted({p["arm"] for p in points})
-    palette = colormaps["tab10" if len(arms) <= 10 else "tab20"]
-    return {
-        arm: {"color": palette(i % palette.N), "marker": _MARKERS[i % len(_MARKERS)]}
-        for i, arm in enumerate(arms)
-    }
-
-
-def _series(
-    points: list[Point], arm: str, keys: tuple[str, ...], scale: float = 1.0
-) -> tuple[list[float], list[float]]:
-    mine = sorted((p for p in points if p["arm"] == arm), key=lambda p: p["load"])
-    values = [_get(p, keys) for p in mine]
-    # NaN leaves a gap in the line where an arm had no samples.
-    return [float(p["load"]) for p in mine], [math.nan if v is None else v * scale for v in values]
-
-
-def _new_figure() -> Figure:
-    figure = Figure(figsize=_FIGSIZE_IN, dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _finish(figure: Figure, path: Path) -> None:
-    figure.savefig(path, format="png", dpi=_DPI)
-
-
-def _style_axes(axes: Axes, ylabel: str) -> None:
-    axes.set_xlabel("offered load", fontsize=12)
-    axes.set_ylabel(ylabel, fontsize=12)
-    axes.grid(True, which="major", alpha=0.4)
-    axes.tick_params(labelsize=11)
-
-
-def _plot_ttft(meta: Mapping[str, Any], points: list[Point], slo: Slo, path: Path) -> None:
-    figure = _new_figure()
-    styles = _styles(points)
-    panels = figure.subplots(1, 3, sharey=True)
-    ttft_ms = [
-        v for p in points for q in ("p50", "p90", "p99") if (v := p["ttft_ms"][q]) is not None
-    ]
-    log_scale = bool(ttft_ms) and min(ttft_ms) > 0
-    for axes, quantile in zip(panels, ("p50", "p90", "p99"), strict=True):
-        for arm, style in styles.items():
-            loads, values = _series(points, arm, ("ttft_ms", quantile))
-            axes.plot(loads, values, label=arm, linewidth=2, markersize=6, **style)
-        if log_scale:
-            axes.set_yscale("log")  # percentiles span orders of magnitude past the knee
-            # Plain numbers at 1-2-5 steps read better than bare powers of ten.
-            axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-            axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-            axes.yaxis.set_minor_formatter(NullFormatter())
-        axes.axhline(slo.ttft_ms, color="0.35", linestyle="--", linewidth=1.2)
-        axes.annotate(
-            f"SLO {slo.ttft_ms:g} ms",
-            (0.01, slo.ttft_ms),
-            xycoords=("axes fraction", "data"),
-            xytext=(2, 3),
-            textcoords="offset points",
-            fontsize=10,
-            color="0.35",
-        )
-        axes.set_title(f"TTFT {quantile}", fontsize=13)
-        _style_axes(axes, "TTFT (ms)" if quantile == "p50" else "")
-    figure.suptitle(
-        f"TTFT vs offered load: {_workload_name(meta)}{_title_suffix(meta)}", fontsize=15
-    )
-    figure.legend(
-        *panels[0].get_legend_handles_labels(),
-        loc="outside lower center",
-        ncols=min(len(styles), 5),
-        fontsize=11,
-    )
-    _finish(figure, path)
-
-
-def _plot_fraction(
-    meta: Mapping[str, Any], points: list[Point], key: str, labels: tuple[str, str], path: Path
-) -> None:
-    """One line per arm of the fraction ``key`` in %; ``labels`` = (title, y label)."""
-    title, ylabel = labels
-    figure = _new_figure()
-    axes = figure.subplots()
-    for arm, style in _styles(points).items():
-        loads, values = _series(points, arm, (key,), scale=100.0)
-        axes.plot(loads, values, label=arm, linewidth=2, markersize=7, **style)
-    axes.set_ylim(-2, 102)
-    axes.set_title(
-        f"{title} vs offered load: {_workload_name(meta)}{_title_suffix(meta)}", fontsize=15
-    )
-    _style_axes(axes, ylabel)
-    axes.legend(fontsize=11, loc="best")
-    _finish(figure, path)

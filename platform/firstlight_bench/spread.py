@@ -21,6 +21,7 @@ __all__ = [
     "Verdict",
     "best_other",
     "mean_points",
+    "metric",
     "ratio_to",
     "spread_of",
     "spreads",
@@ -52,7 +53,8 @@ def spread_of(values: Iterable[float | None]) -> Spread | None:
     return Spread(sum(present) / len(present), min(present), max(present), len(present))
 
 
-def _get(point: Point, keys: Sequence[str]) -> float | None:
+def metric(point: Point, keys: Sequence[str]) -> float | None:
+    """The number at ``keys`` in ``point`` (``("ttft_ms", "p90")``), or ``None``."""
     value: Any = point
     for key in keys:
         value = value.get(key) if isinstance(value, Mapping) else None
@@ -95,7 +97,7 @@ def spreads(points: Iterable[Point], keys: Sequence[str]) -> dict[tuple[str, flo
     pairs where no seed has it are left out."""
     out = {}
     for group_key, group in _group(points).items():
-        found = spread_of(_get(p, keys) for p in group)
+        found = spread_of(metric(p, keys) for p in group)
         if found is not None:
             out[group_key] = found
     return out
