@@ -28,7 +28,7 @@ _KV_HELP = (
 _CPUS = os.cpu_count() or 1
 _ALL_ARMS = (
     "firstlight,round_robin,random,least_queue,power_of_two,cache_aware,"
-    "prefix_affinity,weighted_scorer"
+    "prefix_affinity,weighted_scorer,llmd_sticky,dynamo_kv"
 )
 
 

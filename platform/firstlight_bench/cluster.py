@@ -22,16 +22,12 @@ from firstlight_bench.workloads import Workload
 
 __all__ = [
     "ARMS",
-    "COST_MODEL_POLICIES",
     "ClusterSpec",
     "arm_names",
     "block_hashes",
     "kv_blocks_for",
 ]
 
-COST_MODEL_POLICIES = ("firstlight",)
-"""Policies that take :attr:`ClusterSpec.policy_params`; baselines keep their published
-defaults."""
 
 ARMS: dict[str, tuple[str, bool]] = {
     **{name: (name, False) for name in REGISTRY},
@@ -60,9 +56,10 @@ class ClusterSpec:
     stats_period_s: float = 0.5
     probe_interval_s: float = 1.0
     hash_seed: int = 0
-    policy_params: dict[str, object] = field(default_factory=dict)
-    """Parameters of the cost-model arms (``firstlight``, ``firstlight_local``); baselines keep
-    their published defaults."""
+    policy_params: dict[str, dict[str, object]] = field(default_factory=dict)
+    """Per policy: the parameters that differ from its defaults (the hardware figures an
+    operator configures, such as the cost model's priors); other parameters and policies
+    keep their published defaults."""
 
     def rtt(self, a: int, b: int) -> float:
         return self.rtt_ms[a][b] if self.rtt_ms else 0.0

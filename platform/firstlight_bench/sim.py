@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from firstlight.engine.sim import SimProfile
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes, kv_blocks_for
@@ -31,7 +32,7 @@ from firstlight_bench.report import write_run
 from firstlight_bench.results import git_commit, summarize
 from firstlight_bench.workloads import generate
 
-__all__ = ["default_rtt_ms", "measure_capacity_rps", "run_sim"]
+__all__ = ["default_rtt_ms", "hardware_params", "measure_capacity_rps", "run_sim"]
 
 _DEFAULT_RTTS_MS = (0.0, 80.0, 217.0, 150.0)
 """Round trips from region 0 (BENCHMARKS.md's 0 / 80 / 217 ms, and a fourth)."""
@@ -46,6 +47,21 @@ def default_rtt_ms(regions: int) -> tuple[tuple[float, ...], ...]:
               else max(base[a], base[b]) for b in range(regions))
         for a in range(regions)
     )  # fmt: skip
+
+
+def hardware_params(profile: SimProfile) -> dict[str, dict[str, object]]:
+    """The parameters an operator sets from the hardware, for the policies that take
+    them: ``firstlight``'s cost-model priors and ``llmd_sticky``'s peak prefill
+    throughput (which prices its saturation release), from the profile's rates."""
+    prefill_rate = 1000.0 / profile.prefill_ms_per_token
+    return {
+        "firstlight": {
+            "prefill_tokens_per_s": prefill_rate,
+            "step_overhead_ms": profile.step_overhead_ms,
+            "decode_ms_per_running_seq": profile.decode_ms_per_seq,
+        },
+        "llmd_sticky": {"peak_prefill_tokens_per_s": prefill_rate},
+    }
 
 
 def measure_capacity_rps(
@@ -181,12 +197,7 @@ def run_sim(
     params = dict(params or {})
     total = regions * replicas
     sim_profile = ClusterSpec(regions, replicas, profile=profile).build_profile()
-    # An operator configures the cost model's priors for the hardware; so does the sweep.
-    priors: dict[str, object] = {
-        "prefill_tokens_per_s": 1000.0 / sim_profile.prefill_ms_per_token,
-        "step_overhead_ms": sim_profile.step_overhead_ms,
-        "decode_ms_per_running_seq": sim_profile.decode_ms_per_seq,
-    }
+    priors = hardware_params(sim_profile)
     first = seeds[0]
     probe = generate(
         workload, seed=first, rate_rps=1.0, num_requests=requests, regions=regions, **params

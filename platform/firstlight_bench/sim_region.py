@@ -22,7 +22,7 @@ from firstlight.hints import BlockEvent, HintMirror
 from firstlight.region import ReplicaStats, RouterState, with_shared_rates
 from firstlight.regions.summary import HotPrefixes, ModelSummary
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
-from firstlight_bench.cluster import COST_MODEL_POLICIES, ClusterSpec
+from firstlight_bench.cluster import ClusterSpec
 
 __all__ = ["SimRegion"]
 
@@ -65,7 +65,7 @@ class SimRegion:
         mirror = HintMirror(ttl_s=1e12, clock=clock)
         policy = build_policy(
             policy_name,
-            cluster.policy_params if policy_name in COST_MODEL_POLICIES else {},
+            cluster.policy_params.get(policy_name, {}),
             rng=random.Random(seed * 1_000_003 + g),
             clock=clock,
         )
@@ -74,13 +74,12 @@ class SimRegion:
 
     def fresh_views(self) -> None:
         """Give the router the last stats snapshot of each replica with its current
-        queue length (Ray's queue-length cache is current between stats)."""
+        queue length: Ray's queue-length cache is current between stats, the rest of a
+        view (running, waiting, KV usage, pending prefill) is as old as the stats, as the
+        gateway's request router has them."""
         views = {
             rid: dataclasses.replace(
-                self.snapshots[rid],
-                queue_len=sim.core.num_running + sim.core.num_waiting,
-                running=sim.core.num_running,
-                waiting=sim.core.num_waiting,
+                self.snapshots[rid], queue_len=sim.core.num_running + sim.core.num_waiting
             )
             for rid, sim in self.sims.items()
         }

@@ -87,10 +87,42 @@ def test_peers_are_ranked_by_predicted_ttft_with_round_trip_backlog_and_hot_pref
     ranked = rank_peers(request, peers, _local(0.0))
     # near: 20 + 10 + (100 - 64 cached) x 1; near-busy adds 400 tokens over 2 replicas.
     assert ranked == (
-        PeerChoice("near", 66.0),
-        PeerChoice("far", 246.0),
-        PeerChoice("near-busy", 266.0),
+        PeerChoice("near", 66.0, wait_ms=10.0, service_ms=36.0),
+        PeerChoice("far", 246.0, wait_ms=10.0, service_ms=36.0),
+        PeerChoice("near-busy", 266.0, wait_ms=210.0, service_ms=36.0),
     )
+
+
+def test_a_peer_publishing_its_mean_wait_is_priced_at_it() -> None:
+    request = RequestView("q", 100, (), block_size=32)
+    summary = ModelSummary(4, 10.0, 1.0, measured=True, mean_wait_ms=70.0)
+    (choice,) = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], _local(0.0))
+    assert (choice.wait_ms, choice.predicted_ttft_ms) == (70.0, 20.0 + 70.0 + 100.0)
+
+
+@pytest.mark.parametrize(
+    ("wait_ms", "route"),
+    [(30.0, "spill-over"), (60.0, "spill-over"), (61.0, "local")],
+)
+def test_spill_over_skips_a_peer_whose_queue_holds_more_than_the_request(
+    wait_ms: float, route: str
+) -> None:
+    """Rule 4: a peer is saturated when its wait exceeds the request's own service
+    there times ``spill_max_peer_wait_ratio`` (1 by default)."""
+    peer = PeerChoice("p", 20.0 + wait_ms + 60.0, wait_ms=wait_ms, service_ms=60.0)
+    decision = decide_region(
+        _local(900.0), healthy=True, from_peer=False, peers=(peer,), router=DEFAULT
+    )
+    assert decision.route == route
+    assert decision.peers == ((peer,) if route == "spill-over" else ())
+
+
+def test_a_saturated_peer_still_takes_overflow() -> None:
+    peer = PeerChoice("p", 500.0, wait_ms=400.0, service_ms=60.0)
+    decision = decide_region(
+        _local(900.0), healthy=True, from_peer=False, peers=(peer,), router=BOUNDED
+    )
+    assert (decision.route, decision.peers) == ("overflow", (peer,))
 
 
 def test_an_unmeasured_peer_is_priced_at_the_local_rate() -> None:

@@ -221,7 +221,7 @@ def test_routing_to_a_replica_the_decision_did_not_rank() -> None:
     route = state.route_of("q1")
     assert route is not None
     assert route.chosen == Candidate("c", REGION, float("inf"))
-    assert policy.reservations.tokens_after("c", 0.0) == 640
+    assert policy.reservations.amount_after("c", 0.0) == 640
 
 
 def test_routing_an_unknown_request_is_ignored() -> None:
@@ -429,3 +429,14 @@ def test_nothing_to_share_when_all_or_none_have_measured() -> None:
         "b": ReplicaView("b", "here", 0, prefill_tokens_per_s=3.0, step_ms=4.0),
     }
     assert with_shared_rates(both) == both
+
+
+def test_the_summary_publishes_the_best_replicas_wait_and_the_mean_over_all() -> None:
+    # Queued prefill 0, 100 and 500 tokens at 1 ms per token, 5 ms step overhead.
+    state = _state(_firstlight(FakeClock()), FakeClock(), a=0, b=100, c=500)
+    summary = state.summary(frozenset({7}))
+    assert summary.healthy_replicas == 3
+    assert summary.predicted_wait_ms == pytest.approx(5.0)
+    assert summary.mean_wait_ms == pytest.approx(5.0 + (0 + 100 + 500) / 3)
+    assert summary.prefill_ms_per_token == pytest.approx(1.0)
+    assert summary.hot_blocks == frozenset({7})

@@ -20,7 +20,9 @@ SUMMARY = RegionSummary(
     "eu-west",
     1_700_000_000.25,
     {
-        "SmolLM2": ModelSummary(2, 41.5, 0.25, frozenset({7, 3, 2**64 - 1}), measured=True),
+        "SmolLM2": ModelSummary(
+            2, 41.5, 0.25, frozenset({7, 3, 2**64 - 1}), measured=True, mean_wait_ms=60.0
+        ),
         "down-model": ModelSummary(0, 0.0, 1.0),
     },
 )
@@ -38,6 +40,7 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "prefill_ms_per_token": 0.25,
                 "hot_blocks": [3, 7, 2**64 - 1],
                 "measured": True,
+                "mean_wait_ms": 60.0,
             },
             "down-model": {
                 "healthy_replicas": 0,
@@ -45,6 +48,7 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "prefill_ms_per_token": 1.0,
                 "hot_blocks": [],
                 "measured": False,
+                "mean_wait_ms": None,
             },
         },
     }

@@ -42,6 +42,8 @@ BASELINES = [
     "cache_aware",
     "prefix_affinity",
     "weighted_scorer",
+    "llmd_sticky",
+    "dynamo_kv",
 ]
 
 
@@ -98,9 +100,9 @@ CASES = [
     # 300 - 230 > 64 but 300 < 230 * 1.5: both conditions are needed
     ("ca-abs-without-rel-is-balanced", "cache_aware", {}, [((1, 2, 3, 4), "a")], [r("a", 300), r("b", 230)], (1, 2, 3, 4), "a", "prefix-match"),
     ("ca-longest-match-wins", "cache_aware", {}, [((1, 2), "a"), ((1, 2, 3, 4), "b")], [r("a"), r("b")], (1, 2, 3, 4), "b", "prefix-match"),
-    # a matches 1/4 <= 0.3: the smallest tree wins (c, never routed to)
-    ("ca-weak-match-smallest-tree", "cache_aware", {}, [((1, 2, 3, 4), "a"), ((9,), "b")], [r("a"), r("b"), r("c", 5)], (1, 7, 8, 6), "c", "smallest-tree"),
-    ("ca-match-equal-to-threshold-is-weak", "cache_aware", {"cache_threshold": 0.5}, [((1, 2, 3, 4), "a")], [r("a"), r("b")], (1, 2, 7, 8), "b", "smallest-tree"),
+    # a matches 1/4 <= 0.3: the least loaded wins (SMG; sgl-router took the smallest tree, c)
+    ("ca-weak-match-least-load", "cache_aware", {}, [((1, 2, 3, 4), "a"), ((9,), "b")], [r("a", 3), r("b", 1), r("c", 5)], (1, 7, 8, 6), "b", "least-load"),
+    ("ca-match-equal-to-threshold-is-weak", "cache_aware", {"cache_threshold": 0.5}, [((1, 2, 3, 4), "a")], [r("a", 1), r("b")], (1, 2, 7, 8), "b", "least-load"),
     ("pa-imbalanced-power-of-two", "prefix_affinity", {}, [((1, 2, 3, 4), "a")], [r("a", 20), r("b")], (1, 2, 3, 4), "b", "imbalanced-power-of-two"),
     ("pa-spread-equal-to-threshold-is-balanced", "prefix_affinity", {}, [((1, 2, 3, 4), "a")], [r("a", 10), r("b")], (1, 2, 3, 4), "a", "prefix-match"),
     ("pa-least-loaded-of-best-matches", "prefix_affinity", {}, [((1, 2, 3), "a"), ((1, 2, 3), "b"), ((1, 2), "c")], [r("a", 5), r("b", 3), r("c")], (1, 2, 3, 4), "b", "prefix-match"),
@@ -429,7 +431,10 @@ def test_every_parameter_is_frozen_documented_and_bounded(name: str) -> None:
      ("prefix_affinity", {"imbalanced_threshold": 10, "match_rate_threshold": 0.1, "eviction_interval_s": None,
                           "eviction_threshold_blocks": 400_000, "eviction_target_blocks": 360_000}),
      ("weighted_scorer", {"queue_weight": 2.0, "kv_cache_weight": 2.0, "prefix_weight": 3.0,
-                          "max_prefix_blocks": 256, "lru_capacity_blocks": 31_250})],
+                          "max_prefix_blocks": 256, "lru_capacity_blocks": 31_250}),
+     ("llmd_sticky", {"affinity_threshold": 0.8, "exploration_probability": 0.0, "max_ttft_penalty_ms": 18_000.0,
+                      "peak_prefill_tokens_per_s": 15_928.0, "queue_threshold_tokens": 4_194_304}),
+     ("dynamo_kv", {"overlap_score_credit": 1.0, "prefill_load_scale": 1.0})],
 )  # fmt: skip
 def test_defaults_are_the_published_ones(name: str, defaults: dict[str, object]) -> None:
     assert REGISTRY[name].params().model_dump() == defaults

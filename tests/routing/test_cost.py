@@ -163,13 +163,13 @@ def test_reservations_count_only_after_the_stats_snapshot_and_expire() -> None:
     reservations.reserve("r1", "a", 100)
     clock.now = 101.0
     reservations.reserve("r1", "b", 50)
-    assert reservations.tokens_after("r1", since=0) == 150
-    assert reservations.tokens_after("r1", since=100.5) == 50  # "a" is in the stats already
-    assert reservations.tokens_after("r2", since=0) == 0
+    assert reservations.amount_after("r1", since=0) == 150
+    assert reservations.amount_after("r1", since=100.5) == 50  # "a" is in the stats already
+    assert reservations.amount_after("r2", since=0) == 0
     reservations.release("a")
-    assert reservations.tokens_after("r1", since=0) == 50
+    assert reservations.amount_after("r1", since=0) == 50
     clock.now = 200.0
-    assert reservations.tokens_after("r1", since=0) == 0
+    assert reservations.amount_after("r1", since=0) == 0
     assert len(reservations) == 0
 
 
@@ -177,8 +177,8 @@ def test_rereserving_a_request_moves_it() -> None:
     reservations = Reservations(ttl_s=10, clock=Clock())
     reservations.reserve("r1", "a", 100)
     reservations.reserve("r2", "a", 70)
-    assert reservations.tokens_after("r1", since=0) == 0
-    assert reservations.tokens_after("r2", since=0) == 70
+    assert reservations.amount_after("r1", since=0) == 0
+    assert reservations.amount_after("r2", since=0) == 70
 
 
 def test_slot_wait_prices_requests_waiting_for_kv_memory() -> None:
@@ -206,3 +206,54 @@ def test_slot_wait_prices_requests_waiting_for_kv_memory() -> None:
     assert wait(full) == pytest.approx(4 * 384.0 * 2)  # the correction applies too
     assert wait(roomy) == 0.0
     assert wait(nobody) == pytest.approx(1 * 384.0 * 2)
+
+
+# --- the memory wait: replicas that report their KV capacity ------------------------
+
+MEMORY_RATES = CostRates(1000.0, 5.0, 0.5, 100, mean_output_tokens=128)
+
+
+def _memory_wait(replica: ReplicaView, tokens: int = 320, age_ms: float = 0.0) -> float:
+    return predict_ttft(
+        _request(tokens), replica, cached_blocks=0, rtt_ms=0, reserved_tokens=0,
+        correction=1.0, rates=MEMORY_RATES, stats_age_ms=age_ms,
+    ).wait_ms  # fmt: skip
+
+
+def test_memory_wait_counts_the_blocks_spoken_for_against_the_capacity() -> None:
+    # 1000 blocks of 32, 90 % in use, 640 queued tokens (20 blocks), 4 requests at the
+    # stats and now; this request needs (320 + 128) / 32 = 14 blocks: 934 of 1000, fits.
+    base = {"kv_cache_blocks": 1000, "running": 3, "waiting": 1, "queue_len": 4, "step_ms": 10.0}
+    roomy = _replica(kv_cache_usage=0.9, pending_prefill_tokens=640, **base)
+    assert _memory_wait(roomy) == pytest.approx(640 * 1.0)  # only the queued prefill
+    # 97 %: 970 + 20 + 14 = 1004 blocks, 4 short: 4 / 1000 of a lifetime (128 x 10 ms).
+    full = _replica(kv_cache_usage=0.97, pending_prefill_tokens=640, **base)
+    assert _memory_wait(full) == pytest.approx(640 + 4 / 1000 * 1280)
+
+
+def test_memory_wait_follows_the_live_queue_length_and_the_growth_since_the_stats() -> None:
+    # At the stats: 4 requests holding 800 blocks, 200 each. Two finished since: 400 free.
+    stats = {"kv_cache_blocks": 1000, "running": 4, "waiting": 0, "kv_cache_usage": 0.8}
+    stats.update(step_ms=10.0, pending_prefill_tokens=0)
+    assert _memory_wait(_replica(queue_len=2, **stats)) == 0.0
+    # Three more arrived since: 1400 blocks of 1000 + 14, one lifetime x 414 / 1000.
+    assert _memory_wait(_replica(queue_len=7, **stats)) == pytest.approx(414 / 1000 * 1280)
+    # Unchanged count, but half a second old: 4 running grew 50 tokens each (6.25 blocks).
+    grown = _memory_wait(_replica(queue_len=4, **stats), age_ms=500.0)
+    assert grown == 0.0  # 800 + 6.25 + 14 fits
+    crowded = dict(stats, kv_cache_usage=0.98)
+    assert _memory_wait(_replica(queue_len=4, **crowded), age_ms=500.0) == pytest.approx(
+        (980 + 6.25 + 14 - 1000) / 1000 * 1280
+    )
+
+
+def test_a_replica_without_a_capacity_falls_back_to_the_slot_wait() -> None:
+    rates = CostRates(1000.0, 5.0, 0.5, 100, mean_output_tokens=128, kv_full_fraction=0.9)
+    replica = _replica(
+        queue_len=5, running=2, waiting=3, pending_prefill_tokens=0, kv_cache_usage=0.95
+    )
+    terms = predict_ttft(
+        _request(), replica, cached_blocks=0, rtt_ms=0, reserved_tokens=0, correction=1.0,
+        rates=rates,
+    )  # fmt: skip
+    assert terms.wait_ms == pytest.approx(4 * 384.0)

@@ -51,6 +51,8 @@ PolicyName = Literal[
     "cache_aware",
     "prefix_affinity",
     "weighted_scorer",
+    "llmd_sticky",
+    "dynamo_kv",
 ]
 """Routing policies a running platform can use: the routing registry's names (a test
 holds the two together; configuration cannot import the routing package)."""
@@ -155,11 +157,16 @@ class RouterConfig(Section):
     policy: PolicyName = "firstlight"
     """Routing policy: ``firstlight`` (predicted TTFT) or a baseline (``round_robin``,
     ``random``, ``least_queue``, ``power_of_two``, ``cache_aware``, ``prefix_affinity``,
-    ``weighted_scorer``)."""
+    ``weighted_scorer``, ``llmd_sticky``, ``dynamo_kv``)."""
     params: Mapping[str, float | int | bool | str] = Field(default_factory=dict)
     """Policy-specific parameters, checked by the policy when the router is built."""
     spill_over_margin_ms: Annotated[float, Field(ge=0, le=60_000)] = 50.0
     """A peer region must beat the local predicted TTFT by this much to take a request."""
+    spill_max_peer_wait_ratio: Annotated[float, Field(ge=0, le=1000)] = 1.0
+    """A peer takes spilled requests only while its predicted queueing wait is at most
+    this many times the request's own prefill there: a peer whose queue already holds
+    more work than the request is saturated, and spill-over would only move one region's
+    overflow onto another's users. Overflow and fail-over ignore it."""
     admission_wait_ms: Annotated[float | None, Field(gt=0, le=600_000)] = None
     """Load shedding: the longest queueing wait (predicted, ms) a request may face on
     the best local replica. Beyond it the request goes to a peer region that can take

@@ -115,6 +115,9 @@ class EngineStats:
     step_ms: float | None = None
     """Recent mean duration of a step that only decoded: the fixed cost every step pays,
     the one that emits a first token included; ``None`` before any measurement."""
+    kv_cache_blocks: int | None = None
+    """KV-cache capacity in blocks (``kv_cache_usage`` is a fraction of it); ``None``
+    when the engine does not say."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,6 +150,10 @@ class VllmEngine:
         self._events = events
         self._recorder = recorder
         self._pending_prefill: dict[str, int] = {}
+        # Set by the engine core's handshake (vllm/v1/engine/core_client.py).
+        blocks = getattr(getattr(getattr(llm, "vllm_config", None), "cache_config", None),
+                         "num_gpu_blocks", None)  # fmt: skip
+        self._kv_cache_blocks = blocks if isinstance(blocks, int) and blocks > 0 else None
 
     @classmethod
     def create(
@@ -318,6 +322,7 @@ class VllmEngine:
             spec_draft_tokens=r.spec_draft_tokens,
             spec_accepted_tokens=r.spec_accepted_tokens,
             step_ms=r.steps.step_ms,
+            kv_cache_blocks=self._kv_cache_blocks,
         )
 
     def unfinished_requests(self) -> int:

@@ -16,9 +16,16 @@ The rules, in order:
    refused if none answers.
 3. Predicted queueing wait here above ``router.admission_wait_ms``: **overflow** to the
    peers that predict a faster first token than here; refused if none answers.
-4. The best peer's prediction (round trip included) beats the local winner's by more
-   than ``router.spill_over_margin_ms``: **spill over** to the peers, best first; served
-   here if none answers.
+4. The best *unsaturated* peer's prediction (round trip included) beats the local
+   winner's by more than ``router.spill_over_margin_ms``: **spill over** to the
+   unsaturated peers, best first; served here if none answers. A peer is saturated for
+   a request when its predicted queueing wait (what this gateway forwarded there since
+   its summary included) exceeds ``router.spill_max_peer_wait_ratio`` times the
+   request's own service there: its queue already holds more work than the request, and
+   sending it more only moves one region's overflow to another's users, each request
+   paying a round trip (when every region is saturated, they would trade overflow back
+   and forth on summaries a probe interval old). Overflow and fail-over ignore this:
+   they forward what would otherwise be refused.
 5. Otherwise served here.
 """
 
@@ -29,7 +36,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from firstlight.config import RouterConfig
-from firstlight.regions.summary import ModelSummary, predict_peer_ttft, spills_over
+from firstlight.regions.summary import ModelSummary, estimate_peer, spills_over
 from firstlight.routing import Decision, RequestView
 
 __all__ = [
@@ -63,6 +70,15 @@ class PeerChoice:
 
     region: str
     predicted_ttft_ms: float
+    wait_ms: float = 0.0
+    """The queueing wait predicted there (part of ``predicted_ttft_ms``)."""
+    service_ms: float = 0.0
+    """The request's own prefill there (part of ``predicted_ttft_ms``)."""
+
+    def saturated(self, max_wait_ratio: float) -> bool:
+        """Whether the peer's queue holds more than ``max_wait_ratio`` times the
+        request's own work (rule 4 of the module docstring)."""
+        return self.wait_ms > max_wait_ratio * self.service_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +121,12 @@ def rank_peers(
     """The peers with their predicted TTFT for ``request``, best first (ties keep the
     given order)."""
     rate = local_ms_per_token(local)
-    choices = [
-        PeerChoice(
-            p.region,
-            predict_peer_ttft(p.summary, request, p.rtt_ms, rate, p.forwarded_tokens),
+    choices = []
+    for p in peers:
+        estimate = estimate_peer(p.summary, request, p.rtt_ms, rate, p.forwarded_tokens)
+        choices.append(
+            PeerChoice(p.region, estimate.total_ms, estimate.wait_ms, estimate.service_ms)
         )
-        for p in peers
-    ]
     return tuple(sorted(choices, key=lambda c: c.predicted_ttft_ms))
 
 
@@ -142,7 +157,8 @@ def decide_region(
         local_ms = local.winner.predicted_ttft_ms or wait_ms
         better = tuple(p for p in peers if p.predicted_ttft_ms < local_ms)
         return RegionDecision("overflow", local, better, "refuse", "overloaded", wait_ms)
-    best_ms = peers[0].predicted_ttft_ms if peers else None
+    open_peers = tuple(p for p in peers if not p.saturated(router.spill_max_peer_wait_ratio))
+    best_ms = open_peers[0].predicted_ttft_ms if open_peers else None
     if spills_over(local, best_ms, router.spill_over_margin_ms):
-        return RegionDecision("spill-over", local, peers, "local")
+        return RegionDecision("spill-over", local, open_peers, "local")
     return RegionDecision("local", local)

@@ -209,20 +209,25 @@ class RouterState:
 
     def summary(self, hot_blocks: frozenset[int] = frozenset()) -> ModelSummary:
         """This model's entry in the region's summary for peers: the cost model's floor
-        (queueing + step overhead on the best replica, nothing cached) and the calibrated
-        prefill cost there. Called by the gateway per summary request and by the
-        benchmark's simulator per probe."""
+        (queueing + step overhead on the best replica, nothing cached), the same averaged
+        over the replicas, and the calibrated prefill cost on the best one. Called by the
+        gateway per summary request and by the benchmark's simulator per probe."""
         decision = self.estimate(RequestView("summary", 1))
         if decision is None or decision.winner.terms is None:
             return ModelSummary(0, 0.0, 0.0)
         terms = decision.winner.terms
         best = self.replicas.get(decision.winner.replica_id)
+        # A one-token request with nothing cached: each candidate's score is its wait,
+        # overhead and one token's prefill (no affinity penalty applies).
+        ms_per_token = terms.prefill_ms / max(terms.uncached_tokens, 1)
+        scores = [c.score for c in decision.ranked]
         return ModelSummary(
             healthy_replicas=self.healthy_replicas,
             predicted_wait_ms=terms.wait_ms + terms.overhead_ms,
-            prefill_ms_per_token=terms.prefill_ms / max(terms.uncached_tokens, 1),
+            prefill_ms_per_token=ms_per_token,
             hot_blocks=hot_blocks,
             measured=best is not None and best.prefill_tokens_per_s is not None,
+            mean_wait_ms=max(sum(scores) / len(scores) - ms_per_token, 0.0),
         )
 
 

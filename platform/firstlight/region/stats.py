@@ -33,6 +33,8 @@ class ReplicaStats:
     """Prompt tokens admitted but not yet prefilled; ``None`` when not reported."""
     kv_cache_usage: float = 0.0
     """Fraction of KV-cache blocks in use, 0..1."""
+    kv_cache_blocks: int | None = None
+    """KV-cache capacity in blocks; ``None`` when the engine does not say."""
     prefill_tokens_per_s: float | None = None
     """Marginal prefill throughput the engine measured."""
     inter_token_latency_ms: float | None = None
@@ -74,6 +76,7 @@ class ReplicaStats:
             waiting=stats.waiting,
             pending_prefill_tokens=stats.pending_prefill_tokens,
             kv_cache_usage=stats.kv_cache_usage,
+            kv_cache_blocks=stats.kv_cache_blocks,
             prefill_tokens_per_s=stats.prefill_tokens_per_s,
             inter_token_latency_ms=stats.inter_token_latency_ms,
             step_ms=stats.step_ms,
@@ -109,6 +112,7 @@ class ReplicaStats:
             waiting=self.waiting,
             pending_prefill_tokens=self.pending_prefill_tokens,
             kv_cache_usage=self.kv_cache_usage,
+            kv_cache_blocks=self.kv_cache_blocks or None,
             prefill_tokens_per_s=self.prefill_tokens_per_s or None,
             step_ms=self.step_ms or None,
             stats_at=self.at,

@@ -15,7 +15,15 @@ from typing import Any
 
 from firstlight.routing import Decision, RequestView
 
-__all__ = ["HotPrefixes", "ModelSummary", "RegionSummary", "predict_peer_ttft", "spills_over"]
+__all__ = [
+    "HotPrefixes",
+    "ModelSummary",
+    "PeerEstimate",
+    "RegionSummary",
+    "estimate_peer",
+    "predict_peer_ttft",
+    "spills_over",
+]
 
 _DEFAULT_HOT_BLOCKS = 4096
 
@@ -35,6 +43,9 @@ class ModelSummary:
     measured: bool = False
     """Whether ``prefill_ms_per_token`` comes from a replica's measurement (``False``:
     the configured prior, which peers replace by their own measured rate)."""
+    mean_wait_ms: float | None = None
+    """The same prediction averaged over all healthy replicas: what forwarded requests
+    meet once the peer's router spreads them (``None`` from an older peer)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +67,7 @@ class RegionSummary:
                     "prefill_ms_per_token": m.prefill_ms_per_token,
                     "hot_blocks": sorted(m.hot_blocks),
                     "measured": m.measured,
+                    "mean_wait_ms": m.mean_wait_ms,
                 }
                 for name, m in self.models.items()
             },
@@ -75,10 +87,53 @@ class RegionSummary:
                     prefill_ms_per_token=float(m["prefill_ms_per_token"]),
                     hot_blocks=frozenset(int(h) for h in m.get("hot_blocks", ())),
                     measured=bool(m.get("measured", False)),
+                    mean_wait_ms=None
+                    if m.get("mean_wait_ms") is None
+                    else float(m["mean_wait_ms"]),
                 )
             return cls(str(data["region"]), float(data["at"]), models)
         except (KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise ValueError(f"malformed summary: {type(exc).__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class PeerEstimate:
+    """What a request would meet in a peer region, term by term (milliseconds)."""
+
+    rtt_ms: float
+    wait_ms: float
+    """Queueing there: the region's wait plus what this gateway forwarded since."""
+    service_ms: float
+    """The request's own prefill of what the peer's hot prefixes miss."""
+
+    @property
+    def total_ms(self) -> float:
+        return self.rtt_ms + self.wait_ms + self.service_ms
+
+
+def estimate_peer(
+    summary: ModelSummary,
+    request: RequestView,
+    rtt_ms: float,
+    local_ms_per_token: float | None = None,
+    forwarded_tokens: int = 0,
+) -> PeerEstimate:
+    """The terms of :func:`predict_peer_ttft` (whose docstring says what they hold)."""
+    cached_blocks = 0
+    for block in request.block_hashes:
+        if block not in summary.hot_blocks:
+            break
+        cached_blocks += 1
+    uncached = max(request.prompt_tokens - cached_blocks * request.block_size, 1)
+    wait_ms = summary.predicted_wait_ms
+    if summary.mean_wait_ms is not None:
+        wait_ms = max(wait_ms, summary.mean_wait_ms)
+    ms_per_token = summary.prefill_ms_per_token
+    if not summary.measured and local_ms_per_token is not None and ms_per_token > 0:
+        wait_ms *= local_ms_per_token / ms_per_token
+        ms_per_token = local_ms_per_token
+    backlog_ms = forwarded_tokens * ms_per_token / max(summary.healthy_replicas, 1)
+    return PeerEstimate(rtt_ms, wait_ms + backlog_ms, uncached * ms_per_token)
 
 
 def predict_peer_ttft(
@@ -89,27 +144,20 @@ def predict_peer_ttft(
     forwarded_tokens: int = 0,
 ) -> float:
     """Predicted TTFT of ``request`` if forwarded to a region with ``summary``: the
-    round trip, the region's floor, the prefill work this gateway has forwarded there
-    since the summary was built (``forwarded_tokens``, spread over its healthy replicas:
-    without it every overloaded region forwards to the same peer until that peer's next
-    summary), and the prefill of what its hot prefixes miss.
+    round trip, the region's mean wait over its replicas (its floor, the best replica's,
+    from a peer that does not publish the mean), the prefill work this gateway has
+    forwarded there since the summary was built (``forwarded_tokens``, spread over its
+    healthy replicas: without it every overloaded region forwards to the same peer until
+    that peer's next summary), and the prefill of what its hot prefixes miss.
+
+    The mean, not the best replica: the peer's router spreads forwarded requests over
+    its replicas, and a summary is up to a probe interval old.
 
     A peer that has not measured its prefill rate yet is assumed to run at
     ``local_ms_per_token`` (the same model on the same kind of hardware) rather than at
     its optimistic prior, which would otherwise attract every request to an idle peer.
     """
-    cached_blocks = 0
-    for block in request.block_hashes:
-        if block not in summary.hot_blocks:
-            break
-        cached_blocks += 1
-    uncached = max(request.prompt_tokens - cached_blocks * request.block_size, 1)
-    wait_ms, ms_per_token = summary.predicted_wait_ms, summary.prefill_ms_per_token
-    if not summary.measured and local_ms_per_token is not None and ms_per_token > 0:
-        wait_ms *= local_ms_per_token / ms_per_token
-        ms_per_token = local_ms_per_token
-    backlog_ms = forwarded_tokens * ms_per_token / max(summary.healthy_replicas, 1)
-    return rtt_ms + wait_ms + backlog_ms + uncached * ms_per_token
+    return estimate_peer(summary, request, rtt_ms, local_ms_per_token, forwarded_tokens).total_ms
 
 
 def spills_over(local: Decision | None, best_peer_ms: float | None, margin_ms: float) -> bool:

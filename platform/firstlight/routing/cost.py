@@ -6,8 +6,7 @@
     step_ms      = step_ms(r), measured by the engine, or else
                    step_overhead_ms + running(r) * decode_ms_per_running_seq
     wait         = (queued prefill tokens + tokens reserved since r's stats) * ms_per_token
-                   + (waiting(r) + 1) * mean_output_tokens * step_ms / running(r) * correction(r)
-                     [only when r's KV cache is at least kv_full_fraction in use]
+                   + memory_wait(q, r) * correction(r)
     prefill      = max(tokens(q) - cached_tokens(q, r), 1) * ms_per_token
     overhead     = step_ms * correction(r)
 
@@ -15,14 +14,23 @@
 measured fixed cost per step: a rate measured over whole steps would fold the fixed cost
 into every token, and a replica that served short prompts would look slow for long ones.
 
-The second wait term is the **slot wait**, counted when the replica reports its KV cache
-at least ``kv_full_fraction`` full: vLLM admits a waiting request as soon as its KV blocks
-fit, so on a full replica the requests the engine still holds *waiting*, and then this
-one, wait for running ones to finish and free memory — each departure takes about
-``mean_output_tokens`` decode steps spread over the ``running`` sequences. Without it, a
-replica holding a hot prefix looks cheap (little prefill left to do) while its queue
-waits for memory, and requests herd onto it. (On a replica with free memory, waiting
-requests wait for the step's token budget: the prefill term already prices that.)
+The second wait term is the **memory wait**: vLLM admits a request only when its KV
+blocks fit, so on a replica whose memory is spoken for, this request waits for running
+ones to finish. Blocks spoken for (:func:`memory_spoken_for`) = the blocks in use at the
+replica's last stats and those its queued prefill will take, moved by what changed since:
+its request count (Ray's queue length, the one signal current between stats) times an
+average request's blocks, and its running requests' growth (a token per step each). With
+this request's own (its uncached prompt and ``mean_output_tokens`` of output), what
+exceeds the capacity is freed as running requests finish; a full replica turns its
+memory over about once per request lifetime (``mean_output_tokens`` steps), so::
+
+    memory_wait = max(spoken_for + need - capacity, 0) / capacity * lifetime
+
+Without it, a replica whose requests are all decoding looks cheap (no prefill queued)
+while its memory is spoken for, and requests routed there wait for departures. A
+replica that does not report its capacity falls back to the **slot wait**: counted when
+its reported usage is at least ``kv_full_fraction``,
+``(waiting + 1) * mean_output_tokens * step_ms / running``.
 
 ``correction(r)`` is an EWMA of observed over predicted service time, per replica
 (:class:`Calibrator`); reservations (:class:`Reservations`) add a pick's prefill work to
@@ -43,6 +51,9 @@ __all__ = [
     "Calibrator",
     "CostRates",
     "Reservations",
+    "memory_spoken_for",
+    "memory_wait_ms",
+    "need_blocks",
     "predict_ttft",
     "slot_wait_ms",
     "step_ms",
@@ -61,7 +72,8 @@ class CostRates:
     mean_output_tokens: int = 128
     """Decode steps a running request is assumed to still need (slot wait)."""
     kv_full_fraction: float = 0.7
-    """KV-cache usage from which waiting requests are taken to wait for memory."""
+    """KV-cache usage from which waiting requests are taken to wait for memory, on a
+    replica that does not report its capacity."""
 
 
 def step_ms(replica: ReplicaView, rates: CostRates) -> float:
@@ -84,17 +96,79 @@ def slot_wait_ms(replica: ReplicaView, rates: CostRates) -> float:
     return (replica.waiting + 1) * rates.mean_output_tokens * step / max(replica.running, 1)
 
 
+def need_blocks(uncached_tokens: int, block_size: int, rates: CostRates) -> float:
+    """KV blocks a request takes on a replica: its uncached prompt and its expected
+    output (``mean_output_tokens``)."""
+    return (uncached_tokens + rates.mean_output_tokens) / block_size
+
+
+def memory_spoken_for(
+    replica: ReplicaView,
+    pending_tokens: float,
+    need: float,
+    block_size: int,
+    *,
+    step: float,
+    stats_age_ms: float,
+) -> float:
+    """KV blocks of ``replica`` spoken for now: those in use at its stats and those its
+    queued prefill will take, scaled by how its request count (Ray's queue length,
+    current between stats) moved since — requests that finished freed about an average
+    request's blocks each, requests routed there since take as much — plus what its
+    running requests grew by since (a token per step each). A replica that was idle at
+    its stats is charged ``need`` blocks per request it has now."""
+    capacity = replica.kv_cache_blocks or 0
+    at_stats = replica.kv_cache_usage * capacity + pending_tokens / block_size
+    requests_at_stats = replica.running + replica.waiting
+    per_request = at_stats / requests_at_stats if requests_at_stats else need
+    # Clocks of two hosts can disagree a little: a snapshot "from the future" is fresh.
+    age_ms = max(stats_age_ms, 0.0)
+    grown = min(replica.running * age_ms / step / block_size, capacity) if step > 0 else 0.0
+    moved = (replica.queue_len - requests_at_stats) * per_request
+    return max(at_stats + moved + grown, 0.0)
+
+
+def memory_wait_ms(
+    replica: ReplicaView,
+    rates: CostRates,
+    *,
+    need: float,
+    block_size: int,
+    stats_age_ms: float = 0.0,
+) -> float:
+    """Uncorrected time until ``replica`` has KV memory for a request that needs
+    ``need`` blocks (the module docstring), its stats ``stats_age_ms`` old. The slot
+    wait when the replica does not report its capacity."""
+    capacity = replica.kv_cache_blocks
+    if not capacity:
+        return slot_wait_ms(replica, rates)
+    if replica.pending_prefill_tokens is not None:
+        pending = float(replica.pending_prefill_tokens)
+    else:
+        pending = replica.waiting * rates.mean_prompt_tokens
+    step = step_ms(replica, rates)
+    spoken_for = memory_spoken_for(
+        replica, pending, need, block_size, step=step, stats_age_ms=stats_age_ms
+    )
+    short = spoken_for + need - capacity
+    if short <= 0:
+        return 0.0
+    return short / capacity * rates.mean_output_tokens * step
+
+
 def predict_ttft(
     request: RequestView,
     replica: ReplicaView,
     *,
     cached_blocks: int,
     rtt_ms: float,
-    reserved_tokens: int,
+    reserved_tokens: float,
     correction: float,
     rates: CostRates,
+    stats_age_ms: float = 0.0,
 ) -> TtftTerms:
-    """Predict the time to first token of ``request`` on ``replica``, term by term."""
+    """Predict the time to first token of ``request`` on ``replica``, term by term;
+    ``reserved_tokens`` were routed there since its stats."""
     cached = min(cached_blocks * request.block_size, request.prompt_tokens)
     # vLLM always computes at least the last prompt token, even on a full cache hit.
     uncached = max(request.prompt_tokens - cached, 1)
@@ -105,10 +179,16 @@ def predict_ttft(
     rate = replica.prefill_tokens_per_s or rates.prefill_tokens_per_s
     ms_per_token = 1000.0 / rate * correction
     overhead = step_ms(replica, rates)
+    memory = memory_wait_ms(
+        replica,
+        rates,
+        need=need_blocks(uncached, request.block_size, rates),
+        block_size=request.block_size,
+        stats_age_ms=stats_age_ms,
+    )
     return TtftTerms(
         rtt_ms=rtt_ms,
-        wait_ms=(queued + reserved_tokens) * ms_per_token
-        + slot_wait_ms(replica, rates) * correction,
+        wait_ms=(queued + reserved_tokens) * ms_per_token + memory * correction,
         prefill_ms=uncached * ms_per_token,
         overhead_ms=overhead * correction,
         cached_tokens=cached,
@@ -167,22 +247,24 @@ class Calibrator:
 
 
 class Reservations:
-    """Prefill work promised to replicas but not yet visible in their stats.
+    """Work promised to replicas but not yet visible in their stats: prefill tokens
+    (released at the first token) or KV blocks (released when the request ends).
 
     A reservation counts against its replica only while it is newer than the replica's
-    last stats snapshot (after that, the replica's own ``pending_prefill_tokens`` has
-    it) and until the request's first token, end, or ``ttl_s`` — whichever is first.
+    last stats snapshot (after that, the replica's own stats have it) and until it is
+    released or ``ttl_s`` passes — whichever is first. Entries stay in reservation order,
+    so a lookup reads only those newer than the snapshot.
     """
 
     def __init__(self, ttl_s: float, clock: Callable[[], float]) -> None:
         self._ttl_s = ttl_s
         self._clock = clock
-        self._by_replica: dict[str, dict[str, tuple[int, float]]] = {}
+        self._by_replica: dict[str, dict[str, tuple[float, float]]] = {}
         self._replica_of: dict[str, str] = {}
 
-    def reserve(self, replica_id: str, request_id: str, tokens: int) -> None:
+    def reserve(self, replica_id: str, request_id: str, amount: float) -> None:
         self.release(request_id)
-        self._by_replica.setdefault(replica_id, {})[request_id] = (tokens, self._clock())
+        self._by_replica.setdefault(replica_id, {})[request_id] = (amount, self._clock())
         self._replica_of[request_id] = replica_id
 
     def release(self, request_id: str) -> None:
@@ -190,19 +272,22 @@ class Reservations:
         if replica_id is not None:
             self._by_replica[replica_id].pop(request_id, None)
 
-    def tokens_after(self, replica_id: str, since: float) -> int:
-        """Tokens reserved on ``replica_id`` after clock time ``since``."""
+    def amount_after(self, replica_id: str, since: float) -> float:
+        """The amount reserved on ``replica_id`` after clock time ``since``."""
         entries = self._by_replica.get(replica_id)
         if not entries:
             return 0
         expired_before = self._clock() - self._ttl_s
-        total = 0
-        for request_id, (tokens, at) in list(entries.items()):
-            if at < expired_before:
-                del entries[request_id]
-                self._replica_of.pop(request_id, None)
-            elif at >= since:
-                total += tokens
+        for request_id, (_, at) in list(entries.items()):
+            if at >= expired_before:
+                break
+            del entries[request_id]
+            self._replica_of.pop(request_id, None)
+        total = 0.0
+        for amount, at in reversed(entries.values()):
+            if at < since:
+                break
+            total += amount
         return total
 
     def __len__(self) -> int:

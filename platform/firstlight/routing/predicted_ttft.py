@@ -8,7 +8,13 @@ from typing import Annotated
 
 from pydantic import Field
 
-from firstlight.routing.cost import Calibrator, CostRates, Reservations, predict_ttft
+from firstlight.routing.cost import (
+    Calibrator,
+    CostRates,
+    Reservations,
+    memory_spoken_for,
+    predict_ttft,
+)
 from firstlight.routing.decision import Candidate, Decision
 from firstlight.routing.policy import PolicyParams
 from firstlight.routing.views import ReplicaView, RequestView, RoutingInput
@@ -35,10 +41,11 @@ class FirstlightParams(PolicyParams):
     """Decode steps a running request is assumed to still need: how long requests that
     wait for KV memory on a replica wait (the cost model's slot wait)."""
     kv_full_fraction: Annotated[float, Field(ge=0, le=1)] = 0.7
-    """KV-cache usage from which a replica's waiting requests are taken to wait for
-    memory (slot wait). Below "full" because the reported usage is up to a stats period
-    old; 0 counts every waiting request (which also prices waits for the token budget
-    twice, and sends a merely busy region's requests away)."""
+    """On a replica that does not report its KV capacity: the usage from which its
+    waiting requests are taken to wait for memory (slot wait). Below "full" because the
+    reported usage is up to a stats period old; 0 counts every waiting request (which
+    also prices waits for the token budget twice, and sends a merely busy region's
+    requests away)."""
     affinity_weight: Annotated[float, Field(ge=0, le=10)] = 1.0
     """Ranking penalty, in multiples of the prefill it causes, for sending a request
     away from the replica holding most of its prefix: the copy it makes evicts other
@@ -80,6 +87,7 @@ class FirstlightPolicy:
         self.name = name
         self.params = params
         self._rng = rng
+        self._clock = clock
         self._rates = CostRates(
             prefill_tokens_per_s=params.prefill_tokens_per_s,
             step_overhead_ms=params.step_overhead_ms,
@@ -92,6 +100,7 @@ class FirstlightPolicy:
             params.calibration_alpha, params.min_correction, params.max_correction
         )
         self.reservations = Reservations(params.reservation_ttl_s, clock)
+        """Prefill tokens routed to each replica, until their first token."""
 
     def choose(self, routing: RoutingInput) -> Decision:
         request = routing.request
@@ -105,11 +114,13 @@ class FirstlightPolicy:
         near = [item for item in scored if item[0] - best <= margin]
         reason = "lowest-predicted-ttft"
         if len(near) > 1:
-            # Near-ties go to the fewest requests outstanding (the queue length is the
-            # freshest signal a replica has: Ray keeps it current between stats), then
-            # at random. When no prefill is queued anywhere the predictions differ by
+            # Near-ties go to the replica with the most KV memory to spare (the share
+            # spoken for: in use, queued, routed since its stats), or, when replicas do
+            # not report their capacity, the fewest requests outstanding; then at
+            # random. When no prefill is queued anywhere the predictions differ by
             # little more than decode noise, and a random pick among them is the
-            # ``random`` arm, queueing requests behind a replica's full KV cache.
+            # ``random`` arm: it fills some replicas' memory while others have room, and
+            # the next requests there wait for memory.
             self._rng.shuffle(near)
             near.sort(key=lambda item: item[1])
             reason = "near-tie"
@@ -122,12 +133,12 @@ class FirstlightPolicy:
 
     def _score_all(
         self, request: RequestView, routing: RoutingInput, cached: Mapping[str, int]
-    ) -> list[tuple[float, int, int, ReplicaView]]:
+    ) -> list[tuple[float, float, int, ReplicaView]]:
         """Predicted TTFT of every replica: the hot loop, inlined for speed. Each value
         equals ``predict_ttft(...).total_ms`` (a test holds the two together)."""
         rates = self._rates
         correction_of = self.calibrator.correction
-        reserved_after = self.reservations.tokens_after
+        reserved_after = self.reservations.amount_after
         rtt_of = routing.rtt_ms.get
         prompt, block_size = request.prompt_tokens, request.block_size
         default_rate, mean_prompt = rates.prefill_tokens_per_s, rates.mean_prompt_tokens
@@ -138,35 +149,55 @@ class FirstlightPolicy:
         # gone, and a penalty for leaving a replica that cannot be chosen is no signal.
         most = max((cached.get(r.replica_id, 0) for r in routing.replicas), default=0)
         affinity = self.params.affinity_weight
+        now = self._clock()
         for replica in routing.replicas:
             rid = replica.replica_id
             blocks = cached.get(rid, 0)
-            queued = replica.pending_prefill_tokens
-            if queued is None:
-                queued = max(replica.queue_len - replica.running, 0) * mean_prompt
-            queued += reserved_after(rid, replica.stats_at)
+            reported = replica.pending_prefill_tokens
+            if reported is None:
+                reported = max(replica.queue_len - replica.running, 0) * mean_prompt
+            queued = reported + reserved_after(rid, replica.stats_at)
             uncached = max(prompt - blocks * block_size, 1)
             ms_per_token = 1000.0 / (replica.prefill_tokens_per_s or default_rate)
             running = replica.running
             overhead = replica.step_ms
             if overhead is None:
                 overhead = step_ms + running * per_seq_ms
-            waiting = replica.waiting
             slot_ms = 0.0
-            if replica.kv_cache_usage >= kv_full:
-                slot_ms = (waiting + 1) * mean_output * overhead / max(running, 1)
+            capacity = replica.kv_cache_blocks
+            load: float = replica.queue_len
+            if capacity:
+                pending = replica.pending_prefill_tokens
+                if pending is None:
+                    pending = replica.waiting * mean_prompt
+                need = (uncached + mean_output) / block_size
+                spoken_for = memory_spoken_for(
+                    replica,
+                    pending,
+                    need,
+                    block_size,
+                    step=overhead,
+                    stats_age_ms=(now - replica.stats_at) * 1000.0,
+                )
+                load = spoken_for / capacity
+                short = spoken_for + need - capacity
+                if short > 0:
+                    slot_ms = short / capacity * mean_output * overhead
+            elif replica.kv_cache_usage >= kv_full:
+                slot_ms = (replica.waiting + 1) * mean_output * overhead / max(running, 1)
             service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(rid)
             total = rtt_of(replica.region, 0.0) + service
             if affinity and blocks < most:
                 total += affinity * (most - blocks) * block_size * ms_per_token
-            scored.append((total, replica.queue_len, blocks, replica))
+
+            scored.append((total, load, blocks, replica))
         return scored
 
     def _candidate(
         self,
         request: RequestView,
         routing: RoutingInput,
-        item: tuple[float, int, int, ReplicaView],
+        item: tuple[float, float, int, ReplicaView],
         *,
         explained: bool,
     ) -> Candidate:
@@ -178,11 +209,12 @@ class FirstlightPolicy:
                 replica,
                 cached_blocks=blocks,
                 rtt_ms=routing.rtt_ms.get(replica.region, 0.0),
-                reserved_tokens=self.reservations.tokens_after(
+                reserved_tokens=self.reservations.amount_after(
                     replica.replica_id, replica.stats_at
                 ),
                 correction=self.calibrator.correction(replica.replica_id),
                 rates=self._rates,
+                stats_age_ms=(self._clock() - replica.stats_at) * 1000.0,
             )
         return Candidate(replica.replica_id, replica.region, total, terms, blocks)
 

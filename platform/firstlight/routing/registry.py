@@ -20,8 +20,12 @@ from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing.baselines import (
     CacheAwareParams,
     CacheAwarePolicy,
+    DynamoKvParams,
+    DynamoKvPolicy,
     LeastQueueParams,
     LeastQueuePolicy,
+    LlmdStickyParams,
+    LlmdStickyPolicy,
     PowerOfTwoParams,
     PowerOfTwoPolicy,
     PrefixAffinityParams,
@@ -127,6 +131,20 @@ _SPECS: tuple[PolicySpec, ...] = (
         "queue 2 + KV-cache utilization 2 + approximate prefix 3, max score (llm-d EPP)",
         WeightedScorerParams,
         _baseline(WeightedScorerPolicy),
+    ),
+    PolicySpec(
+        "llmd_sticky",
+        "prefix affinity filter (match >= 0.8) released past a backlog gap, then least"
+        " token load (llm-d router, sticky until saturated)",
+        LlmdStickyParams,
+        _baseline(LlmdStickyPolicy),
+    ),
+    PolicySpec(
+        "dynamo_kv",
+        "lowest prefill blocks net of cached overlap plus active decode blocks"
+        " (NVIDIA Dynamo KV router)",
+        DynamoKvParams,
+        _baseline(DynamoKvPolicy),
     ),
 )
 

@@ -49,6 +49,9 @@ class ReplicaView:
     request); ``None`` when the replica does not report it."""
     kv_cache_usage: float = 0.0
     """Fraction of KV-cache blocks in use, 0..1."""
+    kv_cache_blocks: int | None = None
+    """KV-cache capacity in blocks; ``None`` when the replica does not report it (the
+    cost model then falls back to a usage threshold)."""
     prefill_tokens_per_s: float | None = None
     """Marginal prefill throughput the engine measured (a step's fixed cost left out);
     ``None`` uses the policy's default."""

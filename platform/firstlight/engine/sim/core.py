@@ -383,5 +383,6 @@ class SimCore:
             prefill_tokens_per_s=self._recent.prefill_tokens_per_s,
             inter_token_latency_ms=self._recent.inter_token_latency_ms,
             step_ms=self._recent.step_ms,
+            kv_cache_blocks=self._pool.capacity,
             simulated=True,
         )

@@ -1,24 +1,26 @@
-"""The ``cache_aware`` baseline: SGLang model gateway's (sgl-router) cache-aware policy.
+"""The ``cache_aware`` baseline: SGLang's model gateway, now Shepherd Model Gateway (SMG).
 
-Algorithm (``sgl-router/src/policies/cache_aware.rs``, ``CacheAwarePolicy.select_worker``):
+Algorithm (``lightseekorg/smg``, ``model_gateway/src/policies/cache_aware.rs`` at
+1cb0593, release 1.7; before it ``sgl-router/src/policies/cache_aware.rs``):
 
 1. Load is *imbalanced* when ``max_load - min_load > balance_abs_threshold`` **and**
    ``max_load > min_load * balance_rel_threshold``; then the least loaded worker wins
    (``min_by_key``: the first of equals).
 2. Otherwise the router looks the prompt up in its approximate radix tree of previously
    routed prompts. If the best ``match_rate = matched / prompt length`` is
-   ``> cache_threshold``, the worker with that match wins; else the worker with the
-   smallest tree (the most spare cache, by the router's estimate).
+   ``> cache_threshold``, the worker with that match wins; else the least loaded worker
+   (SMG; sgl-router took the worker with the smallest tree, which floods a busy worker
+   on misses, sglang#14532).
 3. The routed prompt is inserted into the winner's tree; a background thread evicts
    least recently used leaves every ``eviction_interval_secs`` from trees larger than
    ``max_tree_size`` (``tree.rs``: ``evict_tenant_by_size``).
 
-Defaults are the router's launch defaults, ``RouterArgs`` in
-``sgl-router/py_src/sglang_router/router_args.py``: ``cache_threshold=0.3``,
-``balance_abs_threshold=64``, ``balance_rel_threshold=1.5``,
-``eviction_interval_secs=120``, ``max_tree_size=2**26``. (The Rust
-``CacheAwareConfig::default()`` in ``policies/mod.rs``, 0.5 / 32 / 1.1 / 30 / 10,000, is
-only used when the policy is built without the launcher's arguments.)
+Defaults are the gateway's command-line defaults (SMG ``main.rs`` at 1cb0593, the same
+as sgl-router's ``RouterArgs``): ``cache_threshold=0.3``, ``balance_abs_threshold=64``,
+``balance_rel_threshold=1.5``, ``eviction_interval_secs=120``, ``max_tree_size=2**26``.
+(The Rust ``CacheAwareConfig::default()``, 0.5 / 32 / 1.1 / 30 / 10,000, is only used
+when the policy is built without the launcher's arguments.) Newer SMG builds add
+KV-usage triggers and a per-request spill gate, off by default and not re-implemented.
 
 Where our inputs differ:
 
@@ -75,11 +77,11 @@ class CacheAwareParams(PolicyParams):
 
 class CacheAwarePolicy(TreePolicy):
     """Shortest queue when imbalanced, else best approximate prefix match above the
-    threshold, else smallest tree.
+    threshold, else least loaded.
 
     Reasons and scores (lower is better; ties keep candidate order):
     ``imbalanced-shortest-queue`` (score = queue length), ``prefix-match``
-    (1 - match rate), ``smallest-tree`` (tree size in blocks). ``cached_blocks`` is the
+    (1 - match rate), ``least-load`` (queue length). ``cached_blocks`` is the
     candidate's match in the tree.
     """
 
@@ -111,8 +113,8 @@ class CacheAwarePolicy(TreePolicy):
                 scores = [1.0 - c / len(hashes) for c in cached]
                 reason = "prefix-match"
             else:
-                scores = [float(self._tree.size(r.replica_id)) for r in replicas]
-                reason = "smallest-tree"
+                scores = [float(q) for q in loads]
+                reason = "least-load"
         order = sorted(range(n), key=scores.__getitem__)
         return Decision(self.name, by_score(replicas, order, scores, cached), reason)
 
