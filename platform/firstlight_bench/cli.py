@@ -26,6 +26,10 @@ _KV_HELP = (
     "cluster's cache)."
 )
 _CPUS = os.cpu_count() or 1
+_PRESET_HELP = (
+    "A published shape (llmd-b2b-saas, sglang-gsp): its workload and parameters; "
+    "--param values win."
+)
 _ALL_ARMS = (
     "firstlight,round_robin,random,least_queue,power_of_two,cache_aware,"
     "prefix_affinity,weighted_scorer,llmd_sticky,dynamo_kv"
@@ -104,7 +108,8 @@ def bench_sim(
         Path | None,
         typer.Option("--out", help="Folder for results.json, report.md, PNGs (required)."),
     ] = None,
-    workload: Annotated[str, typer.Option(help="W1..W6 (see --describe).")] = "W1",
+    workload: Annotated[str, typer.Option(help="W1..W7 (see --describe).")] = "W1",
+    preset: Annotated[str | None, typer.Option(help=_PRESET_HELP)] = None,
     regions: Annotated[int, typer.Option(min=1, max=16)] = 4,
     replicas: Annotated[int, typer.Option(min=1, max=256, help="Per region.")] = 16,
     seeds: Annotated[
@@ -130,7 +135,14 @@ def bench_sim(
     from firstlight.errors import FirstlightError
     from firstlight_bench.sim import run_sim
     from firstlight_bench.workloads import describe as describe_workload
+    from firstlight_bench.workloads.presets import resolve_preset
 
+    workload_params = parse_params(param or [])
+    if preset is not None:
+        try:
+            workload, workload_params = resolve_preset(preset, workload_params)
+        except FirstlightError as exc:
+            _fail(exc)
     if describe:
         try:
             typer.echo(describe_workload(workload))
@@ -157,7 +169,7 @@ def bench_sim(
             profile=profile,
             kv_blocks=kv_blocks,
             jobs=jobs,
-            params=parse_params(param or []),
+            params=workload_params,
             command=command,
             progress=lambda line: typer.echo(line, err=True),
         )

@@ -172,3 +172,28 @@ def test_bench_live_refuses_bad_arms_before_deploying(
     assert "deploying" not in result.stderr
     assert "Traceback" not in result.output
     assert not out.exists()
+
+
+def test_a_preset_expands_into_its_workload_and_parameters(tmp_path: Path) -> None:
+    described = runner.invoke(app, ["bench", "sim", "--preset", "sglang-gsp", "--describe"])
+    assert described.exit_code == 0, described.output
+    assert described.stdout.startswith("W1:")
+    out = tmp_path / "run"
+    args = ["bench", "sim", "--out", str(out), "--preset", "sglang-gsp", "--param", "groups=4",
+            "--param", "system_tokens=256", "--regions", "1", "--replicas", "2", "--arms",
+            "least_queue", "--loads", "0.5", "--requests", "40", "--seeds", "0"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    params = json.loads((out / "results.json").read_text())["meta"]["workload"]["params"]
+    # The preset's shape, with the explicit --param values winning.
+    assert (params["groups"], params["system_tokens"]) == (4, 256)
+    assert (params["question_tokens"], params["output_tokens"]) == (128, 256)
+    assert params["length_spread"] == 0.0
+
+
+def test_an_unknown_preset_is_named() -> None:
+    result = runner.invoke(app, ["bench", "sim", "--preset", "nope", "--describe"])
+    assert result.exit_code != 0
+    assert "preset" in result.stderr
+    assert "llmd-b2b-saas" in result.stderr
+    assert "Traceback" not in result.output

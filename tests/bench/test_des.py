@@ -209,11 +209,12 @@ def test_firstlight_local_never_leaves_the_client_region(
 
 def test_a_forwarded_request_pays_the_round_trip() -> None:
     workload = _w1(requests=120, regions=1, rate_rps=400.0)
-    rtt = default_rtt_ms(2)  # 80 ms between regions 0 and 1
+    rtt = default_rtt_ms(2)  # 72 ms between regions 0 and 1
     run = simulate(workload, "firstlight", ClusterSpec(2, 1, rtt_ms=rtt, kv_cache_blocks=2_000))
     forwarded = [o for o in run.outcomes if o.served_region != o.client_region]
+    assert forwarded  # the home replica queues while the peer sits idle
     # Out to the peer and the first token back: at least a whole round trip.
-    assert all(o.ttft_ms is not None and o.ttft_ms >= 80.0 for o in forwarded)
+    assert all(o.ttft_ms is not None and o.ttft_ms >= 72.0 for o in forwarded)
 
 
 # --- every arm, end to end ------------------------------------------------------------

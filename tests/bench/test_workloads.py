@@ -7,6 +7,7 @@ import json
 import math
 import statistics
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +24,10 @@ from firstlight_bench.workloads import (
     workload_names,
 )
 
+MOONCAKE_SAMPLE = Path(__file__).parent / "data" / "mooncake-synthetic.jsonl"
+"""300 made-up requests in the Mooncake trace format (see data/README.md)."""
+MOONCAKE_REAL = Path(__file__).parents[3] / "shared" / "traces" / "mooncake"
+
 # Small content so the statistical tests stay fast; arrivals do not depend on it.
 SMALL: dict[str, dict[str, Any]] = {
     "W1": {"system_tokens": 32, "question_tokens": 8},
@@ -31,6 +36,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "W4": {"system_tokens": 32, "question_tokens": 8},
     "W5": {"system_tokens": 32, "question_tokens": 8},
     "W6": {"system_tokens": 32, "question_tokens": 8},
+    "W7": {"trace": str(MOONCAKE_SAMPLE)},
 }
 
 
@@ -55,8 +61,8 @@ def cv(values: list[float]) -> float:
     return statistics.pstdev(values) / statistics.fmean(values)
 
 
-def test_registry_lists_w1_to_w6_with_described_parameters() -> None:
-    assert workload_names() == ("W1", "W2", "W3", "W4", "W5", "W6")
+def test_registry_lists_w1_to_w7_with_described_parameters() -> None:
+    assert workload_names() == ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
     for name, spec in WORKLOADS.items():
         text = describe(name)
         assert text.startswith(f"{name}: ")
@@ -263,29 +269,45 @@ def test_control_prompts_share_nothing() -> None:
     assert workload.mean_prompt_tokens() == pytest.approx(384, rel=0.03)
 
 
-def test_multi_region_peaks_are_phase_shifted() -> None:
-    regions, n, rate = 4, 8000, 40.0
+def test_multi_region_peaks_take_turns_at_3_2_times_the_neighbours() -> None:
+    regions, n, rate = 4, 40_000, 40.0
     workload = generate("W6", seed=12, rate_rps=rate, num_requests=n, **SMALL["W6"])
     assert workload.regions == regions
     period = workload.params["derived"]["period_s"]
     assert period == pytest.approx(n / rate)
     assert n / workload.requests[-1].arrival_s == pytest.approx(rate, rel=0.05)
 
-    by_region: dict[int, list[float]] = defaultdict(list)
-    for r in workload.requests:
-        by_region[r.client_region].append(r.arrival_s)
-    assert sorted(by_region) == list(range(regions))
-    # rate_r(t) ∝ 1 + 0.8 sin(2π t / period + 2π r / 4) peaks at t / period = 1/4 - r/4:
-    # in four quarter-period bins centred on 0, 1/4, 1/2, 3/4, region r peaks in 1 - r.
-    for region, times in by_region.items():
-        assert len(times) == pytest.approx(n / regions, rel=0.1)
-        bins = Counter(math.floor((t / period + 1 / 8) * 4) % 4 for t in times)
-        assert max(range(4), key=lambda b: bins[b]) == (1 - region) % 4
-        # First Fourier coefficient: the phase of each region's arrivals is 2π r / 4.
-        sin_sum = sum(math.sin(2 * math.pi * t / period) for t in times)
-        cos_sum = sum(math.cos(2 * math.pi * t / period) for t in times)
-        phase_error = math.atan2(cos_sum, sin_sum) - 2 * math.pi * region / regions
-        assert abs(math.remainder(phase_error, 2 * math.pi)) < 0.2
+    # Counts per (region, slice of the day): region r peaks in slice r. Over a slice a
+    # raised cosine from 0.5 to 1.6 averages 1.05, so a region sends 2.1x in its own
+    # slice what it sends in another's.
+    counts = Counter(
+        (r.client_region, min(int(r.arrival_s / period * regions), regions - 1))
+        for r in workload.requests
+    )
+    for region in range(regions):
+        own = counts[(region, region)]
+        others = [counts[(region, s)] for s in range(regions) if s != region]
+        assert own / statistics.fmean(others) == pytest.approx(1.05 / 0.5, rel=0.1)
+    # At the top of its peak (the middle tenth of its slice) a region sends 1.6 / 0.5
+    # what one of its neighbours sends then.
+    middle = [
+        r for r in workload.requests if abs((r.arrival_s / period * regions) % 1 - 0.5) < 0.05
+    ]
+    by_region = Counter(r.client_region for r in middle)
+    peaking = Counter(min(int(r.arrival_s / period * regions), 3) for r in middle)
+    for region in range(regions):
+        top = sum(
+            1
+            for r in middle
+            if r.client_region == region == min(int(r.arrival_s / period * regions), 3)
+        )
+        neighbours = (by_region[region] - top) / 3
+        assert top / neighbours == pytest.approx(1.6 / 0.5, rel=0.25), (region, peaking)
+
+
+def test_multi_region_refuses_a_trough_above_the_peak() -> None:
+    with pytest.raises(ConfigError, match="trough"):
+        generate("W6", seed=0, rate_rps=1.0, num_requests=10, peak=1.0, trough=2.0)
 
 
 def test_multi_region_users_share_their_region_prompts() -> None:
@@ -302,7 +324,14 @@ def test_multi_region_users_share_their_region_prompts() -> None:
 @pytest.mark.parametrize(
     ("name", "kwargs", "expected"),
     [
-        ("W7", {}, "workload = 'W7'"),
+        ("W9", {}, "workload = 'W9'"),
+        ("W7", {}, "W7.trace = ''"),
+        ("W7", {"trace": "/nonexistent/trace.jsonl"}, "cannot read the trace"),
+        (
+            "W7",
+            {"trace": str(MOONCAKE_SAMPLE), "max_prompt_tokens": 10},
+            "W7.max_prompt_tokens = 10",
+        ),
         ("W1", {"groups": 0}, "W1.groups = 0"),
         ("W1", {"colour": "red"}, "W1.colour = 'red': unknown field"),
         ("W1", {"length_spread": 1.5}, "W1.length_spread = 1.5"),
@@ -313,7 +342,7 @@ def test_multi_region_users_share_their_region_prompts() -> None:
         ("W4", {"zipf_s": -1.0}, "W4.zipf_s = -1.0"),
         ("W5", {"burstiness": 0}, "W5.burstiness = 0"),
         ("W6", {"regions": 1}, "regions = 1: W6 needs an integer in 2..1000"),
-        ("W6", {"amplitude": 1.2}, "W6.amplitude = 1.2"),
+        ("W6", {"peak": 0}, "W6.peak = 0"),
         ("W1", {"rate_rps": 0}, "rate_rps = 0"),
         ("W1", {"rate_rps": math.inf}, "rate_rps = inf"),
         ("W1", {"num_requests": 0}, "num_requests = 0"),
@@ -334,3 +363,67 @@ def test_every_problem_is_reported_at_once() -> None:
         generate("W1", seed=0, rate_rps=-1, num_requests=10, groups=0, system_tokens=0)
     paths = {problem.path for problem in caught.value.problems}
     assert paths == {"rate_rps", "W1.groups", "W1.system_tokens"}
+
+
+# --- W7: the Mooncake trace -------------------------------------------------------------
+
+
+def test_mooncake_blocks_become_shared_token_runs_and_arrivals_keep_their_shape() -> None:
+    rows = [json.loads(line) for line in MOONCAKE_SAMPLE.read_text().splitlines()]
+    workload = generate("W7", seed=0, rate_rps=50.0, num_requests=300, **SMALL["W7"])
+    assert len(workload.requests) == 300
+    assert workload.params["derived"]["window_start"] == 0
+    by_arrival = sorted(rows, key=lambda r: r["timestamp"])
+    for row, request in zip(by_arrival, workload.requests, strict=True):
+        assert len(request.prompt) == row["input_length"]
+        assert request.max_tokens == row["output_length"]
+    # Equal block ids are equal token runs: every prompt starts with block 0's 512 tokens.
+    firsts = {r.prompt[:512] for r in workload.requests}
+    assert len(firsts) == 1
+    # A later turn of a conversation extends its earlier prompt, block for block.
+    index = {tuple(r["hash_ids"]): i for i, r in enumerate(by_arrival)}
+    extended = 0
+    for i, row in enumerate(by_arrival):
+        shorter = tuple(row["hash_ids"][:-1])
+        j = index.get(shorter)
+        if j is not None and len(shorter) > 1:
+            full = (len(shorter) - 1) * 512  # the earlier turn's last block may be partial
+            assert workload.requests[i].prompt[:full] == workload.requests[j].prompt[:full]
+            assert workload.requests[i].client_region == workload.requests[j].client_region
+            extended += 1
+    assert extended > 20
+    # Arrivals: the trace's gaps scaled by one factor, mean rate 50 req/s.
+    stamps = [r["timestamp"] / 1000.0 for r in by_arrival]
+    scale = workload.params["derived"]["time_scale"]
+    for stamp, request in zip(stamps, workload.requests, strict=True):
+        assert request.arrival_s == pytest.approx((stamp - stamps[0]) * scale, abs=1e-9)
+    assert 300 / workload.requests[-1].arrival_s == pytest.approx(50.0)
+
+
+def test_mooncake_seeds_replay_other_windows_and_cut_long_prompts() -> None:
+    one = generate("W7", seed=1, rate_rps=5.0, num_requests=100, **SMALL["W7"])
+    assert one.params["derived"]["window_start"] == 1499 % 201
+    cut = generate(
+        "W7", seed=0, rate_rps=5.0, num_requests=300, max_prompt_tokens=1024,
+        max_output_tokens=16, **SMALL["W7"],
+    )  # fmt: skip
+    assert max(len(r.prompt) for r in cut.requests) == 1024
+    assert max(r.max_tokens for r in cut.requests) == 16
+    assert cut.params["derived"]["prompts_cut"] > 0
+
+
+def test_mooncake_needs_enough_rows() -> None:
+    with pytest.raises(ConfigError, match="holds 300 requests, fewer than num_requests = 301"):
+        generate("W7", seed=0, rate_rps=5.0, num_requests=301, **SMALL["W7"])
+
+
+@pytest.mark.skipif(
+    not (MOONCAKE_REAL / "conversation_trace.jsonl").exists(),
+    reason="the Mooncake conversation trace is not beside the repository (CI has it)",
+)
+def test_a_slice_of_the_real_conversation_trace_shares_its_system_block() -> None:
+    trace = str(MOONCAKE_REAL / "conversation_trace.jsonl")
+    workload = generate("W7", seed=0, rate_rps=10.0, num_requests=200, regions=4, trace=trace)
+    assert {r.prompt[:512] for r in workload.requests}.__len__() == 1
+    assert workload.params["derived"]["trace_rows"] == 12_031
+    assert {r.client_region for r in workload.requests} == {0, 1, 2, 3}

@@ -1,4 +1,4 @@
-"""Seeded, replayable workloads W1-W6 for the routing benchmark (``BENCHMARKS.md``).
+"""Seeded, replayable workloads W1-W7 for the routing benchmark (``BENCHMARKS.md``).
 
 Who calls what: the benchmark runner calls :func:`generate` (or
 :meth:`Workload.with_rate` for the next load point) and hands the :class:`Workload` to
@@ -14,8 +14,9 @@ W2     multi-turn sessions, each turn extends the last     Poisson session start
 W3     no sharing, random lengths (the control)            Poisson
 W4     W1 with Zipf-hot groups                             Poisson
 W5     W1's content                                        Gamma (bursty)
-W6     per-region system prompts                           per-region sinusoids,
-                                                           phase-shifted (thinning)
+W6     per-region system prompts                           each region's daily peak
+                                                           in turn (thinning)
+W7     the Mooncake conversation trace's prefix blocks     the trace's, scaled
 =====  ==================================================  ===========================
 
 Each workload's module docstring and parameter model document it in full;
@@ -42,6 +43,7 @@ from firstlight_bench.workloads._registry import (
     workload_names,
 )
 from firstlight_bench.workloads.control import ControlParams
+from firstlight_bench.workloads.mooncake import MooncakeParams
 from firstlight_bench.workloads.multi_region import MultiRegionParams
 from firstlight_bench.workloads.multi_turn import MultiTurnParams
 from firstlight_bench.workloads.shared_prefix import (
@@ -54,6 +56,7 @@ __all__ = [
     "WORKLOADS",
     "BurstyParams",
     "ControlParams",
+    "MooncakeParams",
     "MultiRegionParams",
     "MultiTurnParams",
     "SharedPrefixParams",

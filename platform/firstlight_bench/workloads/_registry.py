@@ -20,6 +20,7 @@ from firstlight.config import validation_problems
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight_bench.workloads._model import Trace, TraceShape, Workload, WorkloadParams
 from firstlight_bench.workloads.control import ControlParams, generate_control
+from firstlight_bench.workloads.mooncake import MooncakeParams, generate_mooncake
 from firstlight_bench.workloads.multi_region import MultiRegionParams, generate_multi_region
 from firstlight_bench.workloads.multi_turn import MultiTurnParams, generate_multi_turn
 from firstlight_bench.workloads.shared_prefix import (
@@ -94,16 +95,23 @@ _SPECS: tuple[WorkloadSpec, ...] = (
     ),
     WorkloadSpec(
         "W6",
-        "multi-region: phase-shifted daily peaks per client region, regional prompts",
+        "multi-region: each region's daily peak in turn (3.2x its neighbours'), regional prompts",
         MultiRegionParams,
         generate_multi_region,
         default_regions=4,
         min_regions=2,
     ),
+    WorkloadSpec(
+        "W7",
+        "a real production trace: Mooncake FAST'25 conversations (--param trace=PATH),"
+        " its own arrivals scaled to the load",
+        MooncakeParams,
+        generate_mooncake,
+    ),
 )
 
 WORKLOADS: Mapping[str, WorkloadSpec] = {spec.name: spec for spec in _SPECS}
-"""Every workload by name, ``"W1"`` .. ``"W6"``."""
+"""Every workload by name, ``"W1"`` .. ``"W7"``."""
 
 
 def workload_names() -> tuple[str, ...]:
