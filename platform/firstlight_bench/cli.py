@@ -26,6 +26,10 @@ _KV_HELP = (
     "cluster's cache)."
 )
 _CPUS = os.cpu_count() or 1
+_FLEET_HELP = (
+    "A mixed fleet instead of --replicas x --profile: per region (;) NAME*COUNT parts "
+    "joined by +, e.g. 'h100-llama-8b*8+a100-llama-8b*8;l4-llama-8b*16' (W8 has one)."
+)
 _PRESET_HELP = (
     "A published shape (llmd-b2b-saas, sglang-gsp): its workload and parameters; "
     "--param values win."
@@ -108,7 +112,7 @@ def bench_sim(
         Path | None,
         typer.Option("--out", help="Folder for results.json, report.md, PNGs (required)."),
     ] = None,
-    workload: Annotated[str, typer.Option(help="W1..W7 (see --describe).")] = "W1",
+    workload: Annotated[str, typer.Option(help="W1..W8 (see --describe).")] = "W1",
     preset: Annotated[str | None, typer.Option(help=_PRESET_HELP)] = None,
     regions: Annotated[int, typer.Option(min=1, max=16)] = 4,
     replicas: Annotated[int, typer.Option(min=1, max=256, help="Per region.")] = 16,
@@ -124,6 +128,7 @@ def bench_sim(
     ),
     requests: Annotated[int, typer.Option(min=10, help="Requests per load point.")] = 2000,
     profile: Annotated[str, typer.Option(help="Simulator GPU profile.")] = "h100-llama-8b",
+    fleet: Annotated[str | None, typer.Option(help=_FLEET_HELP)] = None,
     kv_blocks: Annotated[int | None, typer.Option(help=_KV_HELP)] = None,
     param: Annotated[
         list[str] | None, typer.Option(help="Workload parameter NAME=VALUE (repeatable).")
@@ -167,6 +172,7 @@ def bench_sim(
             out=out,
             requests=requests,
             profile=profile,
+            fleet=fleet,
             kv_blocks=kv_blocks,
             jobs=jobs,
             params=workload_params,

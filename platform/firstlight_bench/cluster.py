@@ -26,6 +26,7 @@ __all__ = [
     "arm_names",
     "block_hashes",
     "kv_blocks_for",
+    "parse_fleet",
 ]
 
 
@@ -56,6 +57,9 @@ class ClusterSpec:
     stats_period_s: float = 0.5
     probe_interval_s: float = 1.0
     hash_seed: int = 0
+    fleet: tuple[tuple[str, ...], ...] = ()
+    """Per region, the profile of each of its replicas (a mixed fleet; :func:`parse_fleet`);
+    empty: ``replicas_per_region`` replicas of ``profile`` in every region."""
     policy_params: dict[str, dict[str, object]] = field(default_factory=dict)
     """Per policy: the parameters that differ from its defaults (the hardware figures an
     operator configures, such as the cost model's priors); other parameters and policies
@@ -64,15 +68,28 @@ class ClusterSpec:
     def rtt(self, a: int, b: int) -> float:
         return self.rtt_ms[a][b] if self.rtt_ms else 0.0
 
-    def build_profile(self) -> SimProfile:
-        profile = get_profile(self.profile)
+    def build_profile(self, name: str | None = None) -> SimProfile:
+        """Profile ``name`` (default: the cluster's reference ``profile``) with the KV
+        cache set to ``kv_cache_blocks``, never above the device's own capacity."""
+        profile = get_profile(name or self.profile)
         if self.kv_cache_blocks is not None:
+            blocks = min(self.kv_cache_blocks, profile.kv_cache_blocks)
             # A smaller cache also caps the longest request it can hold.
-            longest = min(profile.max_model_len, self.kv_cache_blocks * profile.block_size)
-            profile = dataclasses.replace(
-                profile, kv_cache_blocks=self.kv_cache_blocks, max_model_len=longest
-            )
+            longest = min(profile.max_model_len, blocks * profile.block_size)
+            profile = dataclasses.replace(profile, kv_cache_blocks=blocks, max_model_len=longest)
         return profile
+
+    def region_profiles(self, g: int) -> list[SimProfile]:
+        """The profile of each replica of region ``g``, in replica order."""
+        if self.fleet:
+            return [self.build_profile(name) for name in self.fleet[g]]
+        return [self.build_profile()] * self.replicas_per_region
+
+    @property
+    def total_replicas(self) -> int:
+        if self.fleet:
+            return sum(len(region) for region in self.fleet)
+        return self.regions * self.replicas_per_region
 
     def check(self, arm: str, workload_regions: int) -> None:
         """Raise :class:`ConfigError` for an unknown arm, a workload with more client
@@ -92,6 +109,21 @@ class ClusterSpec:
                     )
                 ]
             )
+        if self.fleet:
+            if len(self.fleet) != self.regions or not all(self.fleet):
+                raise ConfigError(
+                    [
+                        ConfigProblem(
+                            "fleet",
+                            f"must list the replicas of each of the {self.regions} regions",
+                            self.fleet,
+                            True,
+                        )
+                    ]
+                )
+            for region in self.fleet:
+                for name in region:
+                    get_profile(name)
         if self.rtt_ms and (
             len(self.rtt_ms) != self.regions or any(len(row) != self.regions for row in self.rtt_ms)
         ):
@@ -102,6 +134,29 @@ class ClusterSpec:
                     )
                 ]
             )
+
+
+def parse_fleet(text: str) -> tuple[tuple[str, ...], ...]:
+    """``"h100-llama-8b*16;h100-llama-8b*8+a100-llama-8b*8"`` → per region (``;``) the
+    profile of each replica (``+`` joins ``name*count`` parts). Raises
+    :class:`ConfigError` naming ``fleet`` for a malformed text or an unknown profile."""
+    regions = []
+    try:
+        for region_text in text.split(";"):
+            replicas: list[str] = []
+            for part in region_text.split("+"):
+                name, _, count = part.strip().partition("*")
+                number = int(count) if count else 1
+                if not name or not 1 <= number <= 1024:
+                    raise ValueError(part)
+                get_profile(name)
+                replicas += [name] * number
+            regions.append(tuple(replicas))
+    except ValueError as exc:
+        raise ConfigError(
+            [ConfigProblem("fleet", f"expected name*count[+...][;...], got {exc}", text, True)]
+        ) from exc
+    return tuple(regions)
 
 
 def block_hashes(

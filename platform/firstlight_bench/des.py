@@ -7,7 +7,8 @@ Called by ``firstlight bench sim`` (:mod:`firstlight_bench.sim`) once per arm an
 on the same trace. Deterministic for a seed; one process; no asyncio, no sleeping.
 
 What runs, per region: ``replicas`` :class:`~firstlight.engine.sim.VirtualSim` replicas
-of one GPU profile; a :class:`~firstlight.region.state.RouterState` with the arm's
+of one GPU profile, or of the cluster's ``fleet`` (mixed GPU generations); a
+:class:`~firstlight.region.state.RouterState` with the arm's
 policy (the object the gateway's request router fills); a
 :class:`~firstlight.hints.HintMirror` fed with every replica's cache events at the end of
 each step (one :class:`~firstlight_bench.sim_region.SimRegion` per region). Requests
@@ -128,7 +129,7 @@ class _Run:
         profile = cluster.build_profile()
         self.block_size = profile.block_size
         self.regions = [
-            SimRegion.build(g, cluster, profile, policy_name, seed, self.clock)
+            SimRegion.build(g, cluster, policy_name, seed, self.clock)
             for g in range(cluster.regions)
         ]
         self.flights: dict[str, _Flight] = {}

@@ -2,8 +2,8 @@
 
 Not a routing policy: a lower bound every arm is reported against (BENCHMARKS.md). A
 request's floor is its TTFT **alone on an idle replica of its own region** (no queue, no
-round trip; :meth:`~firstlight.engine.sim.SimProfile.lone_ttft_ms` of the region's
-fastest profile), **with every prompt block that any earlier request of that region
+round trip; :meth:`~firstlight.engine.sim.SimProfile.lone_ttft_ms` on the region's
+fastest replica for that request), **with every prompt block that any earlier request of that region
 brought already cached** — once that request's own floor prefill would have finished.
 
 Two choices make it arm-independent, so one floor serves every arm of a trace:
@@ -21,7 +21,7 @@ Called by :func:`firstlight_bench.sim.run_sim` once per trace; pure.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from firstlight.engine.sim import SimProfile
 from firstlight_bench.workloads import Workload
@@ -32,18 +32,19 @@ __all__ = ["floor_ttfts_ms"]
 def floor_ttfts_ms(
     workload: Workload,
     hashes: Mapping[str, tuple[int, ...]],
-    profiles: Mapping[int, SimProfile],
+    profiles: Mapping[int, Sequence[SimProfile]],
 ) -> dict[str, float]:
     """Request id → floor TTFT in ms. ``hashes`` are the requests' hint hashes
     (:func:`firstlight_bench.cluster.block_hashes`); ``profiles`` maps each client region
-    to the fastest profile among its replicas. Raises ``KeyError`` for a request whose
-    region has no profile."""
+    to its replicas' profiles (a block size common to them). Raises ``KeyError`` for a
+    request whose region has no profile."""
     ready: dict[int, dict[int, float]] = {}
     """Per region: block hash → when it is first cached (trace seconds)."""
     floors = {}
     for request in sorted(workload.requests, key=lambda r: r.arrival_s):
         region = request.client_region
-        profile = profiles[region]
+        kinds = profiles[region]
+        block_size = kinds[0].block_size
         known = ready.setdefault(region, {})
         blocks = hashes[request.request_id]
         cached = 0
@@ -51,7 +52,7 @@ def floor_ttfts_ms(
             if known.get(block, math.inf) > request.arrival_s:
                 break
             cached += 1
-        ttft_ms = profile.lone_ttft_ms(len(request.prompt), cached * profile.block_size)
+        ttft_ms = min(p.lone_ttft_ms(len(request.prompt), cached * block_size) for p in kinds)
         done_s = request.arrival_s + ttft_ms / 1000.0
         for block in blocks[cached:]:
             if known.get(block, math.inf) > done_s:

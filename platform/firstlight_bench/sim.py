@@ -25,12 +25,12 @@ from typing import Any
 from firstlight.engine.sim import SimProfile
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.telemetry.rolling import percentile
-from firstlight_bench.cluster import ClusterSpec, block_hashes, kv_blocks_for
+from firstlight_bench.cluster import ClusterSpec, block_hashes, kv_blocks_for, parse_fleet
 from firstlight_bench.des import simulate
 from firstlight_bench.floor import floor_ttfts_ms
 from firstlight_bench.report import write_run
 from firstlight_bench.results import git_commit, summarize
-from firstlight_bench.workloads import generate
+from firstlight_bench.workloads import WORKLOADS, generate
 
 __all__ = ["default_rtt_ms", "hardware_params", "measure_capacity_rps", "run_sim"]
 
@@ -78,6 +78,11 @@ def hardware_params(profile: SimProfile) -> dict[str, dict[str, object]]:
     }
 
 
+def region_profiles(cluster: ClusterSpec) -> dict[int, list[SimProfile]]:
+    """Each region's replica profiles (the floor takes the fastest for each request)."""
+    return {g: cluster.region_profiles(g) for g in range(cluster.regions)}
+
+
 def measure_capacity_rps(
     workload: str,
     cluster: ClusterSpec,
@@ -100,18 +105,15 @@ def measure_capacity_rps(
     probe = generate(
         workload, seed=seed, rate_rps=1.0, num_requests=requests, regions=regions, **params
     )
-    floors = sorted(
-        floor_ttfts_ms(
-            probe, block_hashes(probe, cluster, memo), dict.fromkeys(range(regions), profile)
-        ).values()
-    )
+    hashes = block_hashes(probe, cluster, memo)
+    floors = sorted(floor_ttfts_ms(probe, hashes, region_profiles(cluster)).values())
     floor_p90 = percentile(floors, 0.9) or 0.0
     ttft_p90_ms = max(ttft_p90_ms, 2.0 * floor_p90)
     per_request_ms = probe.mean_prompt_tokens() * profile.prefill_ms_per_token + (
         probe.mean_output_tokens()
         * (profile.decode_ms_per_seq + profile.step_overhead_ms / profile.max_num_seqs)
     )
-    analytic = cluster.regions * cluster.replicas_per_region * 1000.0 / per_request_ms
+    analytic = cluster.total_replicas * 1000.0 / per_request_ms
     low, high = 0.01 * analytic, 4.0 * analytic
     met = False
     for _ in range(iterations):
@@ -167,8 +169,7 @@ def _run_task(task: _Task) -> tuple[list[dict[str, Any]], dict[str, float], list
     )
     cluster = task.cluster
     hashes = block_hashes(trace, cluster)
-    profile = cluster.build_profile()
-    floors = floor_ttfts_ms(trace, hashes, {g: profile for g in range(cluster.regions)})
+    floors = floor_ttfts_ms(trace, hashes, region_profiles(cluster))
     points, wall, lines = [], {}, []
     for arm in task.arms:
         run = simulate(trace, arm, cluster, seed=task.seed, hashes=hashes)
@@ -203,6 +204,7 @@ def run_sim(
     out: Path,
     requests: int = 2000,
     profile: str = "h100-llama-8b",
+    fleet: str | None = None,
     kv_blocks: int | None = None,
     params: Mapping[str, Any] | None = None,
     command: str | None = None,
@@ -214,11 +216,16 @@ def run_sim(
 
     The KV-cache size and the capacity (load 1.0) come from the first seed's trace, so
     every seed runs at the same offered rates; each (seed, load) is one task, run in
-    ``jobs`` processes at once (``1``: in this process)."""
+    ``jobs`` processes at once (``1``: in this process). ``fleet`` (a
+    :func:`~firstlight_bench.cluster.parse_fleet` text; default: the workload's own, such
+    as W8's mixed fleet) replaces ``replicas`` x ``profile`` in every region; ``profile``
+    stays the reference for the cost model's priors and the KV sizing."""
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError([ConfigProblem("seeds", "empty or repeated", list(seeds), True)])
     params = dict(params or {})
-    total = regions * replicas
+    if fleet is None and workload in WORKLOADS:
+        fleet = WORKLOADS[workload].fleet
+    fleet_spec = parse_fleet(fleet) if fleet else ()
     sim_profile = ClusterSpec(regions, replicas, profile=profile).build_profile()
     priors = hardware_params(sim_profile)
     first = seeds[0]
@@ -226,8 +233,15 @@ def run_sim(
         workload, seed=first, rate_rps=1.0, num_requests=requests, regions=regions, **params
     )
     cluster = ClusterSpec(
-        regions, replicas, profile=profile, rtt_ms=default_rtt_ms(regions), policy_params=priors
+        regions,
+        replicas,
+        profile=profile,
+        rtt_ms=default_rtt_ms(regions),
+        fleet=fleet_spec,
+        policy_params=priors,
     )
+    cluster.check("least_queue", probe.regions)
+    total = cluster.total_replicas
     memo: dict[tuple[int, ...], tuple[int, ...]] = {}
     hashes = block_hashes(probe, cluster, memo)
     blocks = (
@@ -240,9 +254,10 @@ def run_sim(
         workload, cluster, memo, seed=first, requests=requests, regions=regions, params=params
     )
     del memo, hashes
+    shape = f"fleet {fleet}" if fleet else f"{regions} x {replicas} replicas ({profile})"
     progress(
-        f"{workload}: {requests} requests, {regions} x {replicas} replicas ({profile}, "
-        f"{blocks} KV blocks each), capacity estimate {capacity:.0f} req/s, "
+        f"{workload}: {requests} requests, {shape}, "
+        f"{blocks} KV blocks each at most, capacity estimate {capacity:.0f} req/s, "
         f"seeds {', '.join(map(str, seeds))}, {jobs} process(es)"
     )
     tasks = [

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from firstlight.engine.sim import SimCore, SimProfile, VirtualSim
+from firstlight.engine.sim import SimCore, VirtualSim
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.region import ReplicaStats, RouterState, with_shared_rates
 from firstlight.regions.summary import HotPrefixes, ModelSummary
@@ -49,7 +49,6 @@ class SimRegion:
         cls,
         g: int,
         cluster: ClusterSpec,
-        profile: SimProfile,
         policy_name: str,
         seed: int,
         clock: Callable[[], float],
@@ -60,7 +59,7 @@ class SimRegion:
             f"g{g}-r{i:02d}": VirtualSim(
                 SimCore(profile, hash_seed=cluster.hash_seed, seed=seed * 7919 + g * 131 + i)
             )
-            for i in range(cluster.replicas_per_region)
+            for i, profile in enumerate(cluster.region_profiles(g))
         }
         mirror = HintMirror(ttl_s=1e12, clock=clock)
         policy = build_policy(

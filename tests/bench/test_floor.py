@@ -21,7 +21,7 @@ def _request(i: int, t: float, prompt: tuple[int, ...], region: int = 0) -> Trac
 def _floors(*requests: TraceRequest) -> dict[str, float]:
     workload = Workload("test", 0, 1.0, {}, requests, 2)
     hashes = {r.request_id: hint_hashes(r.prompt, SCHEME) for r in requests}
-    return floor_ttfts_ms(workload, hashes, {0: H100, 1: H100})
+    return floor_ttfts_ms(workload, hashes, {0: [H100], 1: [H100]})
 
 
 def test_a_repeated_prefix_counts_as_cached_once_its_first_prefill_is_done() -> None:

@@ -61,7 +61,7 @@ def test_capacity_is_never_a_rate_that_misses_the_target() -> None:
         )
     except ConfigError:
         return
-    floors = floor_ttfts_ms(probe, hashes, {0: cluster.build_profile()})
+    floors = floor_ttfts_ms(probe, hashes, {0: [cluster.build_profile()]})
     target = 2 * (percentile(sorted(floors.values()), 0.9) or 0.0)
     assert target > 500.0  # the long prompts alone miss 500 ms
     run = simulate(probe.with_rate(capacity), "least_queue", cluster, hashes=hashes)

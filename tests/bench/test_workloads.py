@@ -37,6 +37,7 @@ SMALL: dict[str, dict[str, Any]] = {
     "W5": {"system_tokens": 32, "question_tokens": 8},
     "W6": {"system_tokens": 32, "question_tokens": 8},
     "W7": {"trace": str(MOONCAKE_SAMPLE)},
+    "W8": {"system_tokens": 32, "question_tokens": 8},
 }
 
 
@@ -61,8 +62,8 @@ def cv(values: list[float]) -> float:
     return statistics.pstdev(values) / statistics.fmean(values)
 
 
-def test_registry_lists_w1_to_w7_with_described_parameters() -> None:
-    assert workload_names() == ("W1", "W2", "W3", "W4", "W5", "W6", "W7")
+def test_registry_lists_w1_to_w8_with_described_parameters() -> None:
+    assert workload_names() == ("W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8")
     for name, spec in WORKLOADS.items():
         text = describe(name)
         assert text.startswith(f"{name}: ")

@@ -37,7 +37,13 @@ MEASURED_TTFT_MS = [
 
 
 def test_the_registry_holds_the_built_in_profiles_by_name() -> None:
-    assert profile_names() == ("h100-llama-8b", "cpu-smollm2-135m", "instant")
+    assert profile_names() == (
+        "h100-llama-8b",
+        "a100-llama-8b",
+        "l4-llama-8b",
+        "cpu-smollm2-135m",
+        "instant",
+    )
     assert get_profile("h100-llama-8b") is H100
     assert DEFAULT_PROFILE == "cpu-smollm2-135m"
     assert all(name == profile.name for name, profile in PROFILES.items())

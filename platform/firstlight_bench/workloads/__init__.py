@@ -1,4 +1,4 @@
-"""Seeded, replayable workloads W1-W7 for the routing benchmark (``BENCHMARKS.md``).
+"""Seeded, replayable workloads W1-W8 for the routing benchmark (``BENCHMARKS.md``).
 
 Who calls what: the benchmark runner calls :func:`generate` (or
 :meth:`Workload.with_rate` for the next load point) and hands the :class:`Workload` to
@@ -17,6 +17,7 @@ W5     W1's content                                        Gamma (bursty)
 W6     per-region system prompts                           each region's daily peak
                                                            in turn (thinning)
 W7     the Mooncake conversation trace's prefix blocks     the trace's, scaled
+W8     W1's, for a fleet of H100, A100 and L4 regions      Poisson
 =====  ==================================================  ===========================
 
 Each workload's module docstring and parameter model document it in full;

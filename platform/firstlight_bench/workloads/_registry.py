@@ -24,10 +24,12 @@ from firstlight_bench.workloads.mooncake import MooncakeParams, generate_mooncak
 from firstlight_bench.workloads.multi_region import MultiRegionParams, generate_multi_region
 from firstlight_bench.workloads.multi_turn import MultiTurnParams, generate_multi_turn
 from firstlight_bench.workloads.shared_prefix import (
+    MIXED_FLEET,
     BurstyParams,
     SharedPrefixParams,
     ZipfPrefixParams,
     generate_bursty,
+    generate_mixed_fleet,
     generate_shared_prefix,
     generate_zipf_prefix,
 )
@@ -52,6 +54,9 @@ class WorkloadSpec:
     default_regions: int = 1
     """Client regions when ``generate`` is not given ``regions``."""
     min_regions: int = 1
+    fleet: str | None = None
+    """The simulated fleet it is meant for (a ``firstlight_bench.cluster.parse_fleet``
+    text): the benchmark's default for it; ``None``: a uniform fleet."""
 
     def describe(self) -> str:
         """The summary plus one line per parameter: name, default, docstring."""
@@ -108,10 +113,20 @@ _SPECS: tuple[WorkloadSpec, ...] = (
         MooncakeParams,
         generate_mooncake,
     ),
+    WorkloadSpec(
+        "W8",
+        "mixed fleet: W1's content on regions of H100, A100 and L4 replicas (estimated"
+        " profiles of an 8B model)",
+        SharedPrefixParams,
+        generate_mixed_fleet,
+        default_regions=4,
+        min_regions=4,
+        fleet=MIXED_FLEET,
+    ),
 )
 
 WORKLOADS: Mapping[str, WorkloadSpec] = {spec.name: spec for spec in _SPECS}
-"""Every workload by name, ``"W1"`` .. ``"W7"``."""
+"""Every workload by name, ``"W1"`` .. ``"W8"``."""
 
 
 def workload_names() -> tuple[str, ...]:

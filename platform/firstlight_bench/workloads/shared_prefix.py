@@ -1,4 +1,5 @@
-"""W1 shared prefix, W4 Zipf-hot prefixes and W5 bursty arrivals: one content family.
+"""W1 shared prefix, W4 Zipf-hot prefixes, W5 bursty arrivals and W8's mixed fleet: one
+content family.
 
 Content (SGLang's ``generated-shared-prefix`` benchmark): ``groups`` system prompts of
 ``system_tokens`` random tokens; each request is one group's system prompt followed by
@@ -42,10 +43,12 @@ from firstlight_bench.workloads._sampling import (
 )
 
 __all__ = [
+    "MIXED_FLEET",
     "BurstyParams",
     "SharedPrefixParams",
     "ZipfPrefixParams",
     "generate_bursty",
+    "generate_mixed_fleet",
     "generate_shared_prefix",
     "generate_zipf_prefix",
     "question_request",
@@ -135,6 +138,21 @@ def generate_zipf_prefix(params: ZipfPrefixParams, shape: TraceShape) -> Trace:
     arrivals = exponential_gaps(stream(shape.seed, "arrivals"), shape.num_requests)
     derived = {"rank1_share": weights[0] / weights[-1]}
     return Trace(assemble("w4", arrivals, shape.rate_rps, contents), derived)
+
+
+MIXED_FLEET = (
+    "h100-llama-8b*16;h100-llama-8b*8+a100-llama-8b*8;a100-llama-8b*16;"
+    "a100-llama-8b*8+l4-llama-8b*8"
+)
+"""W8's fleet, as multi-region fleets are bought: one region of H100s, one half H100 and
+half A100, one of A100s, one half A100 and half L4 (the simulator's profiles)."""
+
+
+def generate_mixed_fleet(params: SharedPrefixParams, shape: TraceShape) -> Trace:
+    """W8: W1's content and arrivals, for the mixed fleet (:data:`MIXED_FLEET`)."""
+    contents = _contents(params, shape, lambda rng: rng.randrange(params.groups))
+    arrivals = exponential_gaps(stream(shape.seed, "arrivals"), shape.num_requests)
+    return Trace(assemble("w8", arrivals, shape.rate_rps, contents), {"fleet": MIXED_FLEET})
 
 
 def generate_bursty(params: BurstyParams, shape: TraceShape) -> Trace:

@@ -180,6 +180,50 @@ H100_LLAMA_8B = SimProfile(
     max_model_len=32_768,
 )
 
+# The other GPU generations for the same model, scaled from the H100 profile by published
+# ratios (estimates for routing studies, not measurements): prefill by dense bf16 tensor
+# throughput (NVIDIA datasheets: H100 SXM 989, A100 312, L4 121 TFLOPS), decode by
+# memory bandwidth (3.35, 2.04, 0.30 TB/s). The one measured pair agrees: Llama-3-8B
+# TPOT at 10 concurrent, vLLM, 12.01 ms on A100-80GB vs 7.56 ms on H100-SXM (1.59x,
+# LambdaLabsML/vllm-benchmark, results/prompt_10). Token budget and sequence limit are
+# vLLM 0.32's serving defaults for the device (arg_utils.get_batch_defaults: 8192/1024
+# on >= 70 GiB devices other than A100, else 2048/256).
+A100_LLAMA_8B = SimProfile(
+    name="a100-llama-8b",
+    description=(
+        "Llama-3.1-8B-Instruct, bf16, one A100 80GB, vLLM v1: the H100 profile scaled by "
+        "published FLOPs (3.17x) and bandwidth (1.64x) ratios - an estimate"
+    ),
+    step_overhead_ms=9.5 * 1.59,  # the measured TPOT ratio (bandwidth ratio 1.64)
+    prefill_ms_per_token=1000.0 / 55_000.0 * 3.17,  # 989 / 312 TFLOPS
+    decode_ms_per_seq=0.03 * 1.64,
+    max_num_batched_tokens=2048,
+    max_num_seqs=256,
+    block_size=16,
+    # 80 GB like the H100: the same KV capacity.
+    kv_cache_blocks=25_000,
+    max_model_len=32_768,
+)
+
+L4_LLAMA_8B = SimProfile(
+    name="l4-llama-8b",
+    description=(
+        "Llama-3.1-8B-Instruct, bf16, one L4 24GB, vLLM v1: the H100 profile scaled by "
+        "published FLOPs (8.2x) and bandwidth (11.2x) ratios - an estimate"
+    ),
+    # 16 GB of weights at 300 GB/s is 53 ms a step at best; the H100 profile's 9.5 ms is
+    # twice its own bandwidth floor (4.8 ms), so the same ratio: 9.5 x 11.2.
+    step_overhead_ms=9.5 * 11.2,
+    prefill_ms_per_token=1000.0 / 55_000.0 * 8.2,  # 989 / 121 TFLOPS
+    decode_ms_per_seq=0.03 * 11.2,
+    max_num_batched_tokens=2048,
+    max_num_seqs=256,
+    block_size=16,
+    # 24 GB x 0.9 - 16 GB of weights - ~1.5 GB activations ≈ 4 GB ≈ 32,000 tokens.
+    kv_cache_blocks=2_000,
+    max_model_len=32_000,
+)
+
 CPU_SMOLLM2_135M = SimProfile(
     name="cpu-smollm2-135m",
     description=(
@@ -255,7 +299,10 @@ DEFAULT_PROFILE = CPU_SMOLLM2_135M.name
 """The profile of the default model on the CPU, what ``make up`` would run."""
 
 PROFILES: Mapping[str, SimProfile] = MappingProxyType(
-    {profile.name: profile for profile in (H100_LLAMA_8B, CPU_SMOLLM2_135M, INSTANT)}
+    {
+        profile.name: profile
+        for profile in (H100_LLAMA_8B, A100_LLAMA_8B, L4_LLAMA_8B, CPU_SMOLLM2_135M, INSTANT)
+    }
 )
 """Every built-in profile by name. Adding a profile means adding one entry here."""
 
