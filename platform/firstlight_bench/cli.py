@@ -241,6 +241,54 @@ def bench_run(
 _LIVE_ARMS = "firstlight,round_robin,least_queue"
 
 
+@bench_app.command("suite")
+def bench_suite(
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder of the run folders (one per entry).")
+    ] = Path("docs/benchmarks/suite"),
+    page: Annotated[
+        Path, typer.Option(help="Page whose generated tables are rewritten from --out.")
+    ] = Path("docs/benchmarks.md"),
+    only: Annotated[str | None, typer.Option(help="Comma-separated entries (w1, w8...).")] = None,
+    trace: Annotated[str | None, typer.Option(help="The Mooncake trace for w7.")] = None,
+    requests: Annotated[
+        int | None, typer.Option(min=10, help="Every entry's requests (smoke runs).")
+    ] = None,
+    seeds: Annotated[str, typer.Option(help="Comma-separated seeds.")] = "0,1,2",
+    loads: Annotated[str, typer.Option(help="Offered loads.")] = "0.5,0.75,0.9,1.0,1.2",
+    jobs: Annotated[int, typer.Option(min=1, max=256, help="Processes at once.")] = _CPUS,
+    tables_only: Annotated[
+        bool, typer.Option(help="Only rewrite the page's tables from the stored runs.")
+    ] = False,
+) -> None:
+    """Run the benchmark matrix into stored run folders and regenerate the page's tables
+    from them (simulated; every figure from a stored results.json)."""
+    from firstlight._console import fail as _fail
+    from firstlight.errors import FirstlightError
+    from firstlight_bench.suite import render_tables, replace_tables, run_suite
+
+    if not tables_only:
+        try:
+            run_suite(
+                out=out,
+                only=[n.strip() for n in only.split(",") if n.strip()] if only else None,
+                trace=trace,
+                requests=requests,
+                seeds=_seeds(seeds),
+                loads=_floats(loads, "--loads"),
+                jobs=jobs,
+                command=_command_line(),
+                progress=lambda line: typer.echo(line, err=True),
+            )
+        except FirstlightError as exc:
+            _fail(exc)
+    try:
+        page.write_text(replace_tables(page.read_text(), render_tables(out)))
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--page") from exc
+    typer.echo(f"tables: {page}")
+
+
 @bench_app.command("live")
 def bench_live(
     out: Annotated[Path, typer.Option("--out", help="Folder for results.json, report.md, PNGs.")],

@@ -1,0 +1,55 @@
+"""The benchmarks page's generated tables: held to the stored run folders, and the suite
+that writes both."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from firstlight_bench.suite import BEGIN, END, render_tables, replace_tables, run_suite
+
+REPO = Path(__file__).parents[2]
+PAGE = REPO / "docs" / "benchmarks.md"
+STORED = REPO / "docs" / "benchmarks" / "suite"
+
+
+def test_the_page_shows_exactly_the_stored_suite_runs() -> None:
+    page = PAGE.read_text()
+    start, end = page.index(BEGIN), page.index(END) + len(END)
+    assert page[start:end] == render_tables(STORED), (
+        "docs/benchmarks.md is stale: run `firstlight bench suite --tables-only`"
+    )
+
+
+def test_a_small_suite_writes_its_folders_and_their_tables(tmp_path: Path) -> None:
+    lines: list[str] = []
+    folders = run_suite(
+        out=tmp_path, only=["w3", "w7"], requests=40, seeds=(0, 1), loads=(0.5,), jobs=1,
+        progress=lines.append,
+    )  # fmt: skip
+    assert folders == [tmp_path / "w3"]  # w7 needs the trace: skipped, and said so
+    assert any("w7: skipped" in line for line in lines)
+    data = json.loads((tmp_path / "w3" / "results.json").read_text())
+    assert {p["seed"] for p in data["points"]} == {0, 1}
+    tables = render_tables(tmp_path)
+    assert tables.startswith(BEGIN)
+    assert tables.endswith(END)
+    assert "### w3: W3, 40 requests, seeds 0, 1" in tables
+    assert "| dynamo_kv |" in tables
+    assert "| p90 vs best other | **" in tables
+    page = replace_tables(f"intro\n{BEGIN}\nold\n{END}\noutro\n", tables)
+    assert page == f"intro\n{tables}\noutro\n"
+
+
+def test_a_page_without_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="markers"):
+        replace_tables("no markers here", render_tables(Path("/nonexistent")))
+
+
+def test_an_unknown_entry_is_named() -> None:
+    from firstlight.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="w9"):
+        run_suite(out=Path("/nonexistent"), only=["w9"])
