@@ -10,7 +10,6 @@ Called by :mod:`firstlight_bench.report` and the suite's table generator; pure.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -22,7 +21,6 @@ __all__ = [
     "best_other",
     "mean_points",
     "metric",
-    "ratio_to",
     "spread_of",
     "spreads",
     "verdict",
@@ -127,8 +125,3 @@ def verdict(mine: Spread, other: Spread, *, lower_is_better: bool = True) -> Ver
     if mine.low > other.high:
         return "loss"
     return "tie"
-
-
-def ratio_to(mine: Spread, other: Spread) -> float:
-    """``mine``'s mean over ``other``'s (``inf`` when ``other``'s is 0)."""
-    return mine.mean / other.mean if other.mean else math.inf

@@ -187,13 +187,25 @@ def test_decision_explains_every_term() -> None:
     cached=st.lists(st.integers(0, 30), min_size=8, max_size=8),
     running=st.integers(0, 50),
     rate=st.none() | st.floats(100, 100_000),
+    capacity=st.none() | st.integers(50, 5000),
+    usage=st.floats(0, 1),
+    stats_at=st.floats(-2.0, 0.5),
 )
 def test_fast_scores_equal_the_cost_model_terms(
-    queued: list[int | None], cached: list[int], running: int, rate: float | None
+    queued: list[int | None],
+    cached: list[int],
+    running: int,
+    rate: float | None,
+    capacity: int | None,
+    usage: float,
+    stats_at: float,
 ) -> None:
+    """The inlined scores equal ``predict_ttft``'s terms, the memory wait included (with
+    and without a reported KV capacity, with stats of any age)."""
     replicas = [
         ReplicaView(f"r{i}", "us-east", queue_len=running + 3, running=running,
-                    pending_prefill_tokens=q, prefill_tokens_per_s=rate)
+                    pending_prefill_tokens=q, prefill_tokens_per_s=rate,
+                    kv_cache_usage=usage, kv_cache_blocks=capacity, stats_at=stats_at)
         for i, q in enumerate(queued)
     ]  # fmt: skip
     cache = FixedCache({f"r{i}": c for i, c in enumerate(cached)})
