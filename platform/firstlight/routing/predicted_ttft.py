@@ -8,13 +8,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from firstlight.routing.cost import (
-    Calibrator,
-    CostRates,
-    Reservations,
-    memory_spoken_for,
-    predict_ttft,
-)
+from firstlight.routing.cost import Calibrator, CostRates, Reservations, predict_ttft
 from firstlight.routing.decision import Candidate, Decision
 from firstlight.routing.policy import PolicyParams
 from firstlight.routing.views import ReplicaView, RequestView, RoutingInput
@@ -125,9 +119,10 @@ class FirstlightPolicy:
             near.sort(key=lambda item: item[1])
             reason = "near-tie"
         ordered = near + scored[len(near) :]
-        ranked = [
-            self._candidate(request, routing, item, explained=i < _EXPLAINED)
-            for i, item in enumerate(ordered)
+        ranked = [self._explained(request, routing, item) for item in ordered[:_EXPLAINED]]
+        ranked += [
+            Candidate(replica.replica_id, replica.region, total, None, blocks)
+            for total, _, blocks, replica in ordered[_EXPLAINED:]
         ]
         return Decision(self.name, tuple(ranked), reason)
 
@@ -171,14 +166,17 @@ class FirstlightPolicy:
                 if pending is None:
                     pending = replica.waiting * mean_prompt
                 need = (uncached + mean_output) / block_size
-                spoken_for = memory_spoken_for(
-                    replica,
-                    pending,
-                    need,
-                    block_size,
-                    step=overhead,
-                    stats_age_ms=(now - replica.stats_at) * 1000.0,
-                )
+                # memory_spoken_for(), inlined.
+                at_stats = replica.kv_cache_usage * capacity + pending / block_size
+                requests_at_stats = running + replica.waiting
+                per_request = at_stats / requests_at_stats if requests_at_stats else need
+                spoken_for = at_stats + (replica.queue_len - requests_at_stats) * per_request
+                age_ms = (now - replica.stats_at) * 1000.0
+                if age_ms > 0 and overhead > 0:
+                    grown = running * age_ms / overhead / block_size
+                    spoken_for += grown if grown < capacity else capacity
+                if spoken_for < 0:
+                    spoken_for = 0.0
                 load = spoken_for / capacity
                 short = spoken_for + need - capacity
                 if short > 0:
@@ -193,29 +191,24 @@ class FirstlightPolicy:
             scored.append((total, load, blocks, replica))
         return scored
 
-    def _candidate(
+    def _explained(
         self,
         request: RequestView,
         routing: RoutingInput,
         item: tuple[float, float, int, ReplicaView],
-        *,
-        explained: bool,
     ) -> Candidate:
+        """A candidate with its full cost terms (the first ``_EXPLAINED`` of a decision)."""
         total, _, blocks, replica = item
-        terms = None
-        if explained:
-            terms = predict_ttft(
-                request,
-                replica,
-                cached_blocks=blocks,
-                rtt_ms=routing.rtt_ms.get(replica.region, 0.0),
-                reserved_tokens=self.reservations.amount_after(
-                    replica.replica_id, replica.stats_at
-                ),
-                correction=self.calibrator.correction(replica.replica_id),
-                rates=self._rates,
-                stats_age_ms=(self._clock() - replica.stats_at) * 1000.0,
-            )
+        terms = predict_ttft(
+            request,
+            replica,
+            cached_blocks=blocks,
+            rtt_ms=routing.rtt_ms.get(replica.region, 0.0),
+            reserved_tokens=self.reservations.amount_after(replica.replica_id, replica.stats_at),
+            correction=self.calibrator.correction(replica.replica_id),
+            rates=self._rates,
+            stats_age_ms=(self._clock() - replica.stats_at) * 1000.0,
+        )
         return Candidate(replica.replica_id, replica.region, total, terms, blocks)
 
     def on_routed(self, request: RequestView, chosen: Candidate) -> None:
