@@ -262,9 +262,11 @@ def bench_suite(
     ] = False,
 ) -> None:
     """Run the benchmark matrix into stored run folders and regenerate the page's tables
-    from them (simulated; every figure from a stored results.json)."""
+    from them, and its live runs' tables from their folders beside --out (simulated;
+    every figure from a stored results.json)."""
     from firstlight._console import fail as _fail
     from firstlight.errors import FirstlightError
+    from firstlight_bench.live_tables import render_live_sections
     from firstlight_bench.suite import render_tables, replace_tables, run_suite
 
     if not tables_only:
@@ -283,7 +285,8 @@ def bench_suite(
         except FirstlightError as exc:
             _fail(exc)
     try:
-        page.write_text(replace_tables(page.read_text(), render_tables(out)))
+        text = replace_tables(page.read_text(), render_tables(out))
+        page.write_text(render_live_sections(text, out.parent))
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--page") from exc
     typer.echo(f"tables: {page}")

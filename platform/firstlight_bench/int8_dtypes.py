@@ -24,6 +24,7 @@ from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.errors import FirstlightError
 from firstlight.prefix import HashScheme
 from firstlight_bench.engine import chat_prompts, emit
+from firstlight_bench.results import cpu_model
 
 __all__ = ["QUESTIONS", "main"]
 
@@ -33,13 +34,6 @@ QUESTIONS = (
     ("What color is the sky on a clear day?", "blue"),
 )
 """Each question and a word a right answer contains (case-insensitive)."""
-
-
-def _cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
-        if line.startswith("model name"):
-            return line.partition(":")[2].strip()
-    return "unknown"
 
 
 async def _ask(engine: VllmEngine, prompts: list[tuple[int, ...]]) -> list[str]:
@@ -81,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     prompts = chat_prompts(config.default_model_dir, [q for q, _ in QUESTIONS])
     cpu = detect_cpu_features()
     report: dict[str, Any] = {
-        "cpu": {"model": _cpu_model(), "features": cpu.describe()},
+        "cpu": {"model": cpu_model(), "features": cpu.describe()},
         "vllm": _vllm_version(),
         "questions": [q for q, _ in QUESTIONS],
         "dtypes": {},

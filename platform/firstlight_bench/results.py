@@ -59,7 +59,9 @@ __all__ = [
     "RESULTS_SCHEMA",
     "Outcome",
     "Slo",
+    "cpu_model",
     "git_commit",
+    "short_commit",
     "slo_key",
     "summarize",
     "validate_results",
@@ -264,6 +266,21 @@ def summarize(
         point["throughput_rps"] = len(done) / duration_s
         point["output_tokens_per_s"] = sum(o.output_tokens for o in done) / duration_s
     return point
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or ``"unknown"``; for a report's meta."""
+    for line in cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []:
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return "unknown"
+
+
+def short_commit(commit: str) -> str:
+    """A report's commit for a table heading: 12 hex digits, and a word when the tree
+    had uncommitted changes (``git_commit``'s ``-dirty``)."""
+    dirty = commit.endswith("-dirty")
+    return commit.removesuffix("-dirty")[:12] + (" + uncommitted changes" if dirty else "")
 
 
 def git_commit(repo: Path | None = None) -> str:

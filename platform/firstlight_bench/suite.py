@@ -19,6 +19,7 @@ from typing import Any
 
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight_bench.cluster import ARMS
+from firstlight_bench.results import short_commit
 from firstlight_bench.spread import Spread, best_other, spreads, verdict
 
 __all__ = [
@@ -156,7 +157,7 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
         {p["arm"] for p in points}, key=lambda a: (a not in ("firstlight", "firstlight_local"), a)
     )
     workload = meta["workload"]
-    commit = str(meta["git_commit"])[:12]
+    commit = short_commit(str(meta["git_commit"]))
     config = meta["config"]
     lines = [
         f"### {name}: {workload['name']}, {workload['requests']} requests, seeds "

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from firstlight_bench.live_tables import live_table, render_live_sections
+from firstlight_bench.results import short_commit
 from firstlight_bench.suite import BEGIN, END, render_tables, replace_tables, run_suite
 
 REPO = Path(__file__).parents[2]
@@ -53,3 +55,31 @@ def test_an_unknown_entry_is_named() -> None:
 
     with pytest.raises(ConfigError, match="w9"):
         run_suite(out=Path("/nonexistent"), only=["w9"])
+
+
+def test_the_page_shows_exactly_the_stored_live_runs() -> None:
+    page = PAGE.read_text()
+    assert "<!-- live:live-sim-w1:begin" in page
+    assert render_live_sections(page, STORED.parent) == page, (
+        "docs/benchmarks.md is stale: run `firstlight bench suite --tables-only`"
+    )
+
+
+def test_a_live_section_is_the_stored_run_with_its_commit(tmp_path: Path) -> None:
+    stored = json.loads((STORED.parent / "live-sim-w1" / "results.json").read_text())
+    stored["meta"]["git_commit"] = "0123456789abcdef0123-dirty"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(json.dumps(stored))
+    page = "a\n<!-- live:run:begin -->\nold\n<!-- live:run:end -->\nb\n"
+    out = render_live_sections(page, tmp_path)
+    assert out == "a\n" + live_table("run", stored) + "\nb\n"
+    assert "old" not in out
+    assert "`0123456789ab + uncommitted changes`" in out
+    for point in stored["points"]:
+        assert f"| {point['arm']} | {point['ttft_ms']['p50']:.0f} / " in out
+    with pytest.raises(FileNotFoundError):
+        render_live_sections("<!-- live:gone:begin --><!-- live:gone:end -->", tmp_path)
+
+
+def test_a_clean_commit_is_shown_as_it_is() -> None:
+    assert short_commit("0123456789abcdef") == "0123456789ab"
