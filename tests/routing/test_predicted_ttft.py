@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from firstlight.routing import (
+    Candidate,
     Decision,
     FirstlightParams,
     FirstlightPolicy,
@@ -187,9 +188,11 @@ def test_decision_explains_every_term() -> None:
     cached=st.lists(st.integers(0, 30), min_size=8, max_size=8),
     running=st.integers(0, 50),
     rate=st.none() | st.floats(100, 100_000),
-    capacity=st.none() | st.integers(50, 5000),
+    capacity=st.none() | st.integers(50, 1000),
     usage=st.floats(0, 1),
     stats_at=st.floats(-2.0, 0.5),
+    signal=st.sampled_from(["router", "stats"]),
+    sent=st.lists(st.tuples(st.integers(0, 7), st.integers(500, 3000)), min_size=4, max_size=20),
 )
 def test_fast_scores_equal_the_cost_model_terms(
     queued: list[int | None],
@@ -199,9 +202,12 @@ def test_fast_scores_equal_the_cost_model_terms(
     capacity: int | None,
     usage: float,
     stats_at: float,
+    signal: str,
+    sent: list[tuple[int, int]],
 ) -> None:
     """The inlined scores equal ``predict_ttft``'s terms, the memory wait included (with
-    and without a reported KV capacity, with stats of any age)."""
+    and without a reported KV capacity, with stats of any age, from either memory signal,
+    with requests already sent to the replicas)."""
     replicas = [
         ReplicaView(f"r{i}", "us-east", queue_len=running + 3, running=running,
                     pending_prefill_tokens=q, prefill_tokens_per_s=rate,
@@ -209,7 +215,11 @@ def test_fast_scores_equal_the_cost_model_terms(
         for i, q in enumerate(queued)
     ]  # fmt: skip
     cache = FixedCache({f"r{i}": c for i, c in enumerate(cached)})
-    decision = _policy().choose(RoutingInput(REQUEST, replicas, cache, {"us-east": 3.0}))
+    policy = _policy(params=PARAMS.model_copy(update={"memory_signal": signal}))
+    for n, (replica, tokens) in enumerate(sent):
+        earlier = RequestView(f"s{n}", tokens, tuple(range(n, n + tokens // 32)), 32)
+        policy.on_routed(earlier, Candidate(f"r{replica}", "us-east", 0.0))
+    decision = policy.choose(RoutingInput(REQUEST, replicas, cache, {"us-east": 3.0}))
     explained = [c for c in decision.ranked if c.terms is not None]
     assert len(explained) == min(len(replicas), 4)
     for candidate in explained:
@@ -250,3 +260,29 @@ def test_hints_of_a_replica_that_is_gone_cost_nothing() -> None:
     assert with_ghost.winner.replica_id == "a"
     assert with_ghost.winner.score == pytest.approx(320.0 + 5.0)
     assert with_ghost.winner.predicted_ttft_ms == pytest.approx(with_ghost.winner.score)
+
+
+def test_the_router_memory_signal_counts_what_it_sent_until_it_ends() -> None:
+    """Stats say both replicas are empty; the router sent three 1,000-token prompts to
+    "a": 3 x (32 blocks + 2 of half an output) = 102 of its 100 blocks are spoken for, so
+    a request there would wait for memory (beyond the 3,000 ms of their reserved
+    prefill) and goes to "b" — until those three end. The stats signal sees only the
+    reserved prefill."""
+    replicas = [ReplicaView(r, "us-east", queue_len=0, kv_cache_blocks=100) for r in "ab"]
+    sent = [RequestView(f"s{n}", 1000, tuple(range(100 * n, 100 * n + 31)), 32) for n in range(3)]
+    waits = {}
+    for signal in ("router", "stats"):
+        policy = _policy(params=PARAMS.model_copy(update={"memory_signal": signal}))
+        for request in sent:
+            policy.on_routed(request, Candidate("a", "us-east", 0.0))
+        decision = policy.choose(RoutingInput(REQUEST, replicas))
+        assert decision.winner.replica_id == "b"
+        a = next(c for c in decision.ranked if c.replica_id == "a")
+        assert a.terms is not None
+        waits[signal] = a.terms.wait_ms
+        for request in sent:
+            policy.on_done(request, Candidate("a", "us-east", 0.0))
+        after = policy.choose(RoutingInput(REQUEST, replicas)).ranked
+        assert [c.terms.wait_ms if c.terms else None for c in after] == [0.0, 0.0]
+    assert waits["stats"] == pytest.approx(3000.0)
+    assert waits["router"] > waits["stats"] + 1.0

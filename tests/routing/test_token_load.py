@@ -15,7 +15,7 @@ from firstlight.routing.baselines import (
     LlmdStickyParams,
     LlmdStickyPolicy,
 )
-from firstlight.routing.baselines._inflight import InFlight
+from firstlight.routing.inflight import InFlight
 
 BLOCK = 16
 
@@ -54,15 +54,17 @@ def test_in_flight_releases_prefill_at_first_token_and_blocks_at_the_end() -> No
     flight.add("a", "q2", 50, (1, 2, 9), 0)
     assert flight.prefill_tokens("a") == 150
     assert flight.active_blocks("a") == 4 + 1  # 1, 2, 3, 9 once each, plus q1's tail
+    assert (flight.requests("a"), flight.requests("b")) == (2, 0)
     assert flight.new_blocks("a", (1, 2, 7), 1) == 2
     flight.prefill_done("q1")
     flight.prefill_done("q1")  # idempotent
     assert (flight.prefill_tokens("a"), flight.active_blocks("a")) == (50, 5)
     flight.done("q2")
     assert (flight.prefill_tokens("a"), flight.active_blocks("a")) == (0, 4)
+    assert flight.requests("a") == 1
     flight.done("q1")
     flight.done("unknown")
-    assert (flight.active_blocks("a"), len(flight)) == (0, 0)
+    assert (flight.active_blocks("a"), flight.requests("a"), len(flight)) == (0, 0, 0)
 
 
 # --- llm-d: sticky until saturated --------------------------------------------------

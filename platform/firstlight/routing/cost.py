@@ -16,11 +16,22 @@ into every token, and a replica that served short prompts would look slow for lo
 
 The second wait term is the **memory wait**: vLLM admits a request only when its KV
 blocks fit, so on a replica whose memory is spoken for, this request waits for running
-ones to finish. Blocks spoken for (:func:`memory_spoken_for`) = the blocks in use at the
-replica's last stats and those its queued prefill will take, moved by what changed since:
-its request count (Ray's queue length, the one signal current between stats) times an
-average request's blocks, and its running requests' growth (a token per step each). With
-this request's own (its uncached prompt and ``mean_output_tokens`` of output), what
+ones to finish. Blocks spoken for come from one of two signals:
+
+* the router's own record (:func:`routed_spoken_for`, the ``firstlight`` policy's
+  default): the distinct prompt blocks of the requests it sent there that have not
+  ended, plus half an average output each (they are, on average, halfway through it) —
+  exact about what it sent, current at every decision, as Dynamo's and llm-d's token-load
+  routers count; right when this router sees all of the replica's traffic;
+* the replica's stats (:func:`memory_spoken_for`): the blocks in use at its last stats
+  and those its queued prefill will take, moved by what changed since — its request
+  count (Ray's queue length, the one signal current between stats) times an average
+  request's blocks, and its running requests' growth (a token per step each). It sees
+  every router's traffic, but a departure frees an *average* request's blocks, which
+  misjudges a replica when lengths vary (W3 in docs/benchmarks.md: a p99 twice the
+  router's-own-record one).
+
+With this request's own (its uncached prompt and ``mean_output_tokens`` of output), what
 exceeds the capacity is freed as running requests finish; a full replica turns its
 memory over about once per request lifetime (``mean_output_tokens`` steps), so::
 
@@ -55,6 +66,7 @@ __all__ = [
     "memory_wait_ms",
     "need_blocks",
     "predict_ttft",
+    "routed_spoken_for",
     "slot_wait_ms",
     "step_ms",
 ]
@@ -128,6 +140,15 @@ def memory_spoken_for(
     return max(at_stats + moved + grown, 0.0)
 
 
+def routed_spoken_for(
+    active_blocks: float, requests: int, block_size: int, rates: CostRates
+) -> float:
+    """KV blocks spoken for on a replica by the requests this router sent there that have
+    not ended: their distinct prompt blocks (``active_blocks``, shared prefixes once) and
+    half an average output each (``mean_output_tokens``)."""
+    return active_blocks + requests * rates.mean_output_tokens / 2 / block_size
+
+
 def memory_wait_ms(
     replica: ReplicaView,
     rates: CostRates,
@@ -135,21 +156,24 @@ def memory_wait_ms(
     need: float,
     block_size: int,
     stats_age_ms: float = 0.0,
+    spoken_for: float | None = None,
 ) -> float:
     """Uncorrected time until ``replica`` has KV memory for a request that needs
-    ``need`` blocks (the module docstring), its stats ``stats_age_ms`` old. The slot
-    wait when the replica does not report its capacity."""
+    ``need`` blocks (the module docstring), its stats ``stats_age_ms`` old; the blocks
+    spoken for are ``spoken_for`` when given (the router's own record), else estimated
+    from the stats. The slot wait when the replica does not report its capacity."""
     capacity = replica.kv_cache_blocks
     if not capacity:
         return slot_wait_ms(replica, rates)
-    if replica.pending_prefill_tokens is not None:
-        pending = float(replica.pending_prefill_tokens)
-    else:
-        pending = replica.waiting * rates.mean_prompt_tokens
     step = step_ms(replica, rates)
-    spoken_for = memory_spoken_for(
-        replica, pending, need, block_size, step=step, stats_age_ms=stats_age_ms
-    )
+    if spoken_for is None:
+        if replica.pending_prefill_tokens is not None:
+            pending = float(replica.pending_prefill_tokens)
+        else:
+            pending = replica.waiting * rates.mean_prompt_tokens
+        spoken_for = memory_spoken_for(
+            replica, pending, need, block_size, step=step, stats_age_ms=stats_age_ms
+        )
     short = spoken_for + need - capacity
     if short <= 0:
         return 0.0
@@ -166,9 +190,11 @@ def predict_ttft(
     correction: float,
     rates: CostRates,
     stats_age_ms: float = 0.0,
+    spoken_for: float | None = None,
 ) -> TtftTerms:
     """Predict the time to first token of ``request`` on ``replica``, term by term;
-    ``reserved_tokens`` were routed there since its stats."""
+    ``reserved_tokens`` were routed there since its stats; ``spoken_for``: its KV blocks
+    spoken for by the router's own record (``None``: estimated from its stats)."""
     cached = min(cached_blocks * request.block_size, request.prompt_tokens)
     # vLLM always computes at least the last prompt token, even on a full cache hit.
     uncached = max(request.prompt_tokens - cached, 1)
@@ -185,6 +211,7 @@ def predict_ttft(
         need=need_blocks(uncached, request.block_size, rates),
         block_size=request.block_size,
         stats_age_ms=stats_age_ms,
+        spoken_for=spoken_for,
     )
     return TtftTerms(
         rtt_ms=rtt_ms,

@@ -9,8 +9,9 @@ Who calls what, and how often:
   (reservations, approximate prefix trees, counters).
 * :meth:`RoutingPolicy.on_first_token` — when the first token arrives, with the
   observed TTFT (calibration; releases reservations).
-* :meth:`RoutingPolicy.on_done` — when the request ends without a first token
-  (failure, cancel), so nothing stays reserved.
+* :meth:`RoutingPolicy.on_done` — when the request ends, whatever the outcome (after
+  its last token, on failure or cancel), and for a route the region core stops tracking,
+  so nothing stays reserved or counted in flight.
 * :meth:`RoutingPolicy.on_replica_reset` — by the request router when what the policy
   learned about a replica no longer holds (it began reporting its own measurements, or
   restarted); rare.

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from firstlight.routing.cost import Calibrator, CostRates, Reservations, predict_ttft
+from firstlight.routing.cost import (
+    Calibrator,
+    CostRates,
+    Reservations,
+    predict_ttft,
+    routed_spoken_for,
+)
 from firstlight.routing.decision import Candidate, Decision
+from firstlight.routing.inflight import InFlight
 from firstlight.routing.policy import PolicyParams
 from firstlight.routing.views import ReplicaView, RequestView, RoutingInput
 
@@ -59,6 +66,12 @@ class FirstlightParams(PolicyParams):
     """Upper bound of the correction factor."""
     reservation_ttl_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
     """A reservation whose first token never came is dropped after this long."""
+    memory_signal: Literal["router", "stats"] = "router"
+    """Where the memory term's blocks spoken for come from: ``router``, this router's own
+    record of the requests it sent and has not seen end (exact and current; right while
+    it sees all the replicas' traffic, as with one gateway per region), or ``stats``, the
+    replicas' reported usage moved by Ray's queue length (sees every router's traffic,
+    coarser between stats)."""
 
 
 class FirstlightPolicy:
@@ -95,6 +108,9 @@ class FirstlightPolicy:
         )
         self.reservations = Reservations(params.reservation_ttl_s, clock)
         """Prefill tokens routed to each replica, until their first token."""
+        self.in_flight = InFlight()
+        """Requests routed to each replica, until they end (the ``router`` memory signal)."""
+        self._routed_memory = params.memory_signal == "router"
 
     def choose(self, routing: RoutingInput) -> Decision:
         request = routing.request
@@ -145,6 +161,9 @@ class FirstlightPolicy:
         most = max((cached.get(r.replica_id, 0) for r in routing.replicas), default=0)
         affinity = self.params.affinity_weight
         now = self._clock()
+        routed_memory = self._routed_memory
+        active_blocks, requests_of = self.in_flight.active_blocks, self.in_flight.requests
+        half_output_blocks = mean_output / 2 / block_size
         for replica in routing.replicas:
             rid = replica.replica_id
             blocks = cached.get(rid, 0)
@@ -166,17 +185,19 @@ class FirstlightPolicy:
                 if pending is None:
                     pending = replica.waiting * mean_prompt
                 need = (uncached + mean_output) / block_size
-                # memory_spoken_for(), inlined.
-                at_stats = replica.kv_cache_usage * capacity + pending / block_size
-                requests_at_stats = running + replica.waiting
-                per_request = at_stats / requests_at_stats if requests_at_stats else need
-                spoken_for = at_stats + (replica.queue_len - requests_at_stats) * per_request
-                age_ms = (now - replica.stats_at) * 1000.0
-                if age_ms > 0 and overhead > 0:
-                    grown = running * age_ms / overhead / block_size
-                    spoken_for += grown if grown < capacity else capacity
-                if spoken_for < 0:
-                    spoken_for = 0.0
+                if routed_memory:  # routed_spoken_for(), inlined
+                    spoken_for = active_blocks(rid) + requests_of(rid) * half_output_blocks
+                else:  # memory_spoken_for(), inlined
+                    at_stats = replica.kv_cache_usage * capacity + pending / block_size
+                    requests_at_stats = running + replica.waiting
+                    per_request = at_stats / requests_at_stats if requests_at_stats else need
+                    spoken_for = at_stats + (replica.queue_len - requests_at_stats) * per_request
+                    age_ms = (now - replica.stats_at) * 1000.0
+                    if age_ms > 0 and overhead > 0:
+                        grown = running * age_ms / overhead / block_size
+                        spoken_for += grown if grown < capacity else capacity
+                    if spoken_for < 0:
+                        spoken_for = 0.0
                 load = spoken_for / capacity
                 short = spoken_for + need - capacity
                 if short > 0:
@@ -208,13 +229,28 @@ class FirstlightPolicy:
             correction=self.calibrator.correction(replica.replica_id),
             rates=self._rates,
             stats_age_ms=(self._clock() - replica.stats_at) * 1000.0,
+            spoken_for=self._spoken_for(replica.replica_id, request.block_size),
         )
         return Candidate(replica.replica_id, replica.region, total, terms, blocks)
+
+    def _spoken_for(self, replica_id: str, block_size: int) -> float | None:
+        """The router's own record of ``replica_id``'s KV blocks spoken for, or ``None``
+        under the ``stats`` memory signal."""
+        if not self._routed_memory:
+            return None
+        flight = self.in_flight
+        return routed_spoken_for(
+            flight.active_blocks(replica_id), flight.requests(replica_id), block_size, self._rates
+        )
 
     def on_routed(self, request: RequestView, chosen: Candidate) -> None:
         cached_tokens = chosen.cached_blocks * request.block_size
         tokens = max(request.prompt_tokens - cached_tokens, 1)
         self.reservations.reserve(chosen.replica_id, request.request_id, tokens)
+        partial = request.prompt_tokens > len(request.block_hashes) * request.block_size
+        self.in_flight.add(
+            chosen.replica_id, request.request_id, 0, request.block_hashes, int(partial)
+        )
 
     def on_first_token(
         self, request: RequestView, chosen: Candidate, observed_ttft_ms: float
@@ -225,6 +261,7 @@ class FirstlightPolicy:
 
     def on_done(self, request: RequestView, chosen: Candidate) -> None:
         self.reservations.release(request.request_id)
+        self.in_flight.done(request.request_id)
 
     def on_replica_reset(self, replica_id: str) -> None:
         """Corrections learned against the prior rate do not apply to the replica's own

@@ -49,8 +49,8 @@ from typing import Annotated
 from pydantic import Field
 
 from firstlight.routing.baselines._common import BaselinePolicy, by_score
-from firstlight.routing.baselines._inflight import InFlight
 from firstlight.routing.decision import Candidate, Decision
+from firstlight.routing.inflight import InFlight
 from firstlight.routing.policy import PolicyParams
 from firstlight.routing.views import RequestView, RoutingInput
 

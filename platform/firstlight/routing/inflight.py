@@ -4,7 +4,9 @@ The token-load routers (llm-d's ``inflight-load-producer``, NVIDIA Dynamo's
 ``ActiveSequences``) do not read the engines' queues: they count what they routed.
 :class:`InFlight` is that count, fed by a policy's hooks: ``add`` on ``on_routed``,
 ``prefill_done`` on ``on_first_token`` (the first token ends the prefill) and ``done``
-on ``on_done``. Pure; O(blocks of the request) per call.
+on ``on_done`` (the region core calls it when a request ends, whatever the outcome, and
+for routes it stops tracking). Used by the ``llmd_sticky`` and ``dynamo_kv`` baselines
+and by ``firstlight``'s memory term. Pure; O(blocks of the request) per call.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class InFlight:
         self._prefill: dict[str, int] = {}
         self._blocks: dict[str, Counter[int]] = {}
         self._partial: dict[str, int] = {}
+        self._requests: dict[str, int] = {}
 
     def add(
         self,
@@ -51,6 +54,7 @@ class InFlight:
         self._prefill[replica_id] = self._prefill.get(replica_id, 0) + prefill_tokens
         self._blocks.setdefault(replica_id, Counter()).update(sent.blocks)
         self._partial[replica_id] = self._partial.get(replica_id, 0) + partial_blocks
+        self._requests[replica_id] = self._requests.get(replica_id, 0) + 1
 
     def prefill_done(self, request_id: str) -> None:
         """The request's first token came: its prefill no longer loads the replica."""
@@ -71,6 +75,11 @@ class InFlight:
             if blocks[block] <= 0:
                 del blocks[block]
         self._partial[sent.replica_id] -= sent.partial_blocks
+        self._requests[sent.replica_id] -= 1
+
+    def requests(self, replica_id: str) -> int:
+        """Requests sent to ``replica_id`` that have not ended."""
+        return self._requests.get(replica_id, 0)
 
     def prefill_tokens(self, replica_id: str) -> int:
         """Prefill tokens sent to ``replica_id`` whose first token has not come."""
