@@ -94,10 +94,8 @@ def measure_capacity_rps(
     params: Mapping[str, Any],
     ttft_p90_ms: float = 500.0,
     iterations: int = 8,
-    arm: str = "least_queue",
 ) -> float:
-    """The highest offered rate at which ``arm`` (by default a cache-blind router,
-    ``least_queue``; the workload's ``capacity_arm``) keeps
+    """The highest offered rate at which a cache-blind router (``least_queue``) keeps
     the trace's TTFT p90 within ``ttft_p90_ms`` (the first SLO) — or within twice the
     trace's own ``floor`` p90 where that is longer (long prompts, such as W7's, miss
     500 ms with no queue at all) — by bisection on the simulator itself: batching, KV
@@ -122,7 +120,7 @@ def measure_capacity_rps(
         rate = math.sqrt(low * high)
         trace = probe.with_rate(rate)
         hashes = block_hashes(trace, cluster, memo)
-        run = simulate(trace, arm, cluster, seed=seed, hashes=hashes)
+        run = simulate(trace, "least_queue", cluster, seed=seed, hashes=hashes)
         ttfts = sorted(o.ttft_ms for o in run.outcomes if o.ttft_ms is not None)
         p90 = percentile(ttfts, 0.9)
         if p90 is not None and p90 <= ttft_p90_ms:
@@ -135,7 +133,7 @@ def measure_capacity_rps(
                 ConfigProblem(
                     "workload",
                     f"even {low:.3g} req/s misses a TTFT p90 of {ttft_p90_ms:.0f} ms on "
-                    f"{cluster.profile} with {arm}: no capacity to sweep a load against",
+                    f"{cluster.profile}: no capacity to sweep a load against",
                     workload,
                     True,
                 )
@@ -242,8 +240,7 @@ def run_sim(
         fleet=fleet_spec,
         policy_params=priors,
     )
-    capacity_arm = WORKLOADS[workload].capacity_arm if workload in WORKLOADS else "least_queue"
-    cluster.check(capacity_arm, probe.regions)
+    cluster.check("least_queue", probe.regions)
     total = cluster.total_replicas
     memo: dict[tuple[int, ...], tuple[int, ...]] = {}
     hashes = block_hashes(probe, cluster, memo)
@@ -254,21 +251,13 @@ def run_sim(
     )
     cluster = dataclasses.replace(cluster, kv_cache_blocks=blocks)
     capacity = measure_capacity_rps(
-        workload,
-        cluster,
-        memo,
-        seed=first,
-        requests=requests,
-        regions=regions,
-        params=params,
-        arm=capacity_arm,
+        workload, cluster, memo, seed=first, requests=requests, regions=regions, params=params
     )
     del memo, hashes
     shape = f"fleet {fleet}" if fleet else f"{regions} x {replicas} replicas ({profile})"
     progress(
         f"{workload}: {requests} requests, {shape}, "
-        f"{blocks} KV blocks each at most, capacity estimate {capacity:.0f} req/s "
-        f"({capacity_arm}), "
+        f"{blocks} KV blocks each at most, capacity estimate {capacity:.0f} req/s, "
         f"seeds {', '.join(map(str, seeds))}, {jobs} process(es)"
     )
     tasks = [
@@ -296,7 +285,6 @@ def run_sim(
         "config": {
             **asdict(cluster),
             "capacity_rps": capacity,
-            "capacity_arm": capacity_arm,
             "arms": list(arms),
             "loads": list(loads),
         },

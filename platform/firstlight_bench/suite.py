@@ -162,8 +162,7 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
     lines = [
         f"### {name}: {workload['name']}, {workload['requests']} requests, seeds "
         f"{', '.join(map(str, meta.get('seeds', [meta['seed']])))} (simulated, commit "
-        f"`{commit}`, load 1.0 = {config['capacity_rps']:.0f} req/s, what "
-        f"`{config.get('capacity_arm', 'least_queue')}` sustains)",
+        f"`{commit}`, load 1.0 = {config['capacity_rps']:.0f} req/s)",
         "",
         "TTFT p90 ms, mean (lowest to highest) over the seeds; **bold**: `firstlight`'s "
         "verdict against the best arm of another policy (win/loss outside the spread):",

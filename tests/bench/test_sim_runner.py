@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from firstlight.errors import ConfigError
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes
 from firstlight_bench.des import simulate
 from firstlight_bench.floor import floor_ttfts_ms
-from firstlight_bench.sim import (
-    PUBLISHED_RTT_MS,
-    default_rtt_ms,
-    measure_capacity_rps,
-    run_sim,
-)
+from firstlight_bench.sim import PUBLISHED_RTT_MS, default_rtt_ms, measure_capacity_rps
 from firstlight_bench.workloads import generate
 
 
@@ -76,28 +68,3 @@ def test_capacity_is_never_a_rate_that_misses_the_target() -> None:
     p90 = percentile(sorted(o.ttft_ms for o in run.outcomes if o.ttft_ms is not None), 0.9)
     assert p90 is not None
     assert p90 <= target, f"capacity {capacity:.4f} req/s has TTFT p90 {p90:.0f} ms"
-
-
-def test_a_prefix_aware_yardstick_sustains_more_on_shared_prefixes() -> None:
-    """W6's load 1.0 is what ``cache_aware`` sustains: on shared prefixes that is more
-    than the cache-blind rate, so its peaks press on the prefix-aware arms too."""
-    # 32 prompts of 64 blocks: a replica's cache holds half of them, a quarter each fits.
-    params = {"groups": 32, "system_tokens": 2048, "question_tokens": 32}
-    cluster = ClusterSpec(1, 4, kv_cache_blocks=1_000)
-    capacity = {
-        arm: measure_capacity_rps(
-            "W1", cluster, {}, seed=0, requests=200, regions=1, params=params, arm=arm
-        )
-        for arm in ("least_queue", "cache_aware")
-    }
-    assert capacity["cache_aware"] > 1.2 * capacity["least_queue"], capacity
-
-
-def test_the_run_records_which_arm_set_its_capacity(tmp_path: Path) -> None:
-    for workload, arm in (("W6", "cache_aware"), ("W3", "least_queue")):
-        run_sim(
-            workload=workload, regions=2, replicas=2, seeds=[0], arms=["firstlight"],
-            loads=[0.5], out=tmp_path / workload, requests=60,
-        )  # fmt: skip
-        meta = json.loads((tmp_path / workload / "results.json").read_text())["meta"]
-        assert meta["config"]["capacity_arm"] == arm

@@ -57,11 +57,6 @@ class WorkloadSpec:
     fleet: str | None = None
     """The simulated fleet it is meant for (a ``firstlight_bench.cluster.parse_fleet``
     text): the benchmark's default for it; ``None``: a uniform fleet."""
-    capacity_arm: str = "least_queue"
-    """The arm whose sustainable rate is the benchmark's load 1.0 on this workload
-    (``firstlight_bench.sim.measure_capacity_rps``): a cache-blind router by default;
-    W6 measures against a region-bound prefix-aware one, so that its peak exceeds what
-    the best in-region routing sustains, which only leaving the region can absorb."""
 
     def describe(self) -> str:
         """The summary plus one line per parameter: name, default, docstring."""
@@ -110,7 +105,6 @@ _SPECS: tuple[WorkloadSpec, ...] = (
         generate_multi_region,
         default_regions=4,
         min_regions=2,
-        capacity_arm="cache_aware",
     ),
     WorkloadSpec(
         "W7",
