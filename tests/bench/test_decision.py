@@ -1,0 +1,55 @@
+"""The decision-time benchmark: its stored report, the page's table made from it, and its
+command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from firstlight_bench.decision import BEGIN, END, main, replace_table
+
+
+def test_a_run_stores_its_report_and_rewrites_the_page(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{BEGIN}\nold\n{END}\nafter\n")
+    argv = ["--replicas", "4", "--requests", "30", "--policies", "firstlight,least_queue"]
+    argv += ["--clock", "cpu", "--out", str(tmp_path / "run"), "--page", str(page)]
+    report = main(argv)
+    assert json.loads(capsys.readouterr().out) == report
+    stored = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert stored == report
+    assert stored["meta"]["clock"] == "cpu"
+    assert stored["meta"]["command"].endswith("--page " + str(page))
+    row = stored["decision_us"]["4"]
+    assert set(row) == {"firstlight", "least_queue"}
+    assert 0 < row["firstlight"]["p50"] <= row["firstlight"]["p99"]
+    text = page.read_text()
+    assert text.startswith("before\n" + BEGIN)
+    assert text.endswith(END + "\nafter\n")
+    assert "| 4 | " in text
+    assert "cpu clock" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--page", "x.md"], "--page needs --out"),
+        (["--policies", "firstlight,fastest"], "unknown policies fastest"),
+    ],
+)
+def test_bad_options_are_refused_by_name(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_page_without_markers_is_refused() -> None:
+    with pytest.raises(ValueError, match="markers"):
+        replace_table("no markers", f"{BEGIN}\n{END}")
