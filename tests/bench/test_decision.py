@@ -8,7 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.decision import BEGIN, END, main, replace_table
+from firstlight_bench.decision import BEGIN, END, main, render_table, replace_table
+
+REPO = Path(__file__).parents[2]
+PAGE = REPO / "docs" / "routing.md"
+STORED = REPO / "docs" / "benchmarks" / "decision" / "results.json"
+
+
+def test_the_routing_page_shows_exactly_the_stored_report() -> None:
+    page = PAGE.read_text()
+    start, end = page.index(BEGIN), page.index(END) + len(END)
+    assert page[start:end] == render_table(json.loads(STORED.read_text())), (
+        "docs/routing.md is stale: rerun the command its table names"
+    )
+
+
+def test_the_stored_report_is_from_a_clean_commit_at_8_64_and_256_replicas() -> None:
+    report = json.loads(STORED.read_text())
+    assert not report["meta"]["git_commit"].endswith("-dirty")
+    assert list(report["decision_us"]) == ["8", "64", "256"]
+    assert {"firstlight", "llmd_sticky", "dynamo_kv"} <= set(report["decision_us"]["64"])
 
 
 def test_a_run_stores_its_report_and_rewrites_the_page(
