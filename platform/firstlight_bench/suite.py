@@ -21,6 +21,7 @@ from firstlight.errors import ConfigError, ConfigProblem
 from firstlight_bench.cluster import ARMS
 from firstlight_bench.results import short_commit
 from firstlight_bench.spread import Spread, best_other, spreads, verdict
+from firstlight_bench.suite_goals import goals_table
 
 __all__ = [
     "LOADS",
@@ -220,8 +221,11 @@ def render_tables(folder: Path) -> str:
     lines = [BEGIN, ""]
     if not runs:
         lines += ["No suite run is stored yet.", ""]
-    for name in runs:
-        data = json.loads((folder / name / "results.json").read_text())
+    loaded = {name: json.loads((folder / name / "results.json").read_text()) for name in runs}
+    if loaded:
+        lines += ["### The goals", ""]
+        lines += goals_table(loaded, [e.name for e in SUITE])
+    for name, data in loaded.items():
         lines += _run_tables(name, data)
     lines.append(END)
     return "\n".join(lines)
