@@ -12,20 +12,30 @@ import pytest
 from firstlight_bench.results import validate_results
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-RUNS = sorted(p.parent for p in (DOCS / "benchmarks").glob("*/results.json"))
+BENCHMARKS = DOCS / "benchmarks"
+RUNS = sorted(
+    p.parent
+    for pattern in ("*/results.json", "suite/*/results.json")
+    for p in BENCHMARKS.glob(pattern)
+    if p.parent.name != "decision"  # a micro-benchmark's report, not a run folder
+)
+
+
+def _name(run: Path) -> str:
+    return str(run.relative_to(BENCHMARKS))
 
 
 def test_the_published_runs_are_there() -> None:
-    names = {run.name for run in RUNS}
-    assert {"sim-w1", "sim-w2", "sim-w3", "sim-w4", "sim-w5", "sim-w6"} <= names
+    names = {_name(run) for run in RUNS}
+    assert "suite/w8" in names
     assert {"live-sim-w1", "live-vllm-w1"} <= names
 
 
-@pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
+@pytest.mark.parametrize("run", RUNS, ids=[_name(r) for r in RUNS])
 def test_each_published_run_validates_and_is_labelled(run: Path) -> None:
     data = json.loads((run / "results.json").read_text())
     validate_results(data)
-    if run.name.startswith("sim-") or run.name == "live-sim-w1":
+    if _name(run).startswith("suite/") or run.name == "live-sim-w1":
         assert data["meta"]["simulated"] is True
     if run.name == "live-vllm-w1":
         assert data["meta"]["simulated"] is False  # real vLLM engines
