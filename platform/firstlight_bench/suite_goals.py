@@ -134,10 +134,18 @@ def _met(ok: bool, measured: bool) -> str:
     return "met" if ok else "**missed**"
 
 
-def goals_table(runs: Mapping[str, Run], expected: Sequence[str]) -> list[str]:
-    """The goals table's lines for the stored ``runs`` (entry name → results), naming
-    the entries of ``expected`` that are not stored."""
-    missing = [name for name in expected if name not in runs]
+def goals_table(
+    stored: Mapping[str, Run], expected: Sequence[str], loads: Sequence[float]
+) -> list[str]:
+    """The goals table's lines for the ``stored`` runs (entry name → results) at the
+    matrix's ``loads`` (points at other loads, such as a stress entry's, do not count),
+    naming the entries of ``expected`` that are not stored."""
+    runs = {}
+    for name, run in stored.items():
+        points = [p for p in run["points"] if float(p["load"]) in loads]
+        if points:
+            runs[name] = {"meta": run["meta"], "points": points}
+    missing = [name for name in expected if name not in stored]
     lines = [
         "| goal | measured (firstlight, mean over the seeds) | verdict |",
         "|---|---|---|",

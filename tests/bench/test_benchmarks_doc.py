@@ -83,3 +83,9 @@ def test_a_live_section_is_the_stored_run_with_its_commit(tmp_path: Path) -> Non
 
 def test_a_clean_commit_is_shown_as_it_is() -> None:
     assert short_commit("0123456789abcdef") == "0123456789ab"
+
+
+def test_a_stress_entry_runs_at_its_own_loads(tmp_path: Path) -> None:
+    run_suite(out=tmp_path, only=["w1-overload"], requests=40, seeds=(0,), jobs=1)
+    data = json.loads((tmp_path / "w1-overload" / "results.json").read_text())
+    assert sorted({p["load"] for p in data["points"]}) == [2.0, 4.0, 6.0, 8.0]

@@ -7,6 +7,8 @@ from typing import Any
 
 from firstlight_bench.suite_goals import goals_table
 
+LOADS = (0.5, 0.75, 0.9, 1.0, 1.2)
+
 
 def _point(arm: str, load: float, seed: int, p50: float, p90: float, p99: float) -> dict[str, Any]:
     return {
@@ -46,7 +48,7 @@ def test_every_goal_met_reads_met() -> None:
             ("least_queue", 1.0): (60.0, 100.0, 200.0),
         },
     )
-    lines = goals_table({"w7": w7}, ["w7"])
+    lines = goals_table({"w7": w7}, ["w7"], LOADS)
     assert _row(lines, "never the worse").endswith("| 0 losses in 4 comparisons | met |")
     assert _row(lines, "p90 ≤ 0.7x").endswith("| w7 1: x0.50 | met |")
     assert _row(lines, "p50 ≤ 1.2x").endswith("| highest p50 ÷ floor p50: w7: x1.11 | met |")
@@ -67,7 +69,7 @@ def test_a_loss_a_weak_win_a_slow_median_and_a_harmful_spill_are_each_missed() -
         },
     )
     w2 = _run("W2", {("firstlight", 0.75): (13.0, 20.0, 30.0), ("random", 0.75): (9.0, 90.0, 99.0)})
-    lines = goals_table({"w6": w6, "w2": w2}, ["w2", "w3", "w6"])
+    lines = goals_table({"w6": w6, "w2": w2}, ["w2", "w3", "w6"], LOADS)
     assert "| 1 losses in 6 comparisons: w6 p99 at 0.5 (x1.20 vs cache_aware) | **missed** |" in (
         _row(lines, "never the worse")
     )
@@ -84,7 +86,16 @@ def test_goals_without_their_workloads_are_not_measured() -> None:
     w3 = _run(
         "W3", {("firstlight", 0.9): (10.0, 20.0, 30.0), ("least_queue", 0.9): (10.0, 20.0, 30.0)}
     )
-    lines = goals_table({"w3": w3}, ["w3"])
+    lines = goals_table({"w3": w3}, ["w3"], LOADS)
     assert _row(lines, "p90 ≤ 0.7x").endswith("| no W6/W7/W8 run stored | not measured |")
     assert _row(lines, "p50 ≤ 1.2x").endswith("| no run stored | not measured |")
     assert _row(lines, "spill-over").endswith("| raised in 0 of 0 points | not measured |")
+
+
+def test_points_beyond_the_matrix_do_not_count() -> None:
+    stress = _run(
+        "W1", {("firstlight", 8.0): (90.0, 900.0, 990.0), ("cache_aware", 8.0): (9.0, 90.0, 99.0)}
+    )
+    lines = goals_table({"w1-overload": stress}, [], LOADS)
+    assert _row(lines, "never the worse").endswith("| 0 losses in 0 comparisons | not measured |")
+    assert goals_table({"w1-overload": stress}, [], (8.0,))[2].endswith("| **missed** |")
