@@ -17,6 +17,7 @@ from firstlight.routing.cost import (
 )
 from firstlight.routing.decision import Candidate, Decision
 from firstlight.routing.inflight import InFlight
+from firstlight.routing.placements import Placements
 from firstlight.routing.policy import PolicyParams
 from firstlight.routing.views import ReplicaView, RequestView, RoutingInput
 
@@ -47,10 +48,15 @@ class FirstlightParams(PolicyParams):
     reported usage is up to a stats period old; 0 counts every waiting request (which
     also prices waits for the token budget twice, and sends a merely busy region's
     requests away)."""
-    affinity_weight: Annotated[float, Field(ge=0, le=10)] = 1.0
+    affinity_weight: Annotated[float, Field(ge=0, le=10)] = 2.0
     """Ranking penalty, in multiples of the prefill it causes, for sending a request
-    away from the replica holding most of its prefix: the copy it makes evicts other
+    away from the replica holding most of its prefix — by the hint mirror or by where
+    this router last sent it (``placement_memory``): the copy it makes evicts other
     prefixes, which later requests pay for. Ranking only: predictions stay TTFTs."""
+    placement_memory: Annotated[int, Field(ge=0, le=100_000_000)] = 1_000_000
+    """Prefix checkpoints remembered of where this router sent requests (a weak hint
+    beside the mirror, for the affinity penalty: a prefix the engine evicted still pulls
+    its next request back where it will be cached again); 0 turns it off."""
     tie_margin_ms: Annotated[float, Field(ge=0, le=1000)] = 2.0
     """Candidates within one engine step (``step_overhead_ms``) plus this much of the
     best are near-ties: the one with the fewest requests outstanding wins, at random
@@ -110,6 +116,8 @@ class FirstlightPolicy:
         """Prefill tokens routed to each replica, until their first token."""
         self.in_flight = InFlight()
         """Requests routed to each replica, until they end (the ``router`` memory signal)."""
+        self.placements = Placements(params.placement_memory)
+        """Where this router last sent each prefix (the affinity penalty's weak hint)."""
         self._routed_memory = params.memory_signal == "router"
 
     def choose(self, routing: RoutingInput) -> Decision:
@@ -158,7 +166,14 @@ class FirstlightPolicy:
         scored = []
         # Only candidates count: the mirror can still hold hints of replicas that are
         # gone, and a penalty for leaving a replica that cannot be chosen is no signal.
-        most = max((cached.get(r.replica_id, 0) for r in routing.replicas), default=0)
+        placed = self.placements.held(request.block_hashes) if request.block_hashes else {}
+        most = max(
+            (
+                max(cached.get(r.replica_id, 0), placed.get(r.replica_id, 0))
+                for r in routing.replicas
+            ),
+            default=0,
+        )
         affinity = self.params.affinity_weight
         now = self._clock()
         routed_memory = self._routed_memory
@@ -206,8 +221,11 @@ class FirstlightPolicy:
                 slot_ms = (replica.waiting + 1) * mean_output * overhead / max(running, 1)
             service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(rid)
             total = rtt_of(replica.region, 0.0) + service
-            if affinity and blocks < most:
-                total += affinity * (most - blocks) * block_size * ms_per_token
+            held = placed.get(rid, 0)
+            if held < blocks:
+                held = blocks
+            if affinity and held < most:
+                total += affinity * (most - held) * block_size * ms_per_token
 
             scored.append((total, load, blocks, replica))
         return scored
@@ -247,6 +265,7 @@ class FirstlightPolicy:
         cached_tokens = chosen.cached_blocks * request.block_size
         tokens = max(request.prompt_tokens - cached_tokens, 1)
         self.reservations.reserve(chosen.replica_id, request.request_id, tokens)
+        self.placements.record(request.block_hashes, chosen.replica_id)
         partial = request.prompt_tokens > len(request.block_hashes) * request.block_size
         self.in_flight.add(
             chosen.replica_id, request.request_id, 0, request.block_hashes, int(partial)
