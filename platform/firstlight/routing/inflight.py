@@ -63,19 +63,23 @@ class InFlight:
             self._prefill[sent.replica_id] -= sent.prefill_tokens
             sent.prefill_tokens = 0
 
-    def done(self, request_id: str) -> None:
-        """The request ended: release everything it held."""
+    def done(self, request_id: str) -> str | None:
+        """The request ended: release everything it held; returns the replica it was on
+        (``None`` for a request not in flight)."""
         self.prefill_done(request_id)
         sent = self._sent.pop(request_id, None)
         if sent is None:
-            return
+            return None
         blocks = self._blocks[sent.replica_id]
-        blocks.subtract(sent.blocks)
         for block in sent.blocks:
-            if blocks[block] <= 0:
+            left = blocks[block] - 1
+            if left > 0:
+                blocks[block] = left
+            else:
                 del blocks[block]
         self._partial[sent.replica_id] -= sent.partial_blocks
         self._requests[sent.replica_id] -= 1
+        return sent.replica_id
 
     def requests(self, replica_id: str) -> int:
         """Requests sent to ``replica_id`` that have not ended."""

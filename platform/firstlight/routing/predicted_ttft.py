@@ -116,6 +116,7 @@ class FirstlightPolicy:
         """Prefill tokens routed to each replica, until their first token."""
         self.in_flight = InFlight()
         """Requests routed to each replica, until they end (the ``router`` memory signal)."""
+        self._routed_spoken_for: dict[str, float] = {}
         self.placements = Placements(params.placement_memory)
         """Where this router last sent each prefix (the affinity penalty's weak hint)."""
         self._routed_memory = params.memory_signal == "router"
@@ -164,21 +165,17 @@ class FirstlightPolicy:
         step_ms, per_seq_ms = rates.step_overhead_ms, rates.decode_ms_per_running_seq
         mean_output, kv_full = rates.mean_output_tokens, rates.kv_full_fraction
         scored = []
-        # Only candidates count: the mirror can still hold hints of replicas that are
-        # gone, and a penalty for leaving a replica that cannot be chosen is no signal.
+        # Prefix held by each candidate (hints or placements) and its ms per token, for
+        # the affinity penalty once the best holder is known. Only candidates count: the
+        # mirror can still hold hints of replicas that are gone, and a penalty for
+        # leaving a replica that cannot be chosen is no signal.
+        holders: list[tuple[int, float]] = []
+        most = 0
         placed = self.placements.held(request.block_hashes) if request.block_hashes else {}
-        most = max(
-            (
-                max(cached.get(r.replica_id, 0), placed.get(r.replica_id, 0))
-                for r in routing.replicas
-            ),
-            default=0,
-        )
-        affinity = self.params.affinity_weight
+        placed_get = placed.get
         now = self._clock()
         routed_memory = self._routed_memory
-        active_blocks, requests_of = self.in_flight.active_blocks, self.in_flight.requests
-        half_output_blocks = mean_output / 2 / block_size
+        spoken_of = self._routed_spoken_for.get
         for replica in routing.replicas:
             rid = replica.replica_id
             blocks = cached.get(rid, 0)
@@ -200,8 +197,8 @@ class FirstlightPolicy:
                 if pending is None:
                     pending = replica.waiting * mean_prompt
                 need = (uncached + mean_output) / block_size
-                if routed_memory:  # routed_spoken_for(), inlined
-                    spoken_for = active_blocks(rid) + requests_of(rid) * half_output_blocks
+                if routed_memory:  # kept by on_routed/on_done (_note_in_flight)
+                    spoken_for = spoken_of(rid, 0.0)
                 else:  # memory_spoken_for(), inlined
                     at_stats = replica.kv_cache_usage * capacity + pending / block_size
                     requests_at_stats = running + replica.waiting
@@ -221,13 +218,20 @@ class FirstlightPolicy:
                 slot_ms = (replica.waiting + 1) * mean_output * overhead / max(running, 1)
             service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(rid)
             total = rtt_of(replica.region, 0.0) + service
-            held = placed.get(rid, 0)
+            held = placed_get(rid, 0)
             if held < blocks:
                 held = blocks
-            if affinity and held < most:
-                total += affinity * (most - held) * block_size * ms_per_token
-
+            if held > most:
+                most = held
+            holders.append((held, ms_per_token))
             scored.append((total, load, blocks, replica))
+        affinity = self.params.affinity_weight
+        if affinity and most:
+            for i, (held, ms_per_token) in enumerate(holders):
+                if held < most:
+                    total, load, blocks, replica = scored[i]
+                    total += affinity * (most - held) * block_size * ms_per_token
+                    scored[i] = (total, load, blocks, replica)
         return scored
 
     def _explained(
@@ -256,8 +260,13 @@ class FirstlightPolicy:
         under the ``stats`` memory signal."""
         if not self._routed_memory:
             return None
+        return self._routed_spoken_for.get(replica_id, 0.0)
+
+    def _note_in_flight(self, replica_id: str, block_size: int) -> None:
+        """Refresh ``replica_id``'s blocks spoken for by the router's record (after a
+        request was added or ended there), so a decision reads it in one lookup."""
         flight = self.in_flight
-        return routed_spoken_for(
+        self._routed_spoken_for[replica_id] = routed_spoken_for(
             flight.active_blocks(replica_id), flight.requests(replica_id), block_size, self._rates
         )
 
@@ -270,6 +279,7 @@ class FirstlightPolicy:
         self.in_flight.add(
             chosen.replica_id, request.request_id, 0, request.block_hashes, int(partial)
         )
+        self._note_in_flight(chosen.replica_id, request.block_size)
 
     def on_first_token(
         self, request: RequestView, chosen: Candidate, observed_ttft_ms: float
@@ -280,7 +290,9 @@ class FirstlightPolicy:
 
     def on_done(self, request: RequestView, chosen: Candidate) -> None:
         self.reservations.release(request.request_id)
-        self.in_flight.done(request.request_id)
+        replica_id = self.in_flight.done(request.request_id)
+        if replica_id is not None:
+            self._note_in_flight(replica_id, request.block_size)
 
     def on_replica_reset(self, replica_id: str) -> None:
         """Corrections learned against the prior rate do not apply to the replica's own
