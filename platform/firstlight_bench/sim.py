@@ -32,7 +32,7 @@ from firstlight_bench.report import write_run
 from firstlight_bench.results import git_commit, summarize
 from firstlight_bench.workloads import WORKLOADS, generate
 
-__all__ = ["default_rtt_ms", "hardware_params", "measure_capacity_rps", "run_sim"]
+__all__ = ["default_rtt_ms", "measure_capacity_rps", "operator_params", "run_sim"]
 
 PUBLISHED_RTT_MS: tuple[tuple[float, ...], ...] = (
     (0.0, 72.0, 72.0, 162.0),
@@ -63,16 +63,20 @@ def default_rtt_ms(regions: int) -> tuple[tuple[float, ...], ...]:
     )
 
 
-def hardware_params(profile: SimProfile) -> dict[str, dict[str, object]]:
-    """The parameters an operator sets from the hardware, for the policies that take
-    them: ``firstlight``'s cost-model priors and ``llmd_sticky``'s peak prefill
-    throughput (which prices its saturation release), from the profile's rates."""
+def operator_params(
+    profile: SimProfile, mean_output_tokens: float
+) -> dict[str, dict[str, object]]:
+    """The parameters an operator sets from the hardware and the traffic, for the
+    policies that take them: ``firstlight``'s cost-model priors (the profile's rates, and
+    the trace's mean output, which prices how long a request holds its KV memory) and
+    ``llmd_sticky``'s peak prefill throughput (which prices its saturation release)."""
     prefill_rate = 1000.0 / profile.prefill_ms_per_token
     return {
         "firstlight": {
             "prefill_tokens_per_s": prefill_rate,
             "step_overhead_ms": profile.step_overhead_ms,
             "decode_ms_per_running_seq": profile.decode_ms_per_seq,
+            "mean_output_tokens": max(round(mean_output_tokens), 1),
         },
         "llmd_sticky": {"peak_prefill_tokens_per_s": prefill_rate},
     }
@@ -227,11 +231,11 @@ def run_sim(
         fleet = WORKLOADS[workload].fleet
     fleet_spec = parse_fleet(fleet) if fleet else ()
     sim_profile = ClusterSpec(regions, replicas, profile=profile).build_profile()
-    priors = hardware_params(sim_profile)
     first = seeds[0]
     probe = generate(
         workload, seed=first, rate_rps=1.0, num_requests=requests, regions=regions, **params
     )
+    priors = operator_params(sim_profile, probe.mean_output_tokens())
     cluster = ClusterSpec(
         regions,
         replicas,

@@ -48,7 +48,7 @@ class FirstlightParams(PolicyParams):
     reported usage is up to a stats period old; 0 counts every waiting request (which
     also prices waits for the token budget twice, and sends a merely busy region's
     requests away)."""
-    affinity_weight: Annotated[float, Field(ge=0, le=10)] = 2.0
+    affinity_weight: Annotated[float, Field(ge=0, le=10)] = 1.0
     """Ranking penalty, in multiples of the prefill it causes, for sending a request
     away from the replica holding most of its prefix — by the hint mirror or by where
     this router last sent it (``placement_memory``): the copy it makes evicts other
