@@ -63,9 +63,7 @@ def default_rtt_ms(regions: int) -> tuple[tuple[float, ...], ...]:
     )
 
 
-def operator_params(
-    profile: SimProfile, mean_output_tokens: float
-) -> dict[str, dict[str, object]]:
+def operator_params(profile: SimProfile, mean_output_tokens: float) -> dict[str, dict[str, object]]:
     """The parameters an operator sets from the hardware and the traffic, for the
     policies that take them: ``firstlight``'s cost-model priors (the profile's rates, and
     the trace's mean output, which prices how long a request holds its KV memory) and
