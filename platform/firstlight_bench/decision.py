@@ -181,11 +181,10 @@ def render_table(report: dict[str, Any]) -> str:
 
 
 def replace_table(page: str, table: str) -> str:
-    """``page`` with its generated section replaced; ``ValueError`` without markers."""
-    start, end = page.find(BEGIN), page.find(END)
-    if start < 0 or end < start:
-        raise ValueError("the page has no decision markers")
-    return page[:start] + table + page[end + len(END) :]
+    """``page`` with its decision section replaced; ``ValueError`` without markers."""
+    from firstlight_bench.suite import replace_tables
+
+    return replace_tables(page, table, begin=BEGIN, end=END)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -237,10 +237,11 @@ def render_tables(folder: Path) -> str:
     return "\n".join(lines)
 
 
-def replace_tables(page: str, tables: str) -> str:
-    """``page`` with its generated part replaced by ``tables``; raises ``ValueError``
-    when the page has no ``BEGIN``/``END`` markers."""
-    start, end = page.find(BEGIN), page.find(END)
-    if start < 0 or end < start:
-        raise ValueError("the page has no suite markers")
-    return page[:start] + tables + page[end + len(END) :]
+def replace_tables(page: str, tables: str, *, begin: str = BEGIN, end: str = END) -> str:
+    """``page`` with its generated part (between ``begin`` and ``end``, by default the
+    suite's markers) replaced by ``tables``; raises ``ValueError`` when the page has no
+    such markers. Also used for the decision table of ``docs/routing.md``."""
+    first, last = page.find(begin), page.find(end)
+    if first < 0 or last < first:
+        raise ValueError(f"the page has no {begin!r} ... {end!r} markers")
+    return page[:first] + tables + page[last + len(end) :]
