@@ -52,7 +52,7 @@ the clock is injected.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from firstlight.routing.decision import TtftTerms
@@ -244,10 +244,16 @@ class Calibrator:
         self._alpha = alpha
         self._bounds = (min_correction, max_correction)
         self._state: dict[str, _Calibration] = {}
+        self._corrections: dict[str, float] = {}
 
     def correction(self, replica_id: str) -> float:
-        state = self._state.get(replica_id)
-        return state.correction if state else 1.0
+        return self._corrections.get(replica_id, 1.0)
+
+    @property
+    def corrections(self) -> Mapping[str, float]:
+        """Each observed replica's current correction (others: 1.0). Read-only view for
+        the policy's scoring loop, which looks up every candidate per decision."""
+        return self._corrections
 
     def error_ms(self, replica_id: str) -> float | None:
         """Smoothed prediction error, or ``None`` before the first observation."""
@@ -267,10 +273,12 @@ class Calibrator:
         sample = max(observed_ttft_ms - terms.rtt_ms, 0.0) / uncorrected_ms
         low, high = self._bounds
         state.correction = min(max((1 - a) * state.correction + a * sample, low), high)
+        self._corrections[replica_id] = state.correction
 
     def forget(self, replica_id: str) -> None:
         """Drop a replica's history (it restarted or left)."""
         self._state.pop(replica_id, None)
+        self._corrections.pop(replica_id, None)
 
 
 class Reservations:
@@ -298,6 +306,12 @@ class Reservations:
         replica_id = self._replica_of.pop(request_id, None)
         if replica_id is not None:
             self._by_replica[replica_id].pop(request_id, None)
+
+    @property
+    def by_replica(self) -> Mapping[str, Mapping[str, tuple[float, float]]]:
+        """Read-only view: replica id → its reservations (maybe expired), for a cheap
+        emptiness test before :meth:`amount_after` in the policy's scoring loop."""
+        return self._by_replica
 
     def amount_after(self, replica_id: str, since: float) -> float:
         """The amount reserved on ``replica_id`` after clock time ``since``."""

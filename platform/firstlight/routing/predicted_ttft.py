@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -24,6 +25,7 @@ from firstlight.routing.views import ReplicaView, RequestView, RoutingInput
 __all__ = ["FirstlightParams", "FirstlightPolicy"]
 
 _EXPLAINED = 4
+_BY_TTFT_THEN_LOAD = itemgetter(0, 1)
 """Candidates that get their full cost terms (the winner, the runner-up and the next
 tiers the request router may fall back to); the rest carry only their predicted TTFT."""
 
@@ -125,7 +127,7 @@ class FirstlightPolicy:
         request = routing.request
         cached = routing.cache.longest_prefix(request.block_hashes) if request.block_hashes else {}
         scored = self._score_all(request, routing, cached)
-        scored.sort(key=lambda item: (item[0], item[1]))
+        scored.sort(key=_BY_TTFT_THEN_LOAD)
         best = scored[0][0]
         # A prediction cannot tell apart candidates whose first tokens land in the same
         # engine step: the step is the scheduler's granularity.
@@ -157,7 +159,8 @@ class FirstlightPolicy:
         """Predicted TTFT of every replica: the hot loop, inlined for speed. Each value
         equals ``predict_ttft(...).total_ms`` (a test holds the two together)."""
         rates = self._rates
-        correction_of = self.calibrator.correction
+        correction_of = self.calibrator.corrections.get
+        reservations_of = self.reservations.by_replica.get
         reserved_after = self.reservations.amount_after
         rtt_of = routing.rtt_ms.get
         prompt, block_size = request.prompt_tokens, request.block_size
@@ -182,7 +185,9 @@ class FirstlightPolicy:
             reported = replica.pending_prefill_tokens
             if reported is None:
                 reported = max(replica.queue_len - replica.running, 0) * mean_prompt
-            queued = reported + reserved_after(rid, replica.stats_at)
+            queued: float = reported
+            if reservations_of(rid):
+                queued += reserved_after(rid, replica.stats_at)
             uncached = max(prompt - blocks * block_size, 1)
             ms_per_token = 1000.0 / (replica.prefill_tokens_per_s or default_rate)
             running = replica.running
@@ -216,7 +221,9 @@ class FirstlightPolicy:
                     slot_ms = short / capacity * mean_output * overhead
             elif replica.kv_cache_usage >= kv_full:
                 slot_ms = (replica.waiting + 1) * mean_output * overhead / max(running, 1)
-            service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(rid)
+            service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(
+                rid, 1.0
+            )
             total = rtt_of(replica.region, 0.0) + service
             held = placed_get(rid, 0)
             if held < blocks:
