@@ -4,7 +4,9 @@ Built by :mod:`firstlight.serve.app` (one deployment per model per region) and c
 through a deployment handle by the gateway, via the
 :class:`~firstlight.serve.request_router.FirstlightRequestRouter`:
 
-* :meth:`generate` — once per request, streaming: yields ``GenerationChunk``s. The
+* :meth:`generate` — once per request, streaming: yields ``GenerationChunk``s (chunks the
+  engine produced while the previous item was in flight leave merged, as one Ray stream
+  item: :func:`~firstlight.engine.coalesce.coalesce`). The
   gateway passes the tokenized request and, as ``routing``, the request's
   :class:`~firstlight.routing.RequestView` (which the router read to choose us), and as
   ``trace_context`` the W3C trace context of its route span (the replica's and the
@@ -33,6 +35,7 @@ from typing import Any
 from opentelemetry import trace
 
 from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.engine.coalesce import coalesce
 from firstlight.engine.protocol import Engine, GenerationChunk, GenerationRequest
 from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
@@ -127,7 +130,7 @@ class ModelServer:
         started, output_tokens = time.monotonic(), 0
         try:
             yield ServedBy(self._replica_id)
-            async for chunk in self._engine.generate(request):
+            async for chunk in coalesce(self._engine.generate(request)):
                 if first:
                     engine_span.add_event("first_token")
                     engine_span.set_attribute(
