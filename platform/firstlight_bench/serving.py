@@ -1,7 +1,8 @@
 """Serving benchmark: what the platform adds over the engine, and one gateway's throughput.
 
 Run ``python -m firstlight_bench.serving [--requests 200] [--concurrency 1,8,32]
-[--prompt-tokens 128] [--max-tokens 8] [--duration 10] [--out FILE]``. One local Ray
+[--prompt-tokens 128] [--max-tokens 8] [--duration 10] [--ingress haproxy|serve-proxy]
+[--throughput-optimized on|off] [--out FOLDER [--page PAGE]]``. One local Ray
 cluster (``num_cpus=2``), one region whose model runs the simulator's ``instant`` profile
 (2 replicas, microsecond steps): **simulated engine, real platform** - the numbers are
 the platform's own cost, and the report says ``"simulated_engine": true``.
@@ -28,8 +29,13 @@ the platform's own cost, and the report says ``"simulated_engine": true``.
    in this process, sharing the 2 cores with Ray) at each ``--concurrency`` for
    ``--duration`` s, non-streaming chat completions, short prompt, ``max_tokens=1``.
 
-``RAY_SERVE_THROUGHPUT_OPTIMIZED=1`` in the environment measures Ray Serve's same-thread
-mode (recorded in ``meta``). Prints a table; the JSON goes to ``--out`` (else stdout).
+``--ingress`` and ``--throughput-optimized`` choose the data plane (``gateway.ingress``,
+``gateway.throughput_optimized``; defaults: the configuration's), set in the environment
+before Ray starts (:mod:`firstlight.serve.data_plane`) and recorded in ``meta``. Prints a
+table; the JSON goes to ``OUT/results.json`` (else stdout), with the command and commit,
+and ``--page`` rewrites that page's section for the run (markers named after OUT's
+folder name: :func:`~firstlight_bench.serving_report.markers`). A test holds
+``docs/serving.md`` to the stored reports.
 """
 
 from __future__ import annotations
@@ -40,11 +46,13 @@ import json
 import os
 import platform
 import random
+import shlex
 import socket
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,14 +63,18 @@ from firstlight.engine.protocol import GenerationChunk, GenerationRequest, Sampl
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
 from firstlight_bench.ray_floor import FLOOR_APP, deploy_floor
+from firstlight_bench.results import git_commit
 from firstlight_bench.serving_report import (
     Timing,
     added_latency,
+    markers,
     phase,
     render,
+    render_markdown,
     target,
     throughput,
 )
+from firstlight_bench.suite import replace_tables
 
 __all__ = ["bench_config", "main"]
 
@@ -227,8 +239,16 @@ def _free_port() -> int:
         return port
 
 
-def bench_config(port: int, prompt_tokens: int, run_id: str) -> PlatformConfig:
-    """One local region serving the ``instant`` simulator on 2 replicas, auth off."""
+def bench_config(
+    port: int,
+    prompt_tokens: int,
+    run_id: str,
+    *,
+    ingress: str = "haproxy",
+    throughput_optimized: bool = True,
+) -> PlatformConfig:
+    """One local region serving the ``instant`` simulator on 2 replicas, auth off, with
+    the given data plane (``gateway.ingress``, ``gateway.throughput_optimized``)."""
     model = {
         "name": MODEL,
         "engine": "sim",
@@ -244,7 +264,12 @@ def bench_config(port: int, prompt_tokens: int, run_id: str) -> PlatformConfig:
         "router": {"policy": "firstlight"},
         "hints": {"key_prefix": f"flbench:{run_id}:"},
         "auth": {"enabled": False},
-        "gateway": {"host": "127.0.0.1", "port": port},
+        "gateway": {
+            "host": "127.0.0.1",
+            "port": port,
+            "ingress": ingress,
+            "throughput_optimized": throughput_optimized,
+        },
     }
     return parse_config(data, "serving benchmark")
 
@@ -305,18 +330,45 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=8, help="output tokens (overhead)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="write the JSON report here")
+    parser.add_argument("--out", type=Path, help="store the report as OUT/results.json")
+    parser.add_argument(
+        "--page", type=Path, help="rewrite this page's section for OUT (its folder name)"
+    )
+    parser.add_argument(
+        "--ingress", choices=("haproxy", "serve-proxy"), default="haproxy", help="gateway.ingress"
+    )
+    parser.add_argument(
+        "--throughput-optimized",
+        choices=("on", "off"),
+        default="on",
+        help="gateway.throughput_optimized",
+    )
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",") if c]
     if args.requests < 2 or not levels or min(levels) < 1 or args.prompt_tokens < 32:
         parser.error("need --requests >= 2, --concurrency >= 1, --prompt-tokens >= 32")
+    if args.page is not None and args.out is None:
+        parser.error("--page needs --out (the section is made from the stored report)")
+    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    commit = git_commit()
+
+    from firstlight.serve.data_plane import prepare_local_ray
+
+    config = bench_config(
+        _free_port(),
+        args.prompt_tokens,
+        uuid.uuid4().hex[:8],
+        ingress=args.ingress,
+        throughput_optimized=args.throughput_optimized == "on",
+    )
+    # Before Ray Serve is imported: this process's handle path reads the settings too.
+    prepare_local_ray(config.gateway)
 
     import ray
     from ray import serve
 
     from firstlight.serve.local_mode import start_local, stop_local
 
-    config = bench_config(_free_port(), args.prompt_tokens, uuid.uuid4().hex[:8])
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         running = start_local(config, report=lambda m: print(m, file=sys.stderr), timeout_s=300)
@@ -336,11 +388,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "simulated_engine": True,
         "meta": {
             "what": "simulated engine (sim profile 'instant'), real platform",
+            "command": f"firstlight bench serving {argv_text}".strip(),
+            "git_commit": commit,
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
             "python": sys.version.split()[0],
             "ray": ray.__version__,
-            "serve_throughput_optimized": os.environ.get("RAY_SERVE_THROUGHPUT_OPTIMIZED", "0"),
+            "ingress": config.gateway.ingress,
+            "serve_throughput_optimized": "1" if config.gateway.throughput_optimized else "0",
             "hints": running.hints_note,
             "options": {k: v for k, v in vars(args).items() if k != "out"},
             "warm_up": WARM_UP,
@@ -352,9 +408,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(render(report))
     text = json.dumps(report, indent=2)
     if args.out is not None:
-        args.out.write_text(text + "\n")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(text + "\n")
     else:
         print(text)
+    if args.page is not None:
+        name = args.out.name
+        begin, end = markers(name)
+        section = render_markdown(report, name)
+        args.page.write_text(replace_tables(args.page.read_text(), section, begin=begin, end=end))
     return report
 
 

@@ -18,8 +18,10 @@ __all__ = [
     "Summary",
     "Timing",
     "added_latency",
+    "markers",
     "phase",
     "render",
+    "render_markdown",
     "summarize",
     "target",
     "throughput",
@@ -103,7 +105,8 @@ def render(report: dict[str, Any]) -> str:
         "Firstlight serving benchmark: SIMULATED ENGINE (sim profile 'instant'), REAL PLATFORM",
         f"machine: os.cpu_count()={meta['cpu_count']}, {meta['platform']}, Python "
         f"{meta['python']}, Ray {meta['ray']} (num_cpus=2; this process's clients share "
-        f"the same cores); RAY_SERVE_THROUGHPUT_OPTIMIZED={meta['serve_throughput_optimized']}",
+        f"the same cores); ingress {meta.get('ingress', 'serve-proxy')}, "
+        f"RAY_SERVE_THROUGHPUT_OPTIMIZED={meta['serve_throughput_optimized']}",
         f"overhead: {opts['requests']} sequential requests per path (+{meta['warm_up']} warm-up)"
         f", {opts['prompt_tokens']} prompt tokens, max_tokens={opts['max_tokens']}, "
         f"2 replicas; {meta['hints']}",
@@ -129,4 +132,77 @@ def render(report: dict[str, Any]) -> str:
     for r in report["throughput"]:
         cells = [r["requests_per_s"], r["p50_ms"], r["p99_ms"], r["requests"], r["errors"]]
         lines.append(_row(str(r["concurrency"]), cells))
+    return "\n".join(lines)
+
+
+# --- the generated sections of docs/serving.md ------------------------------------------
+
+_PATH_LABELS = {
+    "direct": "engine called directly (in process)",
+    "handle": "Ray handle + FirstlightRequestRouter (no HTTP)",
+    "http_floor": "`GET /healthz` (ingress + gateway, no model call)",
+    "ray_serve_floor": "bare Ray Serve app of the same shape (ingress → 2 replicas, SSE)",
+    "http_tokens": "**Firstlight**, `/v1/completions` with token ids, streamed",
+    "http_chat_text": "Firstlight, `/v1/chat/completions` with text",
+}
+
+
+def markers(name: str) -> tuple[str, str]:
+    """The begin and end markers of run ``name``'s generated section on a page."""
+    return (
+        f"<!-- serving:{name}:begin (generated from docs/benchmarks/{name}/results.json; "
+        "do not edit) -->",
+        f"<!-- serving:{name}:end -->",
+    )
+
+
+def render_markdown(report: dict[str, Any], name: str) -> str:
+    """Run ``name``'s section of ``docs/serving.md``, between its :func:`markers`: where
+    and how it was measured, every path's latencies, the added latency against the goal,
+    and one gateway's throughput. Called by ``firstlight bench serving --page`` and by
+    the test that holds the page to the stored reports."""
+    from firstlight_bench.results import short_commit
+
+    meta, overhead = report["meta"], report["overhead"]
+    opts, goal = meta["options"], overhead["target"]
+    begin, end = markers(name)
+    optimized = "on" if meta["serve_throughput_optimized"] == "1" else "off"
+    lines = [
+        begin,
+        "",
+        f"`{meta['command']}` at commit `{short_commit(meta['git_commit'])}`: ingress "
+        f"`{meta['ingress']}`, throughput-optimized data plane {optimized}; "
+        f"{opts['requests']} sequential requests per path after {meta['warm_up']} warm-up, "
+        f"{opts['prompt_tokens']} prompt tokens, `max_tokens={opts['max_tokens']}`; "
+        f"{meta['cpu_count']} cores, Ray {meta['ray']}. *Simulated engine, real platform.*",
+        "",
+        "| path | TTFT p50 | p90 | p99 | end-to-end p50 | p99 |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for path, stats in overhead["paths"].items():
+        ttft, e2e = stats["ttft_ms"], stats["e2e_ms"]
+        cells = [ttft["p50"], ttft["p90"], ttft["p99"], e2e["p50"], e2e["p99"]]
+        label = _PATH_LABELS.get(path, path)
+        lines.append(f"| {label} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    verdict = {True: "met", False: "**missed**"}
+    added = overhead["added_ms"]["http_tokens - ray_serve_floor"]
+    lines += [
+        "",
+        f"Added over the engine at p50 (goal ≤ {goal['p50_ms']:g} ms): TTFT "
+        f"+{goal['ttft_added_p50_ms']:.2f} ms ({verdict[goal['ttft_met']]}), end-to-end "
+        f"+{goal['e2e_added_p50_ms']:.2f} ms ({verdict[goal['e2e_met']]}); Firstlight's own "
+        f"work over the bare Ray Serve app: TTFT {added['ttft_ms']['p50']:+.2f} ms.",
+        "",
+        f"One gateway replica, non-streaming chat, `max_tokens=1`, closed loop, "
+        f"{opts['duration']:g} s per level (the clients share the cores):",
+        "",
+        "| concurrency | requests/s | p50 ms | p99 ms | errors |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for row in report["throughput"]:
+        lines.append(
+            f"| {row['concurrency']} | {row['requests_per_s']:.1f} | {row['p50_ms']:.1f} | "
+            f"{row['p99_ms']:.1f} | {row['errors']} |"
+        )
+    lines += ["", end]
     return "\n".join(lines)

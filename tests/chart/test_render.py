@@ -9,6 +9,8 @@ import helm_python as helm
 import kubernetes_validate
 import pytest
 
+from firstlight.config import parse_config
+from firstlight.serve.data_plane import ray_environment
 from tests.chart.chart import (
     CHART_DIR,
     CRD_FILES,
@@ -16,8 +18,10 @@ from tests.chart.chart import (
     KUBE_VERSIONS,
     NAMESPACE,
     Rendered,
+    app_args,
     crd_validator,
     load_values,
+    pod_specs,
     render,
 )
 
@@ -154,3 +158,22 @@ def test_ray_pod_monitor_validates_when_enabled() -> None:
     monitor = rendered.one("PodMonitor")
     assert not list(crd_validator("PodMonitor").iter_errors(monitor))
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "ray-metrics"
+
+
+@pytest.mark.parametrize(
+    "gateway",
+    [{}, {"ingress": "serve-proxy", "throughput_optimized": False}, {"ingress": "serve-proxy"}],
+    ids=["defaults", "serve-proxy-plain", "serve-proxy-optimized"],
+)
+def test_every_ray_pod_gets_the_configured_data_plane(gateway: dict[str, Any]) -> None:
+    """Ray Serve reads the ingress and data plane from its processes' environment: the
+    chart must set what local mode sets for the same configuration, on head and workers."""
+    rendered = render({"gateway": gateway} if gateway else {})
+    config = parse_config(app_args(rendered)["config"])
+    expected = ray_environment(config.gateway)
+    specs = [(name, spec) for name, spec in pod_specs(rendered) if name.startswith("ray-")]
+    assert len(specs) >= 2  # the head and a worker group
+    for _, spec in specs:
+        for container in spec["containers"]:
+            env = {e["name"]: e.get("value") for e in container.get("env", [])}
+            assert {name: env.get(name) for name in expected} == expected

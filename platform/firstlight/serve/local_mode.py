@@ -2,7 +2,8 @@
 
 Called by ``firstlight up`` (which ``make up`` runs) and by the serving tests, so both
 exercise the same start-up path. :func:`start_local` finds or starts Redis (without
-either, hints are off and it says so), starts Ray and Serve's HTTP proxy, deploys each
+either, hints are off and it says so), starts Ray with the configured ingress
+(:mod:`firstlight.serve.data_plane`) and Serve, deploys each
 region as its own application under ``/<region>``, and waits until every region's
 ``/readyz`` answers 200. :func:`stop_local` deletes the applications.
 """
@@ -161,6 +162,7 @@ def start_local(
     from ray.serve.api import RunTarget
 
     from firstlight.serve.app import region_app
+    from firstlight.serve.data_plane import prepare_local_ray
 
     hints_enabled, note = ensure_redis(config, report)
     report(note)
@@ -169,7 +171,8 @@ def start_local(
         for r in config.regions
     ]
     if not ray.is_initialized():
-        report("starting a local Ray cluster")
+        prepare_local_ray(config.gateway)
+        report(f"starting a local Ray cluster (ingress: {config.gateway.ingress})")
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": config.gateway.host, "port": config.gateway.port})
     report(f"deploying {len(targets)} region(s): {', '.join(r.name for r in config.regions)}")

