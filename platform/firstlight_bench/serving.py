@@ -398,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "ingress": config.gateway.ingress,
             "serve_throughput_optimized": "1" if config.gateway.throughput_optimized else "0",
             "hints": running.hints_note,
-            "options": {k: v for k, v in vars(args).items() if k != "out"},
+            "options": {k: v for k, v in vars(args).items() if k not in ("out", "page")},
             "warm_up": WARM_UP,
             "config": config.model_dump(mode="json"),
         },
