@@ -34,7 +34,8 @@ the platform's own cost, and the report says ``"simulated_engine": true``.
 before Ray starts (:mod:`firstlight.serve.data_plane`) and recorded in ``meta``. Prints a
 table; the JSON goes to ``OUT/results.json`` (else stdout), with the command and commit,
 and ``--page`` rewrites that page's section for the run (markers named after OUT's
-folder name: :func:`~firstlight_bench.serving_report.markers`). A test holds
+folder name: :func:`~firstlight_bench.serving_report.markers`); ``--tables-only --page
+PAGE`` rewrites every section from the reports stored beside the page. A test holds
 ``docs/serving.md`` to the stored reports.
 """
 
@@ -46,6 +47,7 @@ import json
 import os
 import platform
 import random
+import re
 import shlex
 import socket
 import sys
@@ -321,6 +323,20 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
     return {"paths": paths, "added_ms": added, "target": target(added["http_tokens - direct"])}
 
 
+def rewrite_page(page: Path) -> None:
+    """Rewrite every generated section of ``page`` from the report stored for it,
+    ``<page's folder>/benchmarks/<name>/results.json`` (``--tables-only``): runs compared
+    side by side are made into folders outside the checkout, so that each finds a clean
+    tree, then copied in. Raises ``FileNotFoundError`` for a section without a report."""
+    text = page.read_text()
+    for name in re.findall(r"<!-- serving:([\w-]+):begin", text):
+        stored = page.parent / "benchmarks" / name / "results.json"
+        report = json.loads(stored.read_text())
+        begin, end = markers(name)
+        text = replace_tables(text, render_markdown(report, name), begin=begin, end=end)
+    page.write_text(text)
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     """Parse options, start the platform, measure, shut down; print and return the report."""
     parser = argparse.ArgumentParser(prog="python -m firstlight_bench.serving")
@@ -335,6 +351,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--page", type=Path, help="rewrite this page's section for OUT (its folder name)"
     )
     parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="measure nothing: rewrite every section of --page from the reports stored "
+        "beside it (docs/benchmarks/<name>/results.json)",
+    )
+    parser.add_argument(
         "--ingress", choices=("haproxy", "serve-proxy"), default="haproxy", help="gateway.ingress"
     )
     parser.add_argument(
@@ -344,6 +366,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         help="gateway.throughput_optimized",
     )
     args = parser.parse_args(argv)
+    if args.tables_only:
+        if args.page is None:
+            parser.error("--tables-only needs --page")
+        rewrite_page(args.page)
+        return {}
     levels = [int(c) for c in args.concurrency.split(",") if c]
     if args.requests < 2 or not levels or min(levels) < 1 or args.prompt_tokens < 32:
         parser.error("need --requests >= 2, --concurrency >= 1, --prompt-tokens >= 32")
