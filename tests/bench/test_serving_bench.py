@@ -3,7 +3,10 @@ inputs; nothing here starts Ray."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,12 +14,16 @@ import pytest
 from firstlight_bench.serving import MODEL, REGION, bench_config
 from firstlight_bench.serving_report import (
     added_latency,
+    markers,
     phase,
     render,
+    render_markdown,
     summarize,
     target,
     throughput,
 )
+
+REPO = Path(__file__).parents[2]
 
 
 def test_summarize_uses_the_projects_one_percentile() -> None:
@@ -102,6 +109,60 @@ def test_render_shows_every_path_comparison_and_an_honest_verdict() -> None:
     assert "http_tokens - direct" in text
     assert "TTFT +23.200 ms NOT MET" in text
     assert "e2e +1.000 ms MET" in text
+
+
+def test_the_generated_section_says_where_it_came_from_and_whether_the_goal_held() -> None:
+    paths = {
+        name: phase([(float(i), float(i) + 1.0)])
+        for i, name in enumerate(("direct", "handle", "ray_serve_floor", "http_tokens"), 1)
+    }
+    added = {
+        f"{o} - {b}": added_latency(paths[b], paths[o])
+        for o, b in (("http_tokens", "direct"), ("http_tokens", "ray_serve_floor"))
+    }
+    report: dict[str, Any] = {
+        "meta": {
+            "command": "firstlight bench serving --out docs/benchmarks/x",
+            "git_commit": "0123456789abcdef0123",
+            "ingress": "haproxy",
+            "serve_throughput_optimized": "1",
+            "cpu_count": 2,
+            "ray": "2.60.0",
+            "warm_up": 20,
+            "options": {"requests": 5, "prompt_tokens": 128, "max_tokens": 8, "duration": 1.0},
+        },
+        "overhead": {
+            "paths": paths,
+            "added_ms": added,
+            "target": target(added["http_tokens - direct"]),
+        },
+        "throughput": [throughput([5.0, 7.0], 1.0, 0, 8)],
+    }
+    begin, end = markers("x")
+    section = render_markdown(report, "x")
+    assert section.startswith(begin + "\n")
+    assert section.endswith("\n" + end)
+    assert "`firstlight bench serving --out docs/benchmarks/x` at commit `0123456789ab`" in section
+    assert "ingress `haproxy`, throughput-optimized data plane on" in section
+    assert "| **Firstlight**, `/v1/completions` with token ids, streamed | 4.00 |" in section
+    assert "TTFT +3.00 ms (met)" in section  # 4 - 1: the goal is inclusive
+    assert "over the bare Ray Serve app: TTFT +1.00 ms" in section
+    assert "| 8 | 2.0 | 6.0 |" in section
+
+
+def test_the_serving_page_shows_exactly_the_stored_reports() -> None:
+    page = (REPO / "docs" / "serving.md").read_text()
+    names = re.findall(r"<!-- serving:([\w-]+):begin", page)
+    assert names == ["serving-haproxy", "serving-serve-proxy"]
+    commits = set()
+    for name in names:
+        report = json.loads((REPO / "docs" / "benchmarks" / name / "results.json").read_text())
+        begin, end = markers(name)
+        shown = page[page.index(begin) : page.index(end) + len(end)]
+        assert shown == render_markdown(report, name), f"{name}: rerun the command it names"
+        assert not report["meta"]["git_commit"].endswith("-dirty")
+        commits.add(report["meta"]["git_commit"])
+    assert len(commits) == 1, "the compared runs must come from one commit"
 
 
 def test_bench_config_is_one_local_instant_region() -> None:
