@@ -17,7 +17,8 @@ RUNS = sorted(
     p.parent
     for pattern in ("*/results.json", "suite/*/results.json")
     for p in BENCHMARKS.glob(pattern)
-    if p.parent.name != "decision"  # a micro-benchmark's report, not a run folder
+    # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
+    if p.parent.name != "decision" and not p.parent.name.startswith("serving-")
 )
 
 
