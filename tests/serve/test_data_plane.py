@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 
 import pytest
 
@@ -76,15 +77,33 @@ def test_haproxy_without_its_binary_is_a_config_error_that_says_what_to_do(
     assert all(os.environ[name] == "unchanged" for name in _VARS)
 
 
-def test_haproxys_side_listeners_get_free_ports_unless_set(
+def test_haproxys_side_listeners_get_free_ports_unless_a_free_one_is_set(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Two local clusters on one machine must not both bind HAProxy's default 8404/9101."""
-    monkeypatch.delenv("RAY_SERVE_HAPROXY_STATS_PORT", raising=False)
-    monkeypatch.setenv("RAY_SERVE_HAPROXY_METRICS_PORT", "19101")
-    for name in _VARS:
-        monkeypatch.setenv(name, "")
-    prepare_local_ray(GatewayConfig(ingress="haproxy"))
-    stats = int(os.environ["RAY_SERVE_HAPROXY_STATS_PORT"])
-    assert stats not in (0, 8404)
-    assert os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"] == "19101"
+    """Two local clusters on one machine must not both bind HAProxy's default 8404/9101,
+    nor the ports a parent process set for its own cluster (inherited by a child that
+    starts a second one)."""
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        busy = held.getsockname()[1]
+        free = _unused_port()
+        monkeypatch.delenv("RAY_SERVE_HAPROXY_STATS_PORT", raising=False)
+        monkeypatch.setenv("RAY_SERVE_HAPROXY_METRICS_PORT", str(busy))
+        for name in _VARS:
+            monkeypatch.setenv(name, "")
+        prepare_local_ray(GatewayConfig(ingress="haproxy"))
+        stats = int(os.environ["RAY_SERVE_HAPROXY_STATS_PORT"])
+        metrics = int(os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"])
+        assert stats not in (0, 8404)
+        assert metrics != busy
+        monkeypatch.setenv("RAY_SERVE_HAPROXY_METRICS_PORT", str(free))
+        prepare_local_ray(GatewayConfig(ingress="haproxy"))
+        assert os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"] == str(free)
+
+
+def _unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port: int = sock.getsockname()[1]
+        return port

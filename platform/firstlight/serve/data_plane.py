@@ -69,9 +69,13 @@ def prepare_local_ray(gateway: GatewayConfig) -> None:
     if gateway.ingress == "haproxy":
         # HAProxy's own stats and metrics listeners have fixed default ports (8404, 9101)
         # on every interface: a second local cluster on the machine (a benchmark beside
-        # a running `firstlight up`) would fail to start. Free ones, unless set.
+        # a running `firstlight up`) would fail to start. A set port is kept while it is
+        # free; one in use (often inherited from the process that started the first
+        # cluster) is replaced by a free one.
         for name in _HAPROXY_SIDE_PORTS:
-            os.environ.setdefault(name, str(_free_port()))
+            value = os.environ.get(name, "")
+            if not (value.isdigit() and _bindable(int(value))):
+                os.environ[name] = str(_free_port())
 
 
 _HAPROXY_SIDE_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
@@ -79,9 +83,19 @@ _HAPROXY_SIDE_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRIC
 
 def _free_port() -> int:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _bindable(port: int) -> bool:
+    """Whether a listener could bind ``port`` on every interface, as HAProxy's do."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+        return True
 
 
 def _haproxy_installed() -> bool:
