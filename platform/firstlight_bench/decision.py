@@ -1,11 +1,13 @@
 """Decision-time micro-benchmark of the routing policies, and hint-mirror memory.
 
 Run ``firstlight bench decision`` (``python -m firstlight_bench.decision``; options:
-``--replicas 8,64,256 --blocks 256 --requests 2000 --seed 0 --policies
+``--replicas 8,64,256 --blocks 256 --requests 2000 --runs 5 --seed 0 --policies
 firstlight,least_queue --clock wall|cpu --out FOLDER --page PAGE``). Prints JSON:
-``decision_us[replicas][policy] = {p50, p99}`` — the time of ``choose`` plus
-``on_routed`` (what the request router runs per request, hint lookup and bookkeeping
-included) — and ``mirror_bytes_per_million_entries``. With ``--out`` the report is
+``decision_us[replicas][policy] = {p50, p99, p99_min, p99_max}`` — the time of
+``choose`` plus ``on_routed`` (what the request router runs per request, hint lookup and
+bookkeeping included): the median over ``--runs`` repeats of each run's percentile, and
+the lowest and highest p99 of a run, since one run's p99 on a shared machine moves with
+whatever else it runs — and ``mirror_bytes_per_million_entries``. With ``--out`` the report is
 stored as ``FOLDER/results.json`` (with the commit and the command), and ``--page``
 rewrites that page's generated table from it (:func:`render_table`); a test holds
 ``docs/routing.md`` to the stored report. Numbers depend on the machine: compare arms
@@ -28,6 +30,7 @@ import json
 import platform
 import random
 import shlex
+import statistics
 import sys
 import time
 import tracemalloc
@@ -103,9 +106,12 @@ def measure_decisions(
     seed: int,
     policies: Sequence[str],
     clock: Callable[[], int] = time.perf_counter_ns,
+    runs: int = 1,
 ) -> dict[str, dict[str, float]]:
     """Decision time percentiles (µs) of each policy on one shared cluster and trace,
-    timed with ``clock`` (nanoseconds)."""
+    timed with ``clock`` (nanoseconds): medians over ``runs`` repeats (the policies take
+    turns within each repeat, so a slow spell of the machine touches them alike), with
+    the lowest and highest p99 of a repeat."""
     rng = random.Random(seed)
     mirror, views, prefixes = _build_cluster(replicas, blocks, rng)
     unique_len = blocks - len(prefixes[0])
@@ -120,20 +126,30 @@ def measure_decisions(
         for i in range(requests)
     ]
     rtt_ms = {f"region-{i}": 40.0 * i for i in range(4)}
+    per_run: dict[str, list[tuple[float, float]]] = {name: [] for name in policies}
+    for _ in range(runs):
+        for name in policies:
+            policy = build_policy(name, {}, rng=random.Random(seed), clock=_fixed_clock)
+            samples_ns: list[int] = []
+            for request in trace:
+                routing = RoutingInput(request, views, mirror, rtt_ms)
+                start = clock()
+                decision = policy.choose(routing)
+                policy.on_routed(request, decision.winner)
+                samples_ns.append(clock() - start)
+                policy.on_done(request, decision.winner)
+            ordered = sorted(samples_ns)
+            p50, p99 = (percentile(ordered, q) or 0.0 for q in (0.5, 0.99))
+            per_run[name].append((p50 / 1000, p99 / 1000))
     results: dict[str, dict[str, float]] = {}
-    for name in policies:
-        policy = build_policy(name, {}, rng=random.Random(seed), clock=_fixed_clock)
-        samples_ns: list[int] = []
-        for request in trace:
-            routing = RoutingInput(request, views, mirror, rtt_ms)
-            start = clock()
-            decision = policy.choose(routing)
-            policy.on_routed(request, decision.winner)
-            samples_ns.append(clock() - start)
-            policy.on_done(request, decision.winner)
-        ordered = sorted(samples_ns)
-        p50, p99 = (percentile(ordered, q) or 0.0 for q in (0.5, 0.99))
-        results[name] = {"p50": round(p50 / 1000, 1), "p99": round(p99 / 1000, 1)}
+    for name, measured in per_run.items():
+        p99s = [p99 for _, p99 in measured]
+        results[name] = {
+            "p50": round(statistics.median(p50 for p50, _ in measured), 1),
+            "p99": round(statistics.median(p99s), 1),
+            "p99_min": round(min(p99s), 1),
+            "p99_max": round(max(p99s), 1),
+        }
     return results
 
 
@@ -166,13 +182,17 @@ def render_table(report: dict[str, Any]) -> str:
         f"`{meta['command']}` at commit `{commit}` ({meta['cpu']}, "
         f"Python {meta['python']}, {meta['requests_per_point']} requests of "
         f"{meta['blocks_per_prompt']} blocks per point, {meta['clock']} clock), "
-        "microseconds, p50 / p99:",
+        f"microseconds, p50 / p99, each the median of {meta['runs']} runs, with the "
+        "lowest and highest p99 of a run in brackets:",
         "",
         "| replicas | " + " | ".join(policies) + " |",
         "|---|" + "---|" * len(policies),
     ]
     for replicas, row in results.items():
-        cells = [f"{row[p]['p50']:g} / {row[p]['p99']:g}" for p in policies]
+        cells = [
+            f"{cell['p50']:g} / {cell['p99']:g} ({cell['p99_min']:g} to {cell['p99_max']:g})"
+            for cell in (row[p] for p in policies)
+        ]
         lines.append(f"| {replicas} | " + " | ".join(cells) + " |")
     mib = report["mirror_bytes_per_million_entries"] / 2**20
     lines += ["", f"Hint mirror memory: {mib:.0f} MiB per million (replica, block) entries.", ""]
@@ -195,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--replicas", default="8,64,256", help="comma-separated counts")
     parser.add_argument("--blocks", type=int, default=256, help="blocks per prompt")
     parser.add_argument("--requests", type=int, default=2000, help="decisions per point")
+    parser.add_argument("--runs", type=int, default=5, help="repeats per point (medians)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--policies", default=",".join(policy_names()))
     parser.add_argument("--clock", choices=sorted(_CLOCKS), default="wall")
@@ -203,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     if args.page is not None and args.out is None:
         parser.error("--page needs --out (the table is made from the stored report)")
+    if args.runs < 1:
+        parser.error(f"--runs must be at least 1, got {args.runs}")
     policies = [p for p in args.policies.split(",") if p]
     unknown = sorted(set(policies) - set(policy_names()))
     if unknown:
@@ -220,11 +243,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "blocks_per_prompt": args.blocks,
             "block_size": _BLOCK_SIZE,
             "requests_per_point": args.requests,
+            "runs": args.runs,
             "seed": args.seed,
         },
         "decision_us": {
             str(n): measure_decisions(
-                n, args.blocks, args.requests, args.seed, policies, _CLOCKS[args.clock]
+                n, args.blocks, args.requests, args.seed, policies, _CLOCKS[args.clock], args.runs
             )
             for n in (int(x) for x in args.replicas.split(","))
         },

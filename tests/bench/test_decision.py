@@ -36,7 +36,7 @@ def test_a_run_stores_its_report_and_rewrites_the_page(
     page = tmp_path / "page.md"
     page.write_text(f"before\n{BEGIN}\nold\n{END}\nafter\n")
     argv = ["--replicas", "4", "--requests", "30", "--policies", "firstlight,least_queue"]
-    argv += ["--clock", "cpu", "--out", str(tmp_path / "run"), "--page", str(page)]
+    argv += ["--runs", "3", "--clock", "cpu", "--out", str(tmp_path / "run"), "--page", str(page)]
     report = main(argv)
     assert json.loads(capsys.readouterr().out) == report
     stored = json.loads((tmp_path / "run" / "results.json").read_text())
@@ -45,12 +45,17 @@ def test_a_run_stores_its_report_and_rewrites_the_page(
     assert stored["meta"]["command"].endswith("--page " + str(page))
     row = stored["decision_us"]["4"]
     assert set(row) == {"firstlight", "least_queue"}
-    assert 0 < row["firstlight"]["p50"] <= row["firstlight"]["p99"]
+    assert stored["meta"]["runs"] == 3
+    first = row["firstlight"]
+    assert 0 < first["p50"] <= first["p99"]
+    assert first["p99_min"] <= first["p99"] <= first["p99_max"]
     text = page.read_text()
     assert text.startswith("before\n" + BEGIN)
     assert text.endswith(END + "\nafter\n")
     assert "| 4 | " in text
     assert "cpu clock" in text
+    assert "median of 3 runs" in text
+    assert f"({first['p99_min']:g} to {first['p99_max']:g})" in text
 
 
 @pytest.mark.parametrize(
@@ -58,6 +63,7 @@ def test_a_run_stores_its_report_and_rewrites_the_page(
     [
         (["--page", "x.md"], "--page needs --out"),
         (["--policies", "firstlight,fastest"], "unknown policies fastest"),
+        (["--runs", "0"], "--runs must be at least 1, got 0"),
     ],
 )
 def test_bad_options_are_refused_by_name(
