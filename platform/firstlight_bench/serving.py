@@ -47,9 +47,7 @@ import json
 import os
 import platform
 import random
-import re
 import shlex
-import socket
 import sys
 import time
 import uuid
@@ -64,6 +62,7 @@ from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
+from firstlight.serve.data_plane import free_port
 from firstlight_bench.ray_floor import FLOOR_APP, deploy_floor
 from firstlight_bench.results import git_commit
 from firstlight_bench.serving_report import (
@@ -76,7 +75,7 @@ from firstlight_bench.serving_report import (
     target,
     throughput,
 )
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.suite import rewrite_sections, store_section
 
 __all__ = ["bench_config", "main"]
 
@@ -234,13 +233,6 @@ def _chat_body(text: str, max_tokens: int, *, stream: bool) -> bytes:
     return json.dumps(body).encode()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def bench_config(
     port: int,
     prompt_tokens: int,
@@ -324,17 +316,9 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
 
 
 def rewrite_page(page: Path) -> None:
-    """Rewrite every generated section of ``page`` from the report stored for it,
-    ``<page's folder>/benchmarks/<name>/results.json`` (``--tables-only``): runs compared
-    side by side are made into folders outside the checkout, so that each finds a clean
-    tree, then copied in. Raises ``FileNotFoundError`` for a section without a report."""
-    text = page.read_text()
-    for name in re.findall(r"<!-- serving:([\w-]+):begin", text):
-        stored = page.parent / "benchmarks" / name / "results.json"
-        report = json.loads(stored.read_text())
-        begin, end = markers(name)
-        text = replace_tables(text, render_markdown(report, name), begin=begin, end=end)
-    page.write_text(text)
+    """Rewrite every ``serving:`` section of ``page`` from the report stored for it
+    (:func:`~firstlight_bench.suite.rewrite_sections`)."""
+    rewrite_sections(page, "serving", markers, render_markdown)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
@@ -382,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     from firstlight.serve.data_plane import prepare_local_ray
 
     config = bench_config(
-        _free_port(),
+        free_port(),
         args.prompt_tokens,
         uuid.uuid4().hex[:8],
         ingress=args.ingress,
@@ -433,17 +417,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "throughput": rows,
     }
     print(render(report))
-    text = json.dumps(report, indent=2)
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(text + "\n")
+        store_section(report, args.out, args.page, markers, render_markdown)
     else:
-        print(text)
-    if args.page is not None:
-        name = args.out.name
-        begin, end = markers(name)
-        section = render_markdown(report, name)
-        args.page.write_text(replace_tables(args.page.read_text(), section, begin=begin, end=end))
+        print(json.dumps(report, indent=2))
     return report
 
 

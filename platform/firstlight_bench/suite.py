@@ -12,6 +12,7 @@ without it that entry is skipped, said so.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,6 +236,44 @@ def render_tables(folder: Path) -> str:
         lines += _run_tables(name, data)
     lines.append(END)
     return "\n".join(lines)
+
+
+def rewrite_sections(
+    page: Path,
+    kind: str,
+    markers: Callable[[str], tuple[str, str]],
+    render: Callable[[dict[str, Any], str], str],
+) -> None:
+    """Rewrite every ``<!-- KIND:NAME:begin`` section of ``page`` by ``render`` from the
+    report stored for it, ``<page's folder>/benchmarks/NAME/results.json`` (the serving and
+    peers benchmarks' ``--tables-only``: runs compared side by side are made into folders
+    outside the checkout, so that each finds a clean tree, then copied in). Raises
+    ``FileNotFoundError`` for a section without a report."""
+    text = page.read_text()
+    for name in re.findall(rf"<!-- {re.escape(kind)}:([\w-]+):begin", text):
+        stored = page.parent / "benchmarks" / name / "results.json"
+        report = json.loads(stored.read_text())
+        begin, end = markers(name)
+        text = replace_tables(text, render(report, name), begin=begin, end=end)
+    page.write_text(text)
+
+
+def store_section(
+    report: dict[str, Any],
+    out: Path,
+    page: Path | None,
+    markers: Callable[[str], tuple[str, str]],
+    render: Callable[[dict[str, Any], str], str],
+) -> None:
+    """Store ``report`` as ``OUT/results.json`` and, given ``page``, rewrite that page's
+    section for the run, named after OUT's folder (the serving and peers benchmarks'
+    ``--out`` and ``--page``)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    if page is not None:
+        begin, end = markers(out.name)
+        section = render(report, out.name)
+        page.write_text(replace_tables(page.read_text(), section, begin=begin, end=end))
 
 
 def replace_tables(page: str, tables: str, *, begin: str = BEGIN, end: str = END) -> str:

@@ -8,7 +8,6 @@ regions (distinct names) and deletes them at the end.
 
 from __future__ import annotations
 
-import socket
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -17,15 +16,9 @@ from typing import Any
 import pytest
 
 from firstlight.config import PlatformConfig, parse_config
+from firstlight.serve.data_plane import free_port
 
 API_KEY = "test-key-0123456789abcdef"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,8 @@ import openai
 import pytest
 import yaml
 
+from firstlight.serve.data_plane import free_port
 from tests.conftest import VENV_BIN
-from tests.serve.cluster import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 

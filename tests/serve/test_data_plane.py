@@ -12,7 +12,12 @@ import pytest
 
 from firstlight.config import GatewayConfig, parse_config
 from firstlight.errors import ConfigError
-from firstlight.serve.data_plane import LOCAL_ONLY_ENV, prepare_local_ray, ray_environment
+from firstlight.serve.data_plane import (
+    LOCAL_ONLY_ENV,
+    free_port,
+    prepare_local_ray,
+    ray_environment,
+)
 
 _VARS = ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_THROUGHPUT_OPTIMIZED")
 
@@ -87,7 +92,7 @@ def test_haproxys_side_listeners_get_free_ports_unless_a_free_one_is_set(
         held.bind(("", 0))
         held.listen()
         busy = held.getsockname()[1]
-        free = _unused_port()
+        free = free_port("")
         monkeypatch.delenv("RAY_SERVE_HAPROXY_STATS_PORT", raising=False)
         monkeypatch.setenv("RAY_SERVE_HAPROXY_METRICS_PORT", str(busy))
         for name in _VARS:
@@ -100,10 +105,3 @@ def test_haproxys_side_listeners_get_free_ports_unless_a_free_one_is_set(
         monkeypatch.setenv("RAY_SERVE_HAPROXY_METRICS_PORT", str(free))
         prepare_local_ray(GatewayConfig(ingress="haproxy"))
         assert os.environ["RAY_SERVE_HAPROXY_METRICS_PORT"] == str(free)
-
-
-def _unused_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        port: int = sock.getsockname()[1]
-        return port

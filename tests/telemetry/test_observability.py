@@ -25,9 +25,10 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
+from firstlight.serve.data_plane import free_port
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight.telemetry import CATALOG
-from tests.serve.cluster import free_port, platform_config
+from tests.serve.cluster import platform_config
 from tests.telemetry.promql import (
     dashboard_expressions,
     dashboard_files,

