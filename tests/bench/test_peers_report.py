@@ -3,10 +3,15 @@ and the page section made from a report."""
 
 from __future__ import annotations
 
+import json
+import re
+from pathlib import Path
+
 import pytest
 
 from firstlight_bench.peers_report import (
     ARM_LABELS,
+    ARMS,
     Sample,
     abba,
     goals,
@@ -15,6 +20,8 @@ from firstlight_bench.peers_report import (
     prompts,
     render_markdown,
 )
+
+REPO = Path(__file__).parents[2]
 
 
 def test_prompts_are_distinct_repeatable_and_of_the_asked_length() -> None:
@@ -134,3 +141,16 @@ def test_the_page_section_shows_every_arm_and_goal_of_the_report() -> None:
     assert "| 1.115 | ≤ 1.1 | **missed** |" in text
     assert "| n/a |" in text
     assert "| 4 |" in text
+
+
+def test_the_serving_page_shows_exactly_the_stored_peers_report() -> None:
+    page = (REPO / "docs" / "serving.md").read_text()
+    names = re.findall(r"<!-- peers:([\w-]+):begin", page)
+    assert names == ["peers-vllm-cpu"]
+    for name in names:
+        report = json.loads((REPO / "docs" / "benchmarks" / name / "results.json").read_text())
+        begin, end = markers(name)
+        shown = page[page.index(begin) : page.index(end) + len(end)]
+        assert shown == render_markdown(report, name), f"{name}: rerun the command it names"
+        assert not report["meta"]["git_commit"].endswith("-dirty")
+        assert report["meta"]["arms"] == list(ARMS)
