@@ -149,7 +149,7 @@ class EngineArm:
         return Sample((first - start) * 1000, (end - start) * 1000, tokens)
 
 
-def _platform_config(port: int, cache_dir: Path | None) -> PlatformConfig:
+def _platform_config(port: int, cache_dir: Path | None, stream_interval: int) -> PlatformConfig:
     data: dict[str, Any] = {
         "mode": "local",
         "regions": [{"name": _REGION, "peers": []}],
@@ -163,6 +163,7 @@ def _platform_config(port: int, cache_dir: Path | None) -> PlatformConfig:
                 "block_size": 32,
                 "enable_prefix_caching": True,
                 "enforce_eager": True,
+                "stream_interval_tokens": stream_interval,
                 "kv_cache_gib": 1,
                 "replicas": 1,
                 "resources": {"num_cpus": 0},
@@ -194,13 +195,16 @@ def _wait_http(url: str, what: str, process: subprocess.Popen[bytes] | None, log
 
 
 @contextlib.contextmanager
-def _vllm_server(model_dir: Path, dtype: str, logs: Path) -> Iterator[OpenAIArm]:
+def _vllm_server(
+    model_dir: Path, model: ModelConfig, dtype: str, logs: Path
+) -> Iterator[OpenAIArm]:
     port = free_port()
     log = logs / "vllm-server.log"
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
     command += ["--model", str(model_dir), "--served-model-name", _MODEL, "--dtype", dtype]
     command += ["--max-model-len", "2048", "--block-size", "32", "--enforce-eager"]
     command += ["--enable-prefix-caching", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--stream-interval", str(model.stream_interval_tokens)]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -216,7 +220,7 @@ def _vllm_server(model_dir: Path, dtype: str, logs: Path) -> Iterator[OpenAIArm]
             process.wait()
 
 
-def _ray_serve_llm_app(model_dir: Path, dtype: str) -> Any:
+def _ray_serve_llm_app(model_dir: Path, model: ModelConfig, dtype: str) -> Any:
     from ray.serve.llm import LLMConfig, build_openai_app
     from ray.serve.llm.request_router import PrefixCacheAffinityRouter
 
@@ -229,6 +233,7 @@ def _ray_serve_llm_app(model_dir: Path, dtype: str) -> Any:
             "max_model_len": 2048,
             "block_size": 32,
             "enable_prefix_caching": True,
+            "stream_interval": model.stream_interval_tokens,
         },
         deployment_config={
             "num_replicas": 1,
@@ -257,7 +262,9 @@ def _ray_arms(config: PlatformConfig, model_dir: Path, dtype: str, wanted: Seque
         arms: dict[str, OpenAIArm] = {}
         if "ray_serve_llm" in wanted:  # deploys while Firstlight's region starts
             target = RunTarget(
-                _ray_serve_llm_app(model_dir, dtype), _RAY_LLM_APP, f"/{_RAY_LLM_APP}"
+                _ray_serve_llm_app(model_dir, config.models[0], dtype),
+                _RAY_LLM_APP,
+                f"/{_RAY_LLM_APP}",
             )
             serve.run_many([target], wait_for_applications_running=False)
         if "firstlight" in wanted:
@@ -350,7 +357,7 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
     from firstlight.engine.capabilities import detect_cpu_features, detect_device, engine_dtype
     from firstlight.serve.model_server import build_engine
 
-    config = _platform_config(free_port(), args.cache_dir)
+    config = _platform_config(free_port(), args.cache_dir, args.stream_interval)
     model: ModelConfig = config.models[0]
     model_dir = config.model_dir(model)
     if not (model_dir / "config.json").is_file():
@@ -366,7 +373,8 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
         contextlib.ExitStack() as stack,
     ):
         if "vllm_server" in wanted:
-            arms["vllm_server"] = stack.enter_context(_vllm_server(model_dir, dtype, Path(logs)))
+            server = _vllm_server(model_dir, model, dtype, Path(logs))
+            arms["vllm_server"] = stack.enter_context(server)
         if {"ray_serve_llm", "firstlight"} & set(wanted):
             ray_arms = stack.enter_context(_ray_arms(config, model_dir, dtype, wanted, Path(logs)))
             arms.update(ray_arms)
@@ -395,6 +403,7 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
             "model": model.name,
             "dtype": dtype,
             "block_size": model.block_size,
+            "stream_interval_tokens": model.stream_interval_tokens,
             "arms": wanted,
             "simulated_engine": False,
             "phases": _phase_shapes(args),
@@ -407,6 +416,7 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
                 "prompt_words": args.prompt_words,
                 "max_tokens": args.max_tokens,
                 "warm_up": args.warm_up,
+                "stream_interval": args.stream_interval,
                 "seed": args.seed,
             },
         },
@@ -434,6 +444,12 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--prompt-words", type=int, default=150)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--warm-up", type=int, default=3, help="requests before each block")
+    parser.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="output tokens gathered per streamed chunk, in every arm (vLLM's stream_interval)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", type=Path, help="where the default model is prepared")
     parser.add_argument("--out", type=Path, help="store the report as OUT/results.json")
@@ -455,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     unknown = sorted(set(wanted) - set(ARMS))
     if unknown or not wanted:
         parser.error(f"unknown arms {', '.join(unknown)}; known: {', '.join(ARMS)}")
+    if not 1 <= args.stream_interval <= 64:
+        parser.error(f"--stream-interval must be in 1..64, got {args.stream_interval}")
     if args.rate <= 0:
         parser.error(f"--rate must be positive, got {args.rate:g}")
     for name in ("requests", "long_requests", "rate_requests", "warm_up", "prompt_words"):

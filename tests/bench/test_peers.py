@@ -30,6 +30,7 @@ def test_every_arm_answers_every_phase_and_the_report_is_stored(
     command = [str(VENV_BIN / "firstlight"), "bench", "peers", "--requests", "2"]
     command += ["--long-requests", "2", "--long-max-tokens", "8", "--rate-requests", "2"]
     command += ["--rate", "4", "--warm-up", "1", "--cache-dir", str(folder.parent.parent)]
+    command += ["--stream-interval", "2"]  # reaches every arm's engine
     command += ["--out", str(out), "--page", str(page)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -37,6 +38,7 @@ def test_every_arm_answers_every_phase_and_the_report_is_stored(
     report = json.loads((out / "results.json").read_text())
     assert report["meta"]["arms"] == list(ARMS)
     assert report["meta"]["simulated_engine"] is False
+    assert report["meta"]["stream_interval_tokens"] == 2
     assert list(report["phases"]) == list(PHASES)
     for phase, arms in report["phases"].items():
         assert list(arms) == list(ARMS), phase

@@ -65,8 +65,10 @@ async def make_engine() -> AsyncIterator[MakeEngine]:
     """Builds engines, shuts them all down afterwards and checks no task leaked."""
     engines: list[SimEngine] = []
 
-    def make(profile: str = "cpu-smollm2-135m", sleep: Sleep | None = None) -> SimEngine:
-        engine = SimEngine(profile, sleep=sleep or FakeSleep())
+    def make(
+        profile: str = "cpu-smollm2-135m", sleep: Sleep | None = None, interval: int = 1
+    ) -> SimEngine:
+        engine = SimEngine(profile, sleep=sleep or FakeSleep(), stream_interval_tokens=interval)
         engines.append(engine)
         return engine
 
@@ -96,6 +98,27 @@ async def test_generate_streams_a_chunk_per_token_ending_with_usage(
     )
     warm = await collect(engine.generate(request("b", range(100), max_tokens=2)))
     assert warm[-1].usage == Usage(100, 2, 96)  # 3 blocks of 32; the last token is computed
+
+
+@pytest.mark.parametrize(
+    ("interval", "max_tokens", "sizes"),
+    [
+        (4, 10, [1, 4, 4, 1]),  # the first token at once, then every 4, the rest at the end
+        (4, 5, [1, 4]),
+        (3, 1, [1]),
+        (64, 9, [1, 8]),
+    ],
+)
+async def test_a_stream_interval_gathers_tokens_after_the_first_as_vllm_does(
+    make_engine: MakeEngine, interval: int, max_tokens: int, sizes: list[int]
+) -> None:
+    engine = make_engine(interval=interval)
+    chunks = await collect(engine.generate(request("a", range(100), max_tokens=max_tokens)))
+    assert [len(c.token_ids) for c in chunks] == sizes
+    assert [c.finish_reason for c in chunks][-1] == "length"
+    assert chunks[-1].usage == Usage(100, max_tokens, 0)
+    one_by_one = await collect(make_engine().generate(request("a", range(100), max_tokens)))
+    assert "".join(c.text for c in chunks) == "".join(c.text for c in one_by_one)
 
 
 async def test_concurrent_requests_share_steps(make_engine: MakeEngine) -> None:

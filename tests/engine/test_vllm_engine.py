@@ -193,3 +193,27 @@ async def test_engine_death_mid_stream_is_a_typed_error_not_a_hang(
 
     with pytest.raises(EngineDeadError, match="the vLLM engine died"):
         await drain()
+
+
+async def test_a_stream_interval_sends_the_first_token_alone_then_every_n(
+    engine: VllmEngine, prepared: Prepared, tokenizer: Any
+) -> None:
+    gathered = VllmEngine.create(
+        MODEL.model_copy(update={"stream_interval_tokens": 4}), prepared[0], SCHEME, device="cpu"
+    )
+    try:
+        ids = _chat_ids(tokenizer, "Write a long story about a lighthouse keeper.")
+        chunks = await _run(gathered, _request("interval", ids, max_tokens=14))
+    finally:
+        await gathered.shutdown()
+        gc.collect()
+    sizes = [len(c.token_ids) for c in chunks]
+    assert sizes[0] == 1, sizes  # time to first token is not traded away
+    assert all(size == 4 for size in sizes[1:-1]), sizes
+    assert 1 <= sizes[-1] <= 4, sizes
+    assert chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == sum(sizes)
+    # The same answer as one token per chunk (greedy): only the packaging changed.
+    one_by_one = await _run(engine, _request("interval-1", ids, max_tokens=14))
+    assert "".join(c.text for c in chunks) == "".join(c.text for c in one_by_one)
+    assert len(one_by_one) == sum(sizes)

@@ -102,6 +102,12 @@ class ModelConfig(Section):
     the CPU needs a multiple of 32)."""
     enable_prefix_caching: bool = True
     """Reuse KV-cache blocks of shared prompt prefixes (what the router exploits)."""
+    stream_interval_tokens: Annotated[int, Field(ge=1, le=64)] = 1
+    """Output tokens the engine gathers before it streams them (vLLM's
+    ``stream_interval``; the simulator does the same): the first token always leaves at
+    once, so time to first token is unchanged. Above 1, fewer stream items carry the
+    answer through Ray and the gateway, which cuts the per-token cost on a busy host at
+    the price of a burstier stream."""
     enforce_eager: bool = True
     """Skip graph compilation: much faster start-up (about 36 s instead of 120 s for the
     default model on a CPU) at some decode speed."""

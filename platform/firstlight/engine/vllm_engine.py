@@ -224,6 +224,7 @@ class VllmEngine:
             quantization=model.quantization,
             max_model_len=model.max_model_len,
             enforce_eager=model.enforce_eager,
+            stream_interval=model.stream_interval_tokens,
             disable_log_stats=False,
             speculative_config=speculative,
             kv_events_config=KVEventsConfig(

@@ -22,6 +22,7 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from firstlight.config import HintsConfig, ModelConfig
+from firstlight.engine.coalesce import merge_chunks
 from firstlight.engine.protocol import (
     CacheEvent,
     Engine,
@@ -63,8 +64,10 @@ class SimEngine:
         hash_seed: int = 0,
         seed: int = 0,
         sleep: Sleep = asyncio.sleep,
+        stream_interval_tokens: int = 1,
     ) -> None:
         self._core = SimCore(profile, hash_seed=hash_seed, seed=seed)
+        self._stream_interval = max(stream_interval_tokens, 1)
         self.simulated = True
         self.model_name = f"sim/{served_model_name or self._core.profile.name}"
         self._sleep = sleep
@@ -84,6 +87,7 @@ class SimEngine:
         max_model_len: int | None = None,
         seed: int = 0,
         sleep: Sleep = asyncio.sleep,
+        stream_interval_tokens: int = 1,
     ) -> SimEngine:
         """The engine for ``profile`` fitted to the gateway's ``scheme``: the profile's
         costs with the scheme's block size (the KV cache keeps its size in tokens) and
@@ -106,6 +110,7 @@ class SimEngine:
             served_model_name=model_name,
             hash_seed=scheme.seed if scheme is not None else 0,
             seed=seed,
+            stream_interval_tokens=stream_interval_tokens,
             sleep=sleep,
         )
 
@@ -129,6 +134,7 @@ class SimEngine:
             max_model_len=model.max_model_len,
             seed=seed,
             sleep=sleep,
+            stream_interval_tokens=model.stream_interval_tokens,
         )
 
     @property
@@ -150,11 +156,12 @@ class SimEngine:
     # --- Engine --------------------------------------------------------------------------
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
-        """Stream ``request``'s filler output, one chunk per step, the last one with
-        ``finish_reason`` and ``usage``. Raises ``InvalidRequestError`` (incl.
-        ``PromptTooLongError``, or a request id already streaming) before any chunk and
-        ``EngineDeadError`` once the engine is shut down. Closing the iterator early
-        aborts the request."""
+        """Stream ``request``'s filler output, one chunk per step (with a stream interval
+        of N tokens, as vLLM: the first token at once, then a chunk once N tokens have
+        gathered), the last one with ``finish_reason`` and ``usage``. Raises
+        ``InvalidRequestError`` (incl. ``PromptTooLongError``, or a request id already
+        streaming) before any chunk and ``EngineDeadError`` once the engine is shut
+        down. Closing the iterator early aborts the request."""
         if self._dead is not None:
             raise EngineDeadError(self._dead)
         check_request(request, self._core.profile.max_model_len)
@@ -167,13 +174,19 @@ class SimEngine:
         self._ensure_started()
         self._wake.set()
         finished = False
+        held: list[GenerationChunk] = []
+        sent_any = False
         try:
             while True:
                 item = await queue.get()
                 if isinstance(item, EngineDeadError):
                     raise item
                 finished = item.finish_reason is not None
-                yield item
+                held.append(item)
+                gathered = sum(len(chunk.token_ids) for chunk in held)
+                if finished or not sent_any or gathered >= self._stream_interval:
+                    yield merge_chunks(held)
+                    held, sent_any = [], True
                 if finished:
                     return
         finally:
