@@ -10,7 +10,12 @@ to see how closely it tracks the real engine). Prints JSON:
 * ``decode``: ``--concurrency`` requests of ``--output-tokens`` greedy tokens at once:
   tokens/s per request and in total;
 * ``startup_s`` and ``peak_rss_mib`` (this process and its children, e.g. vLLM's engine
-  core; sampled every 50 ms).
+  core; sampled every 50 ms);
+* ``idle_cpu_cores``: after that burst, the CPU the engine's own processes (this
+  process's children) use in each window while no request comes: 0-1 s, 1-2 s, 2-5 s
+  (cores: CPU seconds per wall second). ``--page PAGE`` rewrites that page's
+  ``engine-idle`` section from the report (:func:`render_idle`; a test holds
+  ``docs/serving.md`` to the stored ``docs/benchmarks/engine-idle/results.json``).
 
 vLLM logs to stdout, so use ``--out FILE`` for a clean copy of the report.
 
@@ -22,7 +27,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import shlex
 import sys
 import threading
 import time
@@ -36,8 +43,17 @@ from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme
 from firstlight.telemetry.rolling import percentile
+from firstlight_bench.results import git_commit
+from firstlight_bench.suite import replace_tables
 
-__all__ = ["main"]
+__all__ = ["IDLE_BEGIN", "IDLE_END", "main", "render_idle"]
+
+IDLE_BEGIN = (
+    "<!-- engine-idle:begin (generated from docs/benchmarks/engine-idle/results.json; "
+    "do not edit) -->"
+)
+IDLE_END = "<!-- engine-idle:end -->"
+_IDLE_WINDOWS_S = (1.0, 2.0, 5.0)
 
 _VOCAB = (1000, 40_000)
 """Token ids drawn for synthetic prompts (ordinary vocabulary of the default model)."""
@@ -124,6 +140,7 @@ async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     produced = await asyncio.gather(*(one_stream(i) for i in range(args.concurrency)))
     elapsed = time.perf_counter() - start
+    idle = await _idle_cpu_cores()
     cold_s, cached_s = _summary(cold), _summary(cached)
     return {
         "ttft_ms": {
@@ -137,7 +154,59 @@ async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
             "tokens_per_s_total": round(sum(produced) / elapsed, 1),
             "tokens_per_s_per_request": round(sum(produced) / elapsed / args.concurrency, 1),
         },
+        "idle_cpu_cores": idle,
     }
+
+
+def _children_cpu_s() -> float:
+    total = 0.0
+    for process in psutil.Process().children(recursive=True):
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+async def _idle_cpu_cores() -> dict[str, float]:
+    """CPU cores this process's children used in each window after the last request
+    ended (the windows end at :data:`_IDLE_WINDOWS_S`)."""
+    loop = asyncio.get_running_loop()
+    start = last_at = loop.time()
+    last_cpu = _children_cpu_s()
+    cores: dict[str, float] = {}
+    begin = 0.0
+    for end in _IDLE_WINDOWS_S:
+        await asyncio.sleep(start + end - loop.time())  # the window itself, not a wait
+        now, used = loop.time(), _children_cpu_s()
+        cores[f"{begin:g}-{end:g}s"] = round((used - last_cpu) / (now - last_at), 3)
+        begin, last_at, last_cpu = end, now, used
+    return cores
+
+
+def render_idle(report: dict[str, Any]) -> str:
+    """The ``engine-idle`` section of ``docs/serving.md``: the engine's CPU after a
+    burst, per window, headed by how it was measured."""
+    from firstlight_bench.results import short_commit
+
+    meta = report["meta"]
+    windows = report["idle_cpu_cores"]
+    lines = [
+        IDLE_BEGIN,
+        "",
+        f"`{meta['command']}` at commit `{short_commit(meta['git_commit'])}` "
+        f"({meta['engine']}, {meta['model']}, {meta['cpu_count']} cores): CPU used by the "
+        f"engine's processes after {meta['options']['concurrency']} concurrent requests "
+        "ended, in cores (CPU seconds per second):",
+        "",
+        "| " + " | ".join(f"{w} after the burst" for w in windows) + " |",
+        "|" + "---:|" * len(windows),
+        "| " + " | ".join(f"{v:.2f}" for v in windows.values()) + " |",
+        "",
+        IDLE_END,
+    ]
+    return "\n".join(lines)
 
 
 def _build(kind: str, model: ModelConfig, model_dir: Path, scheme: HashScheme) -> Engine:
@@ -162,7 +231,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
+    parser.add_argument("--page", type=Path, help="rewrite this page's engine-idle section")
     args = parser.parse_args(argv)
+    if args.page is not None and args.out is None:
+        parser.error("--page needs --out (the section is made from the stored report)")
     config = load_config(args.config)
     model = config.models[0].model_copy(update={"kv_cache_gib": config.models[0].kv_cache_gib or 1})
     scheme = HashScheme.for_model(model, config.hints if args.config else HintsConfig())
@@ -178,19 +250,29 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 await engine.shutdown()
 
         measured = asyncio.run(run())
+    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     report = {
         "meta": {
+            "command": f"firstlight bench engine {argv_text}".strip(),
+            "git_commit": git_commit(),
             "engine": args.engine,
             "simulated": engine.simulated,
             "model": model.name,
             "python": sys.version.split()[0],
-            "options": {k: v for k, v in vars(args).items() if k not in ("config", "out")},
+            "cpu_count": os.cpu_count(),
+            "options": {k: v for k, v in vars(args).items() if k not in ("config", "out", "page")},
         },
         "startup_s": round(startup_s, 1),
         "peak_rss_mib": round(memory.peak_bytes / 2**20),
         **measured,
     }
-    return emit(report, args.out)
+    emit(report, args.out)
+    if args.page is not None:
+        section = render_idle(report)
+        args.page.write_text(
+            replace_tables(args.page.read_text(), section, begin=IDLE_BEGIN, end=IDLE_END)
+        )
+    return report
 
 
 def emit(report: dict[str, Any], out: Path | None) -> dict[str, Any]:
