@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, main
+from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, main, render_idle
+
+REPO = Path(__file__).parents[2]
+STORED = REPO / "docs" / "benchmarks" / "engine-idle" / "results.json"
 
 
 @pytest.mark.slow
@@ -37,3 +40,12 @@ def test_the_page_flag_needs_a_stored_report(capsys: pytest.CaptureFixture[str])
         main(["--engine", "sim", "--page", "x.md"])
     assert exc.value.code == 2
     assert "--page needs --out" in capsys.readouterr().err
+
+
+def test_the_serving_page_shows_exactly_the_stored_idle_report() -> None:
+    page = (REPO / "docs" / "serving.md").read_text()
+    shown = page[page.index(IDLE_BEGIN) : page.index(IDLE_END) + len(IDLE_END)]
+    report = json.loads(STORED.read_text())
+    assert shown == render_idle(report), "docs/serving.md is stale: rerun the command it names"
+    assert report["meta"]["engine"] == "vllm"
+    assert not report["meta"]["git_commit"].endswith("-dirty")

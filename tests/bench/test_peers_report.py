@@ -146,7 +146,7 @@ def test_the_page_section_shows_every_arm_and_goal_of_the_report() -> None:
 def test_the_serving_page_shows_exactly_the_stored_peers_report() -> None:
     page = (REPO / "docs" / "serving.md").read_text()
     names = re.findall(r"<!-- peers:([\w-]+):begin", page)
-    assert names == ["peers-vllm-cpu"]
+    assert names == ["peers-vllm-cpu", "peers-vllm-cpu-interval4"]
     for name in names:
         report = json.loads((REPO / "docs" / "benchmarks" / name / "results.json").read_text())
         begin, end = markers(name)
