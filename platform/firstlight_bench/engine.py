@@ -11,10 +11,10 @@ to see how closely it tracks the real engine). Prints JSON:
   tokens/s per request and in total;
 * ``startup_s`` and ``peak_rss_mib`` (this process and its children, e.g. vLLM's engine
   core; sampled every 50 ms);
-* ``idle_cpu_cores``: after that burst, the CPU the engine's own processes (this
-  process's children) use in each window while no request comes: 0-1 s, 1-2 s, 2-5 s
-  (cores: CPU seconds per wall second). ``--page PAGE`` rewrites that page's
-  ``engine-idle`` section from the report (:func:`render_idle`; a test holds
+* ``idle_cpu_cores``: after that burst, the CPU the engine's own processes (the
+  children that appeared while it started) use in each window while no request
+  comes: 0-1 s, 1-2 s, 2-5 s (cores: CPU seconds per wall second). ``--page PAGE``
+  rewrites that page's ``engine-idle`` section from the report (:func:`render_idle`; a test holds
   ``docs/serving.md`` to the stored ``docs/benchmarks/engine-idle/results.json``).
 
 vLLM logs to stdout, so use ``--out FILE`` for a clean copy of the report.
@@ -117,7 +117,9 @@ def _summary(samples: Sequence[float]) -> dict[str, float]:
     return {"p50": round(p50, 1), "p90": round(p90, 1)}
 
 
-async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
+async def _measure(
+    engine: Engine, engine_pids: set[int], args: argparse.Namespace
+) -> dict[str, Any]:
     rng = random.Random(args.seed)
     one = SamplingSettings(max_tokens=1)
     warm_up = GenerationRequest("warm-up", _tokens(rng, 64), one)
@@ -140,7 +142,7 @@ async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     produced = await asyncio.gather(*(one_stream(i) for i in range(args.concurrency)))
     elapsed = time.perf_counter() - start
-    idle = await _idle_cpu_cores()
+    idle = await _idle_cpu_cores(engine_pids)
     cold_s, cached_s = _summary(cold), _summary(cached)
     return {
         "ttft_ms": {
@@ -158,28 +160,33 @@ async def _measure(engine: Engine, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _children_cpu_s() -> float:
+def _child_pids() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def _cpu_s(pids: set[int]) -> float:
     total = 0.0
-    for process in psutil.Process().children(recursive=True):
+    for pid in pids:
         try:
-            times = process.cpu_times()
+            times = psutil.Process(pid).cpu_times()
         except psutil.Error:
             continue
         total += times.user + times.system
     return total
 
 
-async def _idle_cpu_cores() -> dict[str, float]:
-    """CPU cores this process's children used in each window after the last request
-    ended (the windows end at :data:`_IDLE_WINDOWS_S`)."""
+async def _idle_cpu_cores(engine_pids: set[int]) -> dict[str, float]:
+    """CPU cores the engine's processes (``engine_pids``: the children that appeared
+    while it started) used in each window after the last request ended (the windows end
+    at :data:`_IDLE_WINDOWS_S`)."""
     loop = asyncio.get_running_loop()
     start = last_at = loop.time()
-    last_cpu = _children_cpu_s()
+    last_cpu = _cpu_s(engine_pids)
     cores: dict[str, float] = {}
     begin = 0.0
     for end in _IDLE_WINDOWS_S:
         await asyncio.sleep(start + end - loop.time())  # the window itself, not a wait
-        now, used = loop.time(), _children_cpu_s()
+        now, used = loop.time(), _cpu_s(engine_pids)
         cores[f"{begin:g}-{end:g}s"] = round((used - last_cpu) / (now - last_at), 3)
         begin, last_at, last_cpu = end, now, used
     return cores
@@ -239,13 +246,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     model = config.models[0].model_copy(update={"kv_cache_gib": config.models[0].kv_cache_gib or 1})
     scheme = HashScheme.for_model(model, config.hints if args.config else HintsConfig())
     with _PeakMemory() as memory:
+        before = _child_pids()
         start = time.perf_counter()
         engine = _build(args.engine, model, config.model_dir(model), scheme)
         startup_s = time.perf_counter() - start
+        engine_pids = _child_pids() - before
 
         async def run() -> dict[str, Any]:
             try:
-                return await _measure(engine, args)
+                return await _measure(engine, engine_pids, args)
             finally:
                 await engine.shutdown()
 

@@ -46,11 +46,11 @@ from typing import Any, Protocol
 
 import httpx
 
+from firstlight._ports import free_port
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.schemas import ChatMessage
 from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
-from firstlight.serve.data_plane import free_port
 from firstlight_bench.peers_report import (
     ARMS,
     PHASES,

@@ -58,11 +58,11 @@ from typing import Any
 
 import httpx
 
+from firstlight._ports import free_port
 from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
-from firstlight.serve.data_plane import free_port
 from firstlight_bench.ray_floor import FLOOR_APP, deploy_floor
 from firstlight_bench.results import git_commit
 from firstlight_bench.serving_report import (

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from firstlight._ports import free_port
 from firstlight.config import PlatformConfig, parse_config
-from firstlight.serve.data_plane import free_port
 
 API_KEY = "test-key-0123456789abcdef"
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 import yaml
 
-from firstlight.serve.data_plane import free_port
+from firstlight._ports import free_port
 from tests.conftest import VENV_BIN
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]

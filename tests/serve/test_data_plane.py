@@ -10,14 +10,10 @@ import socket
 
 import pytest
 
+from firstlight._ports import free_port
 from firstlight.config import GatewayConfig, parse_config
 from firstlight.errors import ConfigError
-from firstlight.serve.data_plane import (
-    LOCAL_ONLY_ENV,
-    free_port,
-    prepare_local_ray,
-    ray_environment,
-)
+from firstlight.serve.data_plane import LOCAL_ONLY_ENV, prepare_local_ray, ray_environment
 
 _VARS = ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_THROUGHPUT_OPTIMIZED")
 

@@ -25,7 +25,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from firstlight.serve.data_plane import free_port
+from firstlight._ports import free_port
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight.telemetry import CATALOG
 from tests.serve.cluster import platform_config

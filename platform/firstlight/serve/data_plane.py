@@ -19,10 +19,11 @@ import importlib.util
 import os
 import socket
 
+from firstlight._ports import free_port
 from firstlight.config import GatewayConfig
 from firstlight.errors import ConfigError, ConfigProblem
 
-__all__ = ["LOCAL_ONLY_ENV", "free_port", "prepare_local_ray", "ray_environment"]
+__all__ = ["LOCAL_ONLY_ENV", "prepare_local_ray", "ray_environment"]
 
 LOCAL_ONLY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"}
 """Set for local clusters only. Ray gives a starting HTTP proxy (or HAProxy manager) 5 s
@@ -79,16 +80,6 @@ def prepare_local_ray(gateway: GatewayConfig) -> None:
 
 
 _HAPROXY_SIDE_PORTS = ("RAY_SERVE_HAPROXY_STATS_PORT", "RAY_SERVE_HAPROXY_METRICS_PORT")
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on at ``host`` now (``""``: every interface); the
-    caller binds it soon after, so another process taking it first is unlikely, not
-    impossible. Used here, by the benchmarks that start their own servers and by tests."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _bindable(port: int) -> bool:
