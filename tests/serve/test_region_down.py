@@ -12,6 +12,7 @@ import collections
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
@@ -66,9 +67,16 @@ async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
     assert killed == 2
     killed_at = load.now_s()
     # Until east serves locally again, well after its new replicas came up.
-    async with asyncio.timeout(120):
-        while not _back(load.answers, killed_at):
-            await load.wait_for(len(load.answers) + 1)
+    try:
+        async with asyncio.timeout(120):
+            while not _back(load.answers, killed_at):
+                await load.wait_for(len(load.answers) + 1)
+    except TimeoutError:
+        await load.stop()
+        async with httpx.AsyncClient(timeout=10) as client:
+            readyz = (await client.get(f"{regions.endpoints[EAST]}/readyz")).text
+        diagnosis = await asyncio.to_thread(_diagnosis, load.answers, killed_at)
+        pytest.fail(f"{EAST} never served locally again: {diagnosis}; gateway /readyz {readyz}")
     await load.wait_for(len(load.answers) + 8)
     answers = await load.stop()
 
@@ -91,11 +99,32 @@ async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
     )
 
 
+def _diagnosis(answers: list[Answer], killed_at: float) -> str:
+    """What Ray says of east's model deployment and how the requests went since the kill
+    (the failure message when recovery never comes)."""
+    from ray import serve
+
+    status = serve.status().applications[EAST].deployments[f"model-{MODEL}"]
+    routes = collections.Counter(a.route for a in answers if a.started_s >= killed_at)
+    recent = [(round(a.started_s - killed_at, 1), a.route) for a in answers[-6:]]
+    return (
+        f"deployment {status.status.value} {dict(status.replica_states)} "
+        f"({status.message!r}); routes since the kill {dict(routes)}; "
+        f"last answers (s after the kill, route) {recent}"
+    )
+
+
 def _back(answers: list[Answer], killed_at: float) -> float | None:
-    """Seconds from the kill until the first request, started after a fail-over, that
-    was served locally again; ``None`` while there is none."""
-    failed_over = [a.started_s for a in answers if a.route == "fail-over"]
+    """Seconds from the kill until the first request that was served locally again after
+    the region failed over: started after the first fail-over that itself started after
+    the kill (a request already in flight at the kill can fail over too, and requests
+    routed just before the kill can still be served here); ``None`` while there is
+    none."""
+    failed_over = [
+        a.started_s for a in answers if a.route == "fail-over" and a.started_s >= killed_at
+    ]
     if not failed_over:
         return None
-    local = [a.started_s for a in answers if a.route == "local" and a.started_s > failed_over[0]]
+    first = min(failed_over)
+    local = [a.started_s for a in answers if a.route == "local" and a.started_s > first]
     return min(local) - killed_at if local else None
