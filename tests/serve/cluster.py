@@ -72,9 +72,13 @@ def platform_config(
         "regions": regions,
         "models": models,
         "hints": {"key_prefix": f"fltest:{uuid.uuid4().hex[:8]}:"},
-        "gateway": {"host": "127.0.0.1", "port": port},
+        # One gateway per region unless a test asks for more: tests that count requests
+        # in one gateway's metrics or limits stay exact (test_gateways runs several).
+        "gateway": {"host": "127.0.0.1", "port": port, "replicas": 1},
     }
     if key_file is not None:
         data["auth"] = {"enabled": True, "api_keys": [{"file": str(key_file)}]}
-    data.update(extra or {})
+    extra = dict(extra or {})
+    data["gateway"].update(extra.pop("gateway", {}))
+    data.update(extra)
     return parse_config(data, "test")

@@ -15,19 +15,28 @@ from firstlight.config import GatewayConfig, parse_config
 from firstlight.errors import ConfigError
 from firstlight.serve.data_plane import LOCAL_ONLY_ENV, prepare_local_ray, ray_environment
 
-_VARS = ("RAY_SERVE_ENABLE_HA_PROXY", "RAY_SERVE_THROUGHPUT_OPTIMIZED")
+_VARS = (
+    "RAY_SERVE_ENABLE_HA_PROXY",
+    "RAY_SERVE_THROUGHPUT_OPTIMIZED",
+    "RAY_SERVE_HAPROXY_RETRY_ON",
+)
 
 
 def test_the_default_is_haproxy_with_the_throughput_optimized_data_plane() -> None:
     assert ray_environment(GatewayConfig()) == {
         "RAY_SERVE_ENABLE_HA_PROXY": "1",
         "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1",
+        "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response",
     }
 
 
 def test_every_variable_is_set_either_way_so_an_inherited_one_cannot_win() -> None:
     env = ray_environment(GatewayConfig(ingress="serve-proxy", throughput_optimized=False))
-    assert env == {"RAY_SERVE_ENABLE_HA_PROXY": "0", "RAY_SERVE_THROUGHPUT_OPTIMIZED": "0"}
+    assert env == {
+        "RAY_SERVE_ENABLE_HA_PROXY": "0",
+        "RAY_SERVE_THROUGHPUT_OPTIMIZED": "0",
+        "RAY_SERVE_HAPROXY_RETRY_ON": "conn-failure empty-response",
+    }
 
 
 def test_an_unknown_ingress_is_a_config_error_naming_the_field() -> None:

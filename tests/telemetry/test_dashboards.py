@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from firstlight.telemetry.catalog import CATALOG
+from firstlight.telemetry.gateways import GATEWAY_LABEL
 from tests.telemetry.promql import (
     REPO_ROOT,
     base_metric_name,
@@ -61,8 +62,9 @@ MUST_FIRE_IN_UNIT_TESTS = {
     "FirstlightTTFTP95AboveSLO",
 }
 
-# Labels the scrape (job, instance) or the histogram (le) add to every series.
-SCRAPE_LABELS = {"job", "instance"}
+# Labels the scrape (job, instance) or the histogram (le) add to every series, and the
+# gateway each sample came from (firstlight.telemetry.gateways labels the region's scrape).
+SCRAPE_LABELS = {"job", "instance", GATEWAY_LABEL}
 _SPECS = {m.prometheus_name: m for m in CATALOG}
 
 

@@ -318,6 +318,7 @@ async def test_every_catalog_metric_is_exported(clock: FakeClock) -> None:
     telemetry = make_telemetry(clock, {MODEL: state, IDLE_MODEL: None}, make_peers(clock))
     serve(telemetry)
     telemetry.routed(MODEL, 2e-5, 100.0, 250.0)
+    telemetry.metrics_shared = True  # what a gateway's ExpositionShare sets
     samples = scrape(telemetry)
     names = {n for n, _, _ in samples}
     for metric in CATALOG:
@@ -329,6 +330,7 @@ async def test_every_catalog_metric_is_exported(clock: FakeClock) -> None:
     assert value(samples, "firstlight_hints_redis_up") == 0
     assert value(samples, "firstlight_hints_mirror_blocks", model=MODEL) == 3
     assert value(samples, "firstlight_gateway_asyncio_tasks") >= 1, "this test's own task"
+    assert value(samples, "firstlight_gateway_metrics_shared") == 1
     telemetry.shutdown()
 
 

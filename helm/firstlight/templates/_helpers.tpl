@@ -174,6 +174,9 @@ env:
     value: {{ ternary "1" "0" (eq (.Values.gateway.ingress | default "haproxy") "haproxy") | quote }}
   - name: RAY_SERVE_THROUGHPUT_OPTIMIZED
     value: {{ ternary "1" "0" (ne .Values.gateway.throughput_optimized false) | quote }}
+  # A request a dying gateway took but never answered goes to another gateway.
+  - name: RAY_SERVE_HAPROXY_RETRY_ON
+    value: "conn-failure empty-response"
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}

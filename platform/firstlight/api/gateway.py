@@ -74,6 +74,7 @@ from firstlight.regions.peers import PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
 from firstlight.routing import Decision
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
+from firstlight.telemetry.gateways import ExpositionShare
 
 __all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend"]  # HOP_HEADER: from .forward
 
@@ -116,6 +117,9 @@ class GatewayCore:
             gateway.max_concurrent_per_key, gateway.max_requests_per_minute_per_key
         )
         self._total_inflight = 0
+        self.exposition_share: ExpositionShare | None = None
+        """Set by the Ray gateway deployment: ``/metrics`` then shows every gateway of
+        the region (:mod:`firstlight.telemetry.gateways`); ``None``: this one alone."""
 
     # --- entry points (called by the FastAPI routes) ------------------------------------
 
@@ -205,6 +209,13 @@ class GatewayCore:
             for m in self.config.models
         ]
         return JSONResponse({"object": "list", "data": data})
+
+    async def metrics_exposition(self) -> bytes:
+        """``GET /metrics``: the region's gateways (each sample labelled ``gateway``)
+        when they share through Redis, else this gateway's own exposition."""
+        if self.exposition_share is not None:
+            return await self.exposition_share.collect()
+        return self.telemetry.render()[0]
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when every model has a healthy local replica."""

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
 
 from firstlight.api.gateway import GatewayCore
@@ -56,8 +57,8 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
     async def metrics() -> Response:
         if not core.telemetry.enabled:
             return JSONResponse({"detail": "metrics are off (telemetry.metrics_enabled)"}, 404)
-        body, content_type = core.telemetry.render()
-        return Response(body, media_type=content_type)
+        body = await core.metrics_exposition()
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/dashboard")
     async def dashboard() -> Response:

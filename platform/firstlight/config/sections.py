@@ -266,6 +266,12 @@ class GatewayConfig(Section):
     replicas (gRPC handles, user code on the replica's event loop, less request
     logging): fewer milliseconds per request and per streamed item. A setting of the
     Ray cluster, like ``ingress``."""
+    replicas: Annotated[int, Field(ge=1, le=64)] = 2
+    """Gateway replicas per region, any of which takes any request (the ingress spreads
+    connections over them), so losing one leaves the endpoint up. They share per-key
+    limits, prefix-cache hints and the ``/metrics`` scrape through the hints Redis; each
+    keeps its own routing reservations, reconciled by the model replicas' load reports
+    every 0.5 s (docs/serving.md, "Several gateways")."""
     max_concurrent_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 256
     """Requests one API key (or, with auth off, the whole endpoint) may have in flight
     across all gateways of the region (shared through the hints Redis; each gateway

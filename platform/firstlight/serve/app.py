@@ -81,7 +81,7 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
         handles[model.name] = deployment.bind(config_json, region, model.name, hints_enabled)
     gateway = _deployment(serve.ingress()(Gateway)).options(
         name="gateway",
-        num_replicas=1,
+        num_replicas=config.gateway.replicas,
         max_ongoing_requests=1024,
         ray_actor_options={"num_cpus": 0},
     )

@@ -23,12 +23,20 @@ from firstlight._ports import free_port
 from firstlight.config import GatewayConfig
 from firstlight.errors import ConfigError, ConfigProblem
 
-__all__ = ["LOCAL_ONLY_ENV", "prepare_local_ray", "ray_environment"]
+__all__ = ["HAPROXY_RETRY_ON", "LOCAL_ONLY_ENV", "prepare_local_ray", "ray_environment"]
 
 LOCAL_ONLY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"}
 """Set for local clusters only. Ray gives a starting HTTP proxy (or HAProxy manager) 5 s
 to report ready and kills it after three misses; on a laptop busy starting engines it
 needs longer, and the kill-restart loop then never ends."""
+
+
+HAPROXY_RETRY_ON = "conn-failure empty-response"
+"""When HAProxy sends a request to another gateway: Ray's default retries only requests
+it could not connect with; a gateway that dies (or is stopped) after taking a request
+and before answering a byte leaves an empty response, which HAProxy would turn into a
+500. Retrying it is safe — nothing reached the client — and keeps a gateway's loss to the
+streams it had started (``tests/serve/test_gateways.py``)."""
 
 
 def ray_environment(gateway: GatewayConfig) -> dict[str, str]:
@@ -38,6 +46,7 @@ def ray_environment(gateway: GatewayConfig) -> dict[str, str]:
     return {
         "RAY_SERVE_ENABLE_HA_PROXY": "1" if gateway.ingress == "haproxy" else "0",
         "RAY_SERVE_THROUGHPUT_OPTIMIZED": "1" if gateway.throughput_optimized else "0",
+        "RAY_SERVE_HAPROXY_RETRY_ON": HAPROXY_RETRY_ON,
     }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 from ray.serve.handle import DeploymentHandle
+from redis.asyncio import Redis
 
 from firstlight.api.gateway import GatewayCore
 from firstlight.api.limits import KeyLimits
@@ -32,6 +33,7 @@ from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
 from firstlight.serve.model_server import hint_key_prefix
 from firstlight.telemetry import GatewayTelemetry
+from firstlight.telemetry.gateways import ExpositionShare
 
 __all__ = ["Gateway", "peer_table"]
 
@@ -59,21 +61,34 @@ def peer_table(config: PlatformConfig, region: str, client: httpx.AsyncClient) -
     return PeerTable(peers, client, headers=headers)
 
 
+def _region_redis(config: PlatformConfig, region: str, what: str) -> Redis | None:
+    """A client of the hints Redis for state the region's gateways share, or ``None``
+    (logged) when its password reference cannot be resolved: ``what`` then stays local."""
+    try:
+        return redis_client(config.hints, connect_timeout_s=0.05)
+    except FirstlightError as exc:
+        _log.warning("region %s: %s stay local: %s", region, what, exc)
+        return None
+
+
 def _shared_limits(config: PlatformConfig, region: str) -> KeyLimits:
     """Per-key limits shared with the region's other gateways through the hints Redis
     (each gateway enforces them alone while Redis is unreachable)."""
     gateway = config.gateway
-    try:
-        client = redis_client(config.hints, connect_timeout_s=0.05)
-    except FirstlightError as exc:  # the password reference cannot be resolved
-        _log.warning("region %s: per-key limits stay local: %s", region, exc)
-        client = None
+    client = _region_redis(config, region, "per-key limits")
     return KeyLimits(
         gateway.max_concurrent_per_key,
         gateway.max_requests_per_minute_per_key,
         client,
         key_prefix=hint_key_prefix(config, region),
     )
+
+
+def _gateway_id() -> str:
+    """This gateway replica's Ray replica id (its ``gateway`` label in metrics)."""
+    from ray import serve
+
+    return str(serve.get_replica_context().replica_id.unique_id)
 
 
 class Gateway:
@@ -108,7 +123,15 @@ class Gateway:
             self._telemetry,
             _shared_limits(self._config, region),
         )
+        self._metrics = ExpositionShare(
+            _gateway_id(),
+            self._telemetry,
+            _region_redis(self._config, region, "metrics"),
+            hint_key_prefix(self._config, region),
+        )
+        self._core.exposition_share = self._metrics
         self._probe_task: asyncio.Task[None] | None = None
+        self._share_task: asyncio.Task[None] | None = None
         if not self._config.auth.enabled:
             _log.warning(
                 "region %s: authentication is OFF (allowed in local mode only): "
@@ -116,12 +139,17 @@ class Gateway:
                 region,
             )
         with contextlib.suppress(RuntimeError):
-            self._probe_task = asyncio.get_running_loop().create_task(self._peers.run())
+            self._start_tasks(asyncio.get_running_loop())
 
     def __serve_build_asgi_app__(self) -> FastAPI:
-        if self._probe_task is None:
-            self._probe_task = asyncio.get_event_loop().create_task(self._peers.run())
+        self._start_tasks(asyncio.get_event_loop())
         return build_fastapi(self._core)
+
+    def _start_tasks(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._probe_task is None:
+            self._probe_task = loop.create_task(self._peers.run())
+        if self._share_task is None and self._telemetry.enabled:
+            self._share_task = loop.create_task(self._metrics.run())
 
     # --- LocalBackend --------------------------------------------------------------------
 
@@ -150,9 +178,10 @@ class Gateway:
                 response.cancel()
 
     async def __del__(self) -> None:
-        if self._probe_task is not None:
-            self._probe_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._probe_task
+        for task in (self._probe_task, self._share_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self._client.aclose()
         self._telemetry.shutdown()

@@ -247,6 +247,14 @@ CATALOG: tuple[MetricSpec, ...] = (
         "is a leak).",
         ("region",),
     ),
+    MetricSpec(
+        "firstlight.gateway.metrics_shared",
+        "gauge",
+        "1",
+        "1 while this gateway shares its metrics with the region's other gateways through "
+        "Redis (a scrape of any gateway then shows all of them), 0 while it cannot.",
+        ("region",),
+    ),
     # --- objectives -------------------------------------------------------------------
     MetricSpec(
         "firstlight.slo.time_to_first_token",

@@ -131,8 +131,11 @@ class GatewayTelemetry:
         }
         """Requests re-sent after a replica failed, by model and outcome (the
         ``firstlight.request.migrations`` counter reads it)."""
+        self.metrics_shared: bool | None = None
+        """Whether this gateway's metrics reach the region's shared scrape (set by its
+        :class:`~firstlight.telemetry.gateways.ExpositionShare`; ``None`` without one)."""
         observers = ScrapeObservers(
-            config, region, states, peers, self.migrations, wall_clock
+            config, region, states, peers, self.migrations, wall_clock, lambda: self.metrics_shared
         ).callbacks()
         for spec in CATALOG:
             if spec in PER_REPLICA:

@@ -34,6 +34,7 @@ class ScrapeObservers:
         peers: PeerTable | None,
         migrations: Mapping[tuple[str, str], int],
         wall_clock: Callable[[], float],
+        metrics_shared: Callable[[], bool | None] = lambda: None,
     ) -> None:
         self.config = config
         self.region = region
@@ -42,6 +43,7 @@ class ScrapeObservers:
         self.migrations = migrations
         """Live: the telemetry's counts, read at each scrape."""
         self._wall = wall_clock
+        self._metrics_shared = metrics_shared
 
     def callbacks(self) -> dict[str, Callback]:
         """Catalog name → the callback its observable instrument calls at scrape time."""
@@ -55,6 +57,7 @@ class ScrapeObservers:
             "firstlight.peer.up": self._observe_peer_up,
             "firstlight.request.migrations": self._observe_migrations,
             "firstlight.gateway.asyncio_tasks": self._observe_tasks,
+            "firstlight.gateway.metrics_shared": self._observe_shared,
             "firstlight.slo.time_to_first_token": lambda _: [
                 Observation(self.config.router.slo.ttft_p95_ms / 1000.0, {"region": self.region})
             ],
@@ -127,3 +130,8 @@ class ScrapeObservers:
         except RuntimeError:
             return
         yield Observation(tasks, {"region": self.region})
+
+    def _observe_shared(self, _: CallbackOptions) -> Iterable[Observation]:
+        shared = self._metrics_shared()
+        if shared is not None:  # None: a gateway without the shared scrape (tests)
+            yield Observation(int(shared), {"region": self.region})

@@ -1,0 +1,189 @@
+"""One scrape target for a region with several gateways.
+
+HAProxy hands ``GET /metrics`` to whichever gateway replica it picks, so each gateway's
+own exposition would show Prometheus a different process on every scrape. Instead every
+gateway publishes its exposition to the region's hints Redis every
+:data:`PUBLISH_INTERVAL_S` (a key per gateway that expires after
+:data:`LIVE_FOR_S`, and the gateway's id in a sorted set scored by the time), and
+``/metrics`` on any gateway answers with its own fresh exposition plus the last one of
+every other live gateway, **each sample labelled** ``gateway="<id>"``.
+
+Request counters and histograms then sum over ``gateway``; the per-replica series, which
+every gateway exports from the same routing stats, are read with ``max by (replica)``
+(the chart's dashboards and alerts do). A gateway that dies drops out within
+:data:`LIVE_FOR_S`. While Redis is unreachable a scrape gets this gateway's exposition
+alone (still labelled), and its ``firstlight_gateway_metrics_shared`` is 0.
+
+Built once per gateway by :class:`~firstlight.serve.gateway_deployment.Gateway`, which
+runs :meth:`ExpositionShare.run` as a task; the ``/metrics`` route calls
+:meth:`ExpositionShare.collect`. :func:`merge_expositions` is pure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from firstlight.hints._redis import REDIS_ERRORS, with_deadline
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+    from firstlight.telemetry.metrics import GatewayTelemetry
+
+__all__ = [
+    "GATEWAY_LABEL",
+    "LIVE_FOR_S",
+    "PUBLISH_INTERVAL_S",
+    "ExpositionShare",
+    "merge_expositions",
+]
+
+_log = logging.getLogger(__name__)
+
+GATEWAY_LABEL = "gateway"
+"""The label naming the gateway replica a sample came from."""
+PUBLISH_INTERVAL_S = 2.0
+"""How often a gateway publishes its exposition."""
+LIVE_FOR_S = 3 * PUBLISH_INTERVAL_S
+"""A gateway not heard from for this long is gone: its series leave the scrape."""
+_REDIS_DEADLINE_S = 0.5
+
+
+def merge_expositions(texts: Mapping[str, str]) -> bytes:
+    """One Prometheus exposition of ``texts`` (gateway id → that gateway's exposition),
+    every sample labelled with its gateway. A family present in several texts appears
+    once, with the first text's help (ids in sorted order)."""
+    families: dict[str, Metric] = {}
+    for gateway in sorted(texts):
+        for family in text_string_to_metric_families(texts[gateway]):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = Metric(family.name, family.documentation, family.type, family.unit)
+                families[family.name] = merged
+            merged.samples.extend(
+                Sample(s.name, {**s.labels, GATEWAY_LABEL: gateway}, s.value, s.timestamp)
+                for s in family.samples
+            )
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry)
+
+
+class _Families:
+    """A collector that yields fixed metric families (the merged exposition)."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+class ExpositionShare:
+    """This gateway's side of the shared scrape (see the module docstring).
+
+    ``telemetry`` is this gateway's (its ``render`` is the own exposition, and its
+    ``metrics_shared`` gauge reports :attr:`up`); ``client`` is the hints Redis
+    (``None``: no sharing, a scrape is this gateway's own); ``key_prefix`` the region's
+    hint key prefix.
+    """
+
+    def __init__(
+        self,
+        gateway_id: str,
+        telemetry: GatewayTelemetry,
+        client: Redis | None,
+        key_prefix: str,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.gateway_id = gateway_id
+        self._telemetry = telemetry
+        self._client = client
+        self._members = f"{key_prefix}gateways"
+        self._key_prefix = f"{key_prefix}gateway-metrics:"
+        self._clock = clock
+        self._set_up(client is not None)
+
+    async def publish(self) -> None:
+        """Publish this gateway's exposition once. Raises what Redis raises."""
+        if self._client is None:
+            return
+        now = self._clock()
+        text = self._own()
+        pipe = self._client.pipeline(transaction=False)
+        pipe.set(self._key_prefix + self.gateway_id, text, px=int(LIVE_FOR_S * 1000))
+        pipe.zadd(self._members, {self.gateway_id: now})
+        pipe.zremrangebyscore(self._members, "-inf", now - LIVE_FOR_S)
+        pipe.expire(self._members, int(LIVE_FOR_S * 10))
+        await with_deadline(pipe.execute(), _REDIS_DEADLINE_S)
+
+    async def run(self) -> None:
+        """Publish every :data:`PUBLISH_INTERVAL_S` until cancelled; a Redis failure is
+        logged once per outage and retried at the next interval."""
+        while True:
+            try:
+                await self.publish()
+                if not self.up:
+                    _log.info("gateway %s: metrics shared through Redis again", self.gateway_id)
+                self._set_up(self._client is not None)
+            except REDIS_ERRORS as exc:
+                if self.up:
+                    _log.warning(
+                        "gateway %s: cannot share metrics through Redis (%s); a scrape "
+                        "shows this gateway alone until it can",
+                        self.gateway_id,
+                        exc,
+                    )
+                self._set_up(False)
+            await asyncio.sleep(PUBLISH_INTERVAL_S)
+
+    async def collect(self) -> bytes:
+        """The region's exposition: this gateway's, fresh, and every other live one's
+        last published (called by ``GET /metrics``). Never raises for Redis."""
+        texts = {self.gateway_id: self._own()}
+        if self._client is not None:
+            try:
+                texts.update(await self._others())
+            except REDIS_ERRORS as exc:
+                _log.debug("gateway %s: scrape without the others: %s", self.gateway_id, exc)
+                self._set_up(False)
+                texts[self.gateway_id] = self._own()
+        return merge_expositions(texts)
+
+    async def _others(self) -> dict[str, str]:
+        assert self._client is not None
+        now = self._clock()
+        ids = await with_deadline(
+            self._client.zrangebyscore(self._members, now - LIVE_FOR_S, "+inf"),
+            _REDIS_DEADLINE_S,
+        )
+        others = [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
+        others = [i for i in others if i != self.gateway_id]
+        if not others:
+            return {}
+        values = await with_deadline(
+            self._client.mget([self._key_prefix + i for i in others]), _REDIS_DEADLINE_S
+        )
+        return {
+            gateway: value.decode() if isinstance(value, bytes) else str(value)
+            for gateway, value in zip(others, values, strict=True)
+            if value is not None
+        }
+
+    def _set_up(self, up: bool) -> None:
+        self.up = up
+        """Whether the last Redis call worked."""
+        self._telemetry.metrics_shared = up
+
+    def _own(self) -> str:
+        return self._telemetry.render()[0].decode()

@@ -1,0 +1,97 @@
+"""Several gateways per region (``gateway.replicas: 2``, the default): the ingress spreads
+requests over both, a scrape of either shows both (each sample labelled ``gateway``), and
+killing one under steady load loses only the requests that were inside it — the region's
+endpoint stays up, and the dead gateway leaves the scrape. Real local Ray cluster,
+HAProxy ingress, ``sim`` engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
+from firstlight.telemetry.gateways import LIVE_FOR_S
+from firstlight_bench.steady import SteadyLoad
+from tests.serve.cluster import API_KEY, platform_config, sim_model
+
+MODEL = "sim-gateways"
+REGION = "gw-east"
+
+
+@pytest.fixture(scope="module")
+def region(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
+    config = platform_config(
+        serve_port,
+        [{"name": REGION}],
+        [sim_model(MODEL, replicas=1)],
+        key_file=key_file,
+        extra={"gateway": {"replicas": 2}},
+    )
+    running = start_local(config, timeout_s=120)
+    yield running
+    stop_local(running)
+
+
+async def _requests_by_gateway(endpoint: str) -> dict[str, float]:
+    """Requests each gateway has answered, from one scrape of ``endpoint``."""
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(f"{endpoint}/metrics")
+    response.raise_for_status()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for s in family.samples:
+            if s.name == "gen_ai_server_request_duration_seconds_count":
+                counts[s.labels["gateway"]] = counts.get(s.labels["gateway"], 0.0) + s.value
+    return counts
+
+
+def _kill(app: str, replica_id: str) -> None:
+    import ray
+
+    name = f"SERVE_REPLICA::{app}#gateway#{replica_id}"
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+
+
+@pytest.mark.slow
+async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_requests(
+    region: LocalPlatform,
+) -> None:
+    endpoint = region.endpoints[REGION]
+    load = SteadyLoad(endpoint, MODEL, clients=4, max_tokens=16, api_key=API_KEY)
+    load.start()
+    await load.wait_for(40)
+    # Gateways publish every 2 s: poll until the scrape shows both with their requests.
+    async with asyncio.timeout(30):
+        while len(counts := await _requests_by_gateway(endpoint)) < 2 or min(counts.values()) == 0:
+            await load.wait_for(len(load.answers) + 4)
+    assert len(counts) == 2, counts
+    victim = min(counts)
+
+    await asyncio.to_thread(_kill, REGION, victim)
+    killed_at = load.now_s()
+    await load.wait_for(len(load.answers) + 40)
+    # The dead gateway stops publishing and leaves the scrape (Ray starts a new one).
+    async with asyncio.timeout(4 * LIVE_FOR_S):
+        while victim in await _requests_by_gateway(endpoint):
+            await load.wait_for(len(load.answers) + 1)
+    answers = await load.stop()
+
+    def inside_at_kill(started_s: float, total_s: float) -> bool:
+        return started_s <= killed_at <= started_s + total_s
+
+    lost = [a for a in answers if a.lost]
+    assert [a for a in lost if not inside_at_kill(a.started_s, a.total_s)] == [], [
+        (round(a.started_s - killed_at, 2), a.problem) for a in lost
+    ]
+    served_after = [a for a in answers if a.started_s > killed_at and not a.lost]
+    assert len(served_after) >= 40
+    print(
+        f"\n{REGION}: 2 gateways, one killed under load ({load.clients} clients): "
+        f"{len(answers)} requests, {len(lost)} lost (all in flight at the kill), "
+        f"{len(served_after)} served after it; per-gateway before the kill {counts}"
+    )
