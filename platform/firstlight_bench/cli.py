@@ -116,6 +116,9 @@ def bench_sim(
     preset: Annotated[str | None, typer.Option(help=_PRESET_HELP)] = None,
     regions: Annotated[int, typer.Option(min=1, max=16)] = 4,
     replicas: Annotated[int, typer.Option(min=1, max=256, help="Per region.")] = 16,
+    gateways: Annotated[
+        int, typer.Option(min=1, max=16, help="Gateways (routers) per region, in turn.")
+    ] = 1,
     seeds: Annotated[
         str, typer.Option(help="Comma-separated seeds: one trace each, every point on each.")
     ] = "0,1,2",
@@ -174,6 +177,7 @@ def bench_sim(
             profile=profile,
             fleet=fleet,
             kv_blocks=kv_blocks,
+            gateways=gateways,
             jobs=jobs,
             params=workload_params,
             command=command,

@@ -57,6 +57,8 @@ class ClusterSpec:
     stats_period_s: float = 0.5
     probe_interval_s: float = 1.0
     hash_seed: int = 0
+    gateways: int = 1
+    """Gateways (each with its own router) per region; requests go to them in turn."""
     fleet: tuple[tuple[str, ...], ...] = ()
     """Per region, the profile of each of its replicas (a mixed fleet; :func:`parse_fleet`);
     empty: ``replicas_per_region`` replicas of ``profile`` in every region."""

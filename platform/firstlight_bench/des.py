@@ -207,6 +207,7 @@ class _Run:
         if self.may_spill:
             peer = self._peer_target(home, view)
             if peer is not None:
+                home.release(request.request_id)  # a gateway of the peer region takes it
                 home.forwarded[peer] = home.forwarded.get(peer, 0) + view.prompt_tokens
                 one_way_s = self.cluster.rtt(home.index, peer) / 2000.0
                 flight.back_s = one_way_s
@@ -219,7 +220,7 @@ class _Run:
         """The gateway's region decision on this state: the peer region the request is
         forwarded to (simulated peers always answer), or ``None`` to serve it at home."""
         home.fresh_views()
-        local = home.state.estimate(view)
+        local = home.gateway_for(view.request_id).estimate(view)
         peers = [
             PeerOption(
                 str(region.index),
@@ -289,14 +290,16 @@ class _Run:
                 flight = self.flights[request_id]
                 flight.first_token_s = step.end_s
                 observed_ms = (step.end_s - flight.dispatched_s) * 1000.0
-                region.state.first_token(request_id, observed_ms)
+                region.gateway_for(request_id).first_token(request_id, observed_ms)
             for finished in result.finished:
                 self._finish(region, finished.request_id, step.end_s, finished.usage)
         region.learn_cache_events(replica)
 
     def _finish(self, region: SimRegion, request_id: str, t: float, usage: Usage) -> None:
         flight = self.flights.pop(request_id)
-        region.state.finished(request_id)
+        gateway = region.release(request_id)
+        if gateway is not None:
+            gateway.finished(request_id)
         request = flight.request
         back = flight.back_s
         first = flight.first_token_s

@@ -208,6 +208,7 @@ def run_sim(
     profile: str = "h100-llama-8b",
     fleet: str | None = None,
     kv_blocks: int | None = None,
+    gateways: int = 1,
     params: Mapping[str, Any] | None = None,
     command: str | None = None,
     jobs: int = 1,
@@ -221,7 +222,9 @@ def run_sim(
     ``jobs`` processes at once (``1``: in this process). ``fleet`` (a
     :func:`~firstlight_bench.cluster.parse_fleet` text; default: the workload's own, such
     as W8's mixed fleet) replaces ``replicas`` x ``profile`` in every region; ``profile``
-    stays the reference for the cost model's priors and the KV sizing."""
+    stays the reference for the cost model's priors and the KV sizing. ``gateways``
+    routers per region take the requests in turn (``measure_capacity_rps`` sizes load 1.0
+    with the cluster's)."""
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError([ConfigProblem("seeds", "empty or repeated", list(seeds), True)])
     params = dict(params or {})
@@ -241,6 +244,7 @@ def run_sim(
         rtt_ms=default_rtt_ms(regions),
         fleet=fleet_spec,
         policy_params=priors,
+        gateways=gateways,
     )
     cluster.check("least_queue", probe.regions)
     total = cluster.total_replicas

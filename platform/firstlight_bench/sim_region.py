@@ -1,12 +1,15 @@
-"""One simulated region: its replicas, its router state and what its gateway knows.
+"""One simulated region: its replicas, its gateways' router states and what they know.
 
 The discrete-event loop (:mod:`firstlight_bench.des`) owns time, arrivals and requests
-in flight; a :class:`SimRegion` owns what one region's gateway and request router hold,
-built from the serving package's own objects: a
-:class:`~firstlight.region.state.RouterState` with the arm's policy, a
-:class:`~firstlight.hints.HintMirror` fed with the replicas' cache events, the
-region's hot prefixes, the last stats snapshot of each replica and the region's last
-summary as its peers read it. Called only by :class:`firstlight_bench.des._Run`.
+in flight; a :class:`SimRegion` owns what the region's gateways and request routers hold,
+built from the serving package's own objects: one
+:class:`~firstlight.region.state.RouterState` with its own instance of the arm's policy
+per gateway (``ClusterSpec.gateways``; requests go to them in turn, as the ingress
+spreads connections, and each reserves only what it routed), a
+:class:`~firstlight.hints.HintMirror` fed with the replicas' cache events (shared, as the
+Redis feed is), the region's hot prefixes, the last stats snapshot of each replica and
+the region's last summary as its peers read it. Called only by
+:class:`firstlight_bench.des._Run`.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class SimRegion:
 
     index: int
     sims: dict[str, VirtualSim]
-    state: RouterState
+    gateways: list[RouterState]
+    """One router state per gateway; the first also makes the region's summary."""
     mirror: HintMirror
     hot: HotPrefixes = field(default_factory=HotPrefixes)
     snapshots: dict[str, ReplicaView] = field(default_factory=dict)
@@ -43,6 +47,9 @@ class SimRegion:
     forwarded: dict[int, int] = field(default_factory=dict)
     """Peer region → prompt tokens this region forwarded there since the last probe
     (the gateway's ``Peer.forwarded_tokens``)."""
+    taken_by: dict[str, RouterState] = field(default_factory=dict)
+    """Request id → the gateway that took it, until it ends here or is forwarded."""
+    turn: int = 0
 
     @classmethod
     def build(
@@ -62,34 +69,57 @@ class SimRegion:
             for i, profile in enumerate(cluster.region_profiles(g))
         }
         mirror = HintMirror(ttl_s=1e12, clock=clock)
-        policy = build_policy(
-            policy_name,
-            cluster.policy_params.get(policy_name, {}),
-            rng=random.Random(seed * 1_000_003 + g),
-            clock=clock,
-        )
-        state = RouterState(f"region-{g}", _MODEL, policy, cache=mirror, clock=clock)
-        return cls(g, sims, state, mirror)
+        gateways = []
+        for k in range(cluster.gateways):
+            policy = build_policy(
+                policy_name,
+                cluster.policy_params.get(policy_name, {}),
+                rng=random.Random(seed * 1_000_003 + g + k * 7_919),
+                clock=clock,
+            )
+            gateways.append(RouterState(f"region-{g}", _MODEL, policy, cache=mirror, clock=clock))
+        return cls(g, sims, gateways, mirror)
+
+    @property
+    def state(self) -> RouterState:
+        """The first gateway's router state (the region's summary is made from it)."""
+        return self.gateways[0]
+
+    def gateway_for(self, request_id: str) -> RouterState:
+        """The gateway that takes ``request_id`` (the next in turn for a new request)."""
+        state = self.taken_by.get(request_id)
+        if state is None:
+            state = self.gateways[self.turn % len(self.gateways)]
+            self.turn += 1
+            self.taken_by[request_id] = state
+        return state
+
+    def release(self, request_id: str) -> RouterState | None:
+        """The request ended here or was forwarded: the gateway that held it, if any."""
+        return self.taken_by.pop(request_id, None)
 
     def fresh_views(self) -> None:
         """Give the router the last stats snapshot of each replica with its current
         queue length: Ray's queue-length cache is current between stats, the rest of a
         view (running, waiting, KV usage, pending prefill) is as old as the stats, as the
         gateway's request router has them."""
-        views = {
-            rid: dataclasses.replace(
-                self.snapshots[rid], queue_len=sim.core.num_running + sim.core.num_waiting
-            )
-            for rid, sim in self.sims.items()
-        }
-        self.state.set_replicas(with_shared_rates(views))
+        views = with_shared_rates(
+            {
+                rid: dataclasses.replace(
+                    self.snapshots[rid], queue_len=sim.core.num_running + sim.core.num_waiting
+                )
+                for rid, sim in self.sims.items()
+            }
+        )
+        for state in self.gateways:
+            state.set_replicas(views)
 
     def route(self, view: RequestView) -> tuple[str, float]:
         """The request router's ``choose_replicas`` and ``on_request_routed`` for one
         request: the chosen replica and the decision time in µs (wall clock), the
         bookkeeping after the choice included (the policy's ``on_routed``: reservations,
-        prefix-tree inserts)."""
-        state = self.state
+        prefix-tree inserts), by the gateway that took the request."""
+        state = self.gateway_for(view.request_id)
         self.fresh_views()
         began = time.perf_counter_ns()
         decision = state.policy.choose(

@@ -12,11 +12,13 @@ import pytest
 from firstlight.engine.sim import profiles
 from firstlight.engine.sim.profiles import SimProfile
 from firstlight.errors import ConfigError
+from firstlight.routing import RequestView
 from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes, kv_blocks_for
 from firstlight_bench.des import SimRun, simulate
 from firstlight_bench.results import Outcome, summarize
 from firstlight_bench.sim import default_rtt_ms
 from firstlight_bench.workloads import TraceRequest, Workload, generate
+from tests.conftest import FakeClock
 
 # Round numbers, so every step's duration is easy to add up by hand:
 # step_ms = 10 + 1 x prefill tokens + 2 x decoding sequences.
@@ -247,6 +249,40 @@ def test_every_arm_completes_a_two_region_trace(arm: str) -> None:
     assert (point["completed"], point["errors"]) == (60, 0)
     assert run.imbalance >= 1.0
     assert run.duration_s > 0
+
+
+# --- several gateways per region ---------------------------------------------------------
+
+
+def test_gateways_take_requests_in_turn_and_each_reserves_only_its_own() -> None:
+    from firstlight_bench.sim_region import SimRegion
+
+    clock = FakeClock(0.0)
+    cluster = ClusterSpec(1, 2, kv_cache_blocks=2_000, gateways=3)
+    region = SimRegion.build(0, cluster, "firstlight", seed=0, clock=clock)
+    region.refresh_stats(0.0)
+    assert len({id(g.policy) for g in region.gateways}) == 3, "a policy instance per gateway"
+    takers = []
+    for i in range(6):
+        view = RequestView(f"q{i}", 64, (i + 1, i + 2), 32)
+        region.route(view)
+        takers.append(region.gateways.index(region.gateway_for(view.request_id)))
+    assert takers == [0, 1, 2, 0, 1, 2]
+    for k, gateway in enumerate(region.gateways):
+        assert sorted(gateway.routes) == [f"q{i}" for i in range(6) if i % 3 == k]
+    assert region.release("q4") is region.gateways[1]
+    assert region.release("q4") is None
+
+
+@pytest.mark.parametrize("arm", ["firstlight", "llmd_sticky"])
+def test_a_two_region_trace_completes_through_two_gateways_per_region(arm: str) -> None:
+    workload = _w1(requests=60, regions=2, rate_rps=40.0)
+    cluster = ClusterSpec(2, 2, rtt_ms=default_rtt_ms(2), kv_cache_blocks=2_000, gateways=2)
+    run = simulate(workload, arm, cluster, seed=1)
+    assert sorted(o.request_id for o in run.outcomes) == sorted(
+        r.request_id for r in workload.requests
+    )
+    assert all(o.error is None and o.first_token_s is not None for o in run.outcomes)
 
 
 # --- configuration errors ---------------------------------------------------------------
