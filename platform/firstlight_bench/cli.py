@@ -81,6 +81,20 @@ def _floats(text: str, name: str) -> list[float]:
     return values
 
 
+def _share_ms(text: str) -> float | None:
+    if text.strip().lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}", param_hint="--route-share-ms") from exc
+    if not 0 <= value <= 10_000:
+        raise typer.BadParameter(
+            f"{text!r}: milliseconds in [0, 10000], or 'off'", param_hint="--route-share-ms"
+        )
+    return value
+
+
 def _seeds(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
@@ -119,6 +133,13 @@ def bench_sim(
     gateways: Annotated[
         int, typer.Option(min=1, max=16, help="Gateways (routers) per region, in turn.")
     ] = 1,
+    route_share_ms: Annotated[
+        str,
+        typer.Option(
+            help="With several gateways: ms until one router's routes reach the others "
+            "(Redis pub/sub); 'off': each router counts only its own."
+        ),
+    ] = "1.0",
     seeds: Annotated[
         str, typer.Option(help="Comma-separated seeds: one trace each, every point on each.")
     ] = "0,1,2",
@@ -178,6 +199,7 @@ def bench_sim(
             fleet=fleet,
             kv_blocks=kv_blocks,
             gateways=gateways,
+            route_share_ms=_share_ms(route_share_ms),
             jobs=jobs,
             params=workload_params,
             command=command,

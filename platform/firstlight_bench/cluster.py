@@ -59,6 +59,11 @@ class ClusterSpec:
     hash_seed: int = 0
     gateways: int = 1
     """Gateways (each with its own router) per region; requests go to them in turn."""
+    route_share_ms: float | None = 1.0
+    """With several gateways: how long one router's route announcements take to reach
+    the region's other routers (:mod:`firstlight.region.shared_routes`, a Redis pub/sub
+    hop and the publisher's batching); ``None``: routers do not share, each counts only
+    the routes it made."""
     fleet: tuple[tuple[str, ...], ...] = ()
     """Per region, the profile of each of its replicas (a mixed fleet; :func:`parse_fleet`);
     empty: ``replicas_per_region`` replicas of ``profile`` in every region."""

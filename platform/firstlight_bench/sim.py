@@ -209,6 +209,7 @@ def run_sim(
     fleet: str | None = None,
     kv_blocks: int | None = None,
     gateways: int = 1,
+    route_share_ms: float | None = 1.0,
     params: Mapping[str, Any] | None = None,
     command: str | None = None,
     jobs: int = 1,
@@ -224,7 +225,8 @@ def run_sim(
     as W8's mixed fleet) replaces ``replicas`` x ``profile`` in every region; ``profile``
     stays the reference for the cost model's priors and the KV sizing. ``gateways``
     routers per region take the requests in turn (``measure_capacity_rps`` sizes load 1.0
-    with the cluster's)."""
+    with the cluster's), telling each other their routes ``route_share_ms`` later
+    (``None``: not at all)."""
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError([ConfigProblem("seeds", "empty or repeated", list(seeds), True)])
     params = dict(params or {})
@@ -245,6 +247,7 @@ def run_sim(
         fleet=fleet_spec,
         policy_params=priors,
         gateways=gateways,
+        route_share_ms=route_share_ms,
     )
     cluster.check("least_queue", probe.regions)
     total = cluster.total_replicas

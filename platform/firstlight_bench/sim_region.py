@@ -5,7 +5,8 @@ in flight; a :class:`SimRegion` owns what the region's gateways and request rout
 built from the serving package's own objects: one
 :class:`~firstlight.region.state.RouterState` with its own instance of the arm's policy
 per gateway (``ClusterSpec.gateways``; requests go to them in turn, as the ingress
-spreads connections, and each reserves only what it routed), a
+spreads connections; each announces its routes to the others, who apply them
+``ClusterSpec.route_share_ms`` later, as the Redis pub/sub share does), a
 :class:`~firstlight.hints.HintMirror` fed with the replicas' cache events (shared, as the
 Redis feed is), the region's hot prefixes, the last stats snapshot of each replica and
 the region's last summary as its peers read it. Called only by
@@ -17,12 +18,13 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from firstlight.engine.sim import SimCore, VirtualSim
 from firstlight.hints import BlockEvent, HintMirror
-from firstlight.region import ReplicaStats, RouterState, with_shared_rates
+from firstlight.region import ReplicaStats, RouteEvent, RouterState, with_shared_rates
 from firstlight.regions.summary import HotPrefixes, ModelSummary
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight_bench.cluster import ClusterSpec
@@ -50,6 +52,11 @@ class SimRegion:
     taken_by: dict[str, RouterState] = field(default_factory=dict)
     """Request id → the gateway that took it, until it ends here or is forwarded."""
     turn: int = 0
+    clock: Callable[[], float] = time.time
+    share_delay_s: float | None = None
+    """Route announcements reach the other gateways this much later; ``None``: no share."""
+    announced: deque[tuple[float, int, RouteEvent]] = field(default_factory=deque)
+    """(delivery time, announcing gateway, event), oldest first."""
 
     @classmethod
     def build(
@@ -78,7 +85,32 @@ class SimRegion:
                 clock=clock,
             )
             gateways.append(RouterState(f"region-{g}", _MODEL, policy, cache=mirror, clock=clock))
-        return cls(g, sims, gateways, mirror)
+        share = cluster.route_share_ms
+        region = cls(g, sims, gateways, mirror, clock=clock)
+        if len(gateways) > 1 and share is not None:
+            region.share_delay_s = share / 1000.0
+            for k, state in enumerate(gateways):
+                state.route_sink = region.announcer(k)
+        return region
+
+    def announcer(self, k: int) -> Callable[[RouteEvent], None]:
+        """Gateway ``k``'s route sink: queue the event for the other gateways."""
+        delay = self.share_delay_s or 0.0
+
+        def announce(event: RouteEvent) -> None:
+            self.announced.append((self.clock() + delay, k, event))
+
+        return announce
+
+    def deliver_routes(self) -> None:
+        """Apply every announcement due by now to the gateways that did not make it."""
+        now = self.clock()
+        announced = self.announced
+        while announced and announced[0][0] <= now:
+            _, source, event = announced.popleft()
+            for k, state in enumerate(self.gateways):
+                if k != source:
+                    state.apply_peer_route(event)
 
     @property
     def state(self) -> RouterState:
@@ -86,7 +118,10 @@ class SimRegion:
         return self.gateways[0]
 
     def gateway_for(self, request_id: str) -> RouterState:
-        """The gateway that takes ``request_id`` (the next in turn for a new request)."""
+        """The gateway that takes ``request_id`` (the next in turn for a new request),
+        with every route announcement due by now applied."""
+        if self.announced:
+            self.deliver_routes()
         state = self.taken_by.get(request_id)
         if state is None:
             state = self.gateways[self.turn % len(self.gateways)]

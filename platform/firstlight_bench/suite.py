@@ -52,6 +52,12 @@ class SuiteEntry:
     needs_trace: bool = False
     loads: tuple[float, ...] | None = None
     """Its own loads (a stress entry beyond the matrix); ``None``: the run's loads."""
+    gateways: int = 1
+    """Gateways (routers) per region."""
+    route_share_ms: float | None = 1.0
+    """With several gateways: the route share's delay (``None``: routers do not share)."""
+    in_goals: bool = True
+    """Counted by the goals table (``False``: a study of a non-default setting)."""
 
 
 SUITE: tuple[SuiteEntry, ...] = (
@@ -66,12 +72,18 @@ SUITE: tuple[SuiteEntry, ...] = (
     SuiteEntry("w7", "W7", 3000, needs_trace=True),
     SuiteEntry("w8", "W8", 6000),
     SuiteEntry("w1-overload", "W1", 6000, loads=(2.0, 4.0, 6.0, 8.0)),
+    SuiteEntry("w2-gateways2", "W2", 6000, gateways=2),
+    SuiteEntry(
+        "w2-gateways2-unshared", "W2", 6000, gateways=2, route_share_ms=None, in_goals=False
+    ),
 )
 """The matrix. W7 runs 3,000 requests: its prompts average 11,000 tokens, and a request
 costs the simulator about ten times a W1 one. ``w1-overload`` is a stress entry beyond
 the matrix: load 1.0 is what the cache-blind ``least_queue`` sustains, and the
 prefix-aware arms only saturate on W1 several times beyond it (the goals table counts
-only the matrix's loads)."""
+only the matrix's loads). ``w2-gateways2`` is W2 through two gateways per region, the
+deployed default, sharing their routes; ``w2-gateways2-unshared`` the same without the
+share, a study the goals table does not count."""
 
 
 def _entries(only: Sequence[str] | None) -> list[SuiteEntry]:
@@ -125,6 +137,8 @@ def run_suite(
             loads=entry.loads or loads,
             out=folder,
             requests=requests or entry.requests,
+            gateways=entry.gateways,
+            route_share_ms=entry.route_share_ms,
             params=params,
             command=command,
             jobs=jobs,
@@ -167,10 +181,16 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
     workload = meta["workload"]
     commit = short_commit(str(meta["git_commit"]))
     config = meta["config"]
+    gateways = int(config.get("gateways", 1))
+    share = config.get("route_share_ms", 1.0)
+    routers = ""
+    if gateways > 1:
+        shared = "not shared" if share is None else f"shared after {share:g} ms"
+        routers = f", {gateways} gateways per region, routes {shared}"
     lines = [
         f"### {name}: {workload['name']}, {workload['requests']} requests, seeds "
         f"{', '.join(map(str, meta.get('seeds', [meta['seed']])))} (simulated, commit "
-        f"`{commit}`, load 1.0 = {config['capacity_rps']:.0f} req/s)",
+        f"`{commit}`, load 1.0 = {config['capacity_rps']:.0f} req/s{routers})",
         "",
         "TTFT p90 ms, mean (lowest to highest) over the seeds; **bold**: `firstlight`'s "
         "verdict against the best arm of another policy (win/loss outside the spread):",
@@ -230,8 +250,11 @@ def render_tables(folder: Path) -> str:
         lines += ["No suite run is stored yet.", ""]
     loaded = {name: json.loads((folder / name / "results.json").read_text()) for name in runs}
     if loaded:
+        studies = {e.name for e in SUITE if not e.in_goals}
+        counted = {name: data for name, data in loaded.items() if name not in studies}
+        expected = [e.name for e in SUITE if e.loads is None and e.in_goals]
         lines += ["### The goals", ""]
-        lines += goals_table(loaded, [e.name for e in SUITE if e.loads is None], LOADS)
+        lines += goals_table(counted, expected, LOADS)
     for name, data in loaded.items():
         lines += _run_tables(name, data)
     lines.append(END)

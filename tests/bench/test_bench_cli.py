@@ -121,6 +121,16 @@ def test_bad_loads_are_rejected(tmp_path: Path, loads: str) -> None:
     assert not out.exists()
 
 
+@pytest.mark.parametrize("share", ["fast", "-1", "20000"])
+def test_a_bad_route_share_delay_is_rejected(tmp_path: Path, share: str) -> None:
+    out = tmp_path / "x"
+    args = ["bench", "sim", "--out", str(out), "--gateways", "2", "--route-share-ms", share]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "--route-share-ms" in result.stderr
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [

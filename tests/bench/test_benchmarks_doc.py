@@ -89,3 +89,18 @@ def test_a_stress_entry_runs_at_its_own_loads(tmp_path: Path) -> None:
     run_suite(out=tmp_path, only=["w1-overload"], requests=40, seeds=(0,), jobs=1)
     data = json.loads((tmp_path / "w1-overload" / "results.json").read_text())
     assert sorted({p["load"] for p in data["points"]}) == [2.0, 4.0, 6.0, 8.0]
+
+
+def test_a_gateways_study_runs_its_routers_and_stays_out_of_the_goals(tmp_path: Path) -> None:
+    run_suite(out=tmp_path, only=["w2-gateways2-unshared"], requests=40, seeds=(0,), jobs=1)
+    data = json.loads((tmp_path / "w2-gateways2-unshared" / "results.json").read_text())
+    assert (data["meta"]["config"]["gateways"], data["meta"]["config"]["route_share_ms"]) == (
+        2,
+        None,
+    )
+    page = render_tables(tmp_path)
+    assert "2 gateways per region, routes not shared" in page
+    # The only stored run is a study: the goals table counts nothing and says what is missing.
+    goals = page.split("### The goals", 1)[1].split("###", 1)[0]
+    assert "Not stored yet, so not counted: w1," in goals
+    assert "w2-gateways2-unshared" not in goals

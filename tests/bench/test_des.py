@@ -274,6 +274,24 @@ def test_gateways_take_requests_in_turn_and_each_reserves_only_its_own() -> None
     assert region.release("q4") is None
 
 
+@pytest.mark.parametrize("share_ms", [1.0, None])
+def test_gateways_hear_each_others_routes_after_the_share_delay(share_ms: float | None) -> None:
+    from firstlight_bench.sim_region import SimRegion
+
+    clock = FakeClock(0.0)
+    cluster = ClusterSpec(1, 2, kv_cache_blocks=2_000, gateways=2, route_share_ms=share_ms)
+    region = SimRegion.build(0, cluster, "firstlight", seed=0, clock=clock)
+    region.refresh_stats(0.0)
+    first, second = region.gateways
+    region.route(RequestView("q0", 640, (1, 2), 32))
+    assert region.gateway_for("q0") is first
+    assert not second.peer_routes, "not yet: the announcement is on its way"
+    clock.advance(0.002)
+    region.gateway_for("q0")  # any read by a gateway applies what is due
+    assert list(second.peer_routes) == (["q0"] if share_ms is not None else [])
+    assert not first.peer_routes
+
+
 @pytest.mark.parametrize("arm", ["firstlight", "llmd_sticky"])
 def test_a_two_region_trace_completes_through_two_gateways_per_region(arm: str) -> None:
     workload = _w1(requests=60, regions=2, rate_rps=40.0)

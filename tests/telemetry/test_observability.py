@@ -239,15 +239,21 @@ def test_no_high_cardinality_labels(traffic: LocalPlatform) -> None:
         "otel_scope_name",
         "otel_scope_version",
         "otel_scope_schema_url",
+        # One value per live gateway replica of the region (gateway.replicas, at most 64),
+        # like Prometheus' own `instance`; a gone gateway leaves the scrape within seconds.
+        "gateway",
     }
     series = _scrape(traffic, EAST)
+    gateways: set[str] = set()
     for name, samples in series.items():
         if name == "target_info":
             continue
         for sample in samples:
             assert set(sample.labels) <= allowed, (name, sample.labels)
+            gateways.add(sample.labels.get("gateway", ""))
             for value in sample.labels.values():
                 assert not value.startswith(("chatcmpl-", "cmpl-")), (name, sample.labels)
+    assert len(gateways - {""}) <= traffic.config.gateway.replicas, gateways
 
 
 def test_grafana_and_rules_use_only_scraped_names(traffic: LocalPlatform) -> None:

@@ -269,9 +269,14 @@ class GatewayConfig(Section):
     replicas: Annotated[int, Field(ge=1, le=64)] = 2
     """Gateway replicas per region, any of which takes any request (the ingress spreads
     connections over them), so losing one leaves the endpoint up. They share per-key
-    limits, prefix-cache hints and the ``/metrics`` scrape through the hints Redis; each
-    keeps its own routing reservations, reconciled by the model replicas' load reports
-    every 0.5 s (docs/serving.md, "Several gateways")."""
+    limits, prefix-cache hints, their routes (``share_routes``) and the ``/metrics``
+    scrape through the hints Redis (docs/serving.md, "Several gateways")."""
+    share_routes: bool = True
+    """With several gateway replicas and hints on: each gateway's routers announce their
+    routes (routed, first token, done) to the region's other gateways over Redis
+    pub/sub, so every router counts the whole region's queued prefill and KV memory in
+    flight, not only its own share. Off: each counts its own, reconciled by the model
+    replicas' load reports every stats period (docs/routing.md measures both)."""
     max_concurrent_per_key: Annotated[int, Field(ge=1, le=1_000_000)] = 256
     """Requests one API key (or, with auth off, the whole endpoint) may have in flight
     across all gateways of the region (shared through the hints Redis; each gateway

@@ -8,6 +8,8 @@ code (the simulator keeps no copy of it).
   region decision and the summary peers read.
 * :mod:`firstlight.region.stats` — :class:`ReplicaStats`, what a replica reports to its
   routers, typed.
+* :mod:`firstlight.region.shared_routes` — :class:`RouteEvent`, what the routers of
+  a region's several gateways tell each other about their routes, and its wire form.
 * :mod:`firstlight.region.decision` — the region decision (:func:`decide_region`): serve
   here, forward to a peer, or refuse.
 """
@@ -18,6 +20,12 @@ from firstlight.region.decision import (
     RegionDecision,
     decide_region,
     rank_peers,
+)
+from firstlight.region.shared_routes import (
+    MalformedRoutesError,
+    RouteEvent,
+    decode_routes,
+    encode_routes,
 )
 from firstlight.region.state import (
     Route,
@@ -30,14 +38,18 @@ from firstlight.region.state import (
 from firstlight.region.stats import ReplicaStats
 
 __all__ = [
+    "MalformedRoutesError",
     "PeerChoice",
     "PeerOption",
     "RegionDecision",
     "ReplicaStats",
     "Route",
+    "RouteEvent",
     "RouterState",
     "ServedBy",
     "decide_region",
+    "decode_routes",
+    "encode_routes",
     "rank_peers",
     "router_state",
     "routers",

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass, field, replace
 
 from firstlight.hints import SubscriberStatus
+from firstlight.region.shared_routes import RouteEvent
 from firstlight.region.stats import ReplicaStats
 from firstlight.regions.summary import ModelSummary
 from firstlight.routing import (
@@ -43,6 +44,9 @@ __all__ = [
 
 _MAX_ROUTES = 10_000
 """Routes kept for requests whose gateway never collected them (bounded memory)."""
+PEER_ROUTE_TTL_S = 600.0
+"""A peer router's route whose ``done`` never came (its gateway died) stops counting
+after this long."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,14 @@ class RouterState:
     fallbacks: int = 0
     """Requests Ray sent to another replica than the policy's first choice (the first
     choice did not answer Ray's queue-length probe in time, or was full)."""
+    route_sink: Callable[[RouteEvent], None] | None = None
+    """Where this router announces its routes to the region's other routers
+    (:mod:`firstlight.region.shared_routes`); ``None``: it is the only one."""
+    peer_routes: OrderedDict[str, tuple[RequestView, Candidate, float]] = field(
+        default_factory=OrderedDict
+    )
+    """Other routers' requests in flight here, as their announcements told: request id →
+    (request, replica, clock time heard), oldest first (bounded in number and age)."""
 
     def __post_init__(self) -> None:
         import random
@@ -140,9 +152,10 @@ class RouterState:
         self.routes[request.request_id] = Route(request, decision, decision_s=decision_s)
         self.routes.move_to_end(request.request_id)
         while len(self.routes) > _MAX_ROUTES:
-            _, old = self.routes.popitem(last=False)
+            request_id, old = self.routes.popitem(last=False)
             if old.chosen is not None:
                 self.policy.on_done(old.request, old.chosen)
+                self._announce(RouteEvent("done", request_id))
 
     def record_routed(self, request_id: str, replica_id: str) -> None:
         self.unrouted.pop(request_id, None)
@@ -157,6 +170,20 @@ class RouterState:
         route.chosen = chosen
         route.routed_at = self.clock()
         self.policy.on_routed(route.request, chosen)
+        if self.route_sink is not None:
+            request = route.request
+            self.route_sink(
+                RouteEvent(
+                    "routed",
+                    request_id,
+                    replica_id,
+                    request.prompt_tokens,
+                    request.block_size,
+                    request.block_hashes,
+                    chosen.cached_blocks,
+                    terms=chosen.terms,
+                )
+            )
 
     # --- read and reported by the gateway ---------------------------------------------
 
@@ -175,11 +202,14 @@ class RouterState:
         """The gateway saw the first token ``observed_ttft_ms`` after routing."""
         route = self.routes.get(request_id)
         if route is not None and route.chosen is not None:
-            self.policy.on_first_token(route.request, route.chosen, observed_ttft_ms)
-            chosen = route.chosen
-            cached = chosen.cached_blocks * route.request.block_size
-            tokens = max(route.request.prompt_tokens - cached, 1)
-            self.prefilled.setdefault(chosen.replica_id, []).append((self.clock(), tokens))
+            self._prefill_done(route.request, route.chosen, observed_ttft_ms)
+            self._announce(RouteEvent("first_token", request_id, observed_ttft_ms=observed_ttft_ms))
+
+    def _prefill_done(self, request: RequestView, chosen: Candidate, observed_ms: float) -> None:
+        self.policy.on_first_token(request, chosen, observed_ms)
+        cached = chosen.cached_blocks * request.block_size
+        tokens = max(request.prompt_tokens - cached, 1)
+        self.prefilled.setdefault(chosen.replica_id, []).append((self.clock(), tokens))
 
     def dispatched(self, request_id: str, prefill_tokens: int) -> None:
         """The gateway is sending a request here; until Ray routes it, its prefill work
@@ -192,6 +222,53 @@ class RouterState:
         route = self.routes.pop(request_id, None)
         if route is not None and route.chosen is not None:
             self.policy.on_done(route.request, route.chosen)
+            self._announce(RouteEvent("done", request_id))
+
+    def _announce(self, event: RouteEvent) -> None:
+        if self.route_sink is not None:
+            self.route_sink(event)
+
+    def apply_peer_route(self, event: RouteEvent) -> None:
+        """Another router of the region announced ``event``: its request counts in this
+        router's policy (reservations, work and memory in flight, placements) as one of
+        its own would, until its ``done``, and its first token calibrates the replica's
+        correction with the terms the peer predicted. Called by the route-share adapter
+        and by the
+        simulator; events of requests this router never heard routed are ignored."""
+        peers = self.peer_routes
+        if event.stage == "routed":
+            request = RequestView(
+                event.request_id, event.prompt_tokens, event.block_hashes, event.block_size
+            )
+            chosen = Candidate(event.replica_id, self.region, 0.0, event.terms, event.cached_blocks)
+            now = self.clock()
+            peers[event.request_id] = (request, chosen, now)
+            self.policy.on_routed(request, chosen)
+            while peers:
+                oldest_id, (old_request, old_chosen, heard_at) = next(iter(peers.items()))
+                if len(peers) <= _MAX_ROUTES and now - heard_at <= PEER_ROUTE_TTL_S:
+                    break
+                del peers[oldest_id]
+                self.policy.on_done(old_request, old_chosen)
+            return
+        known = peers.get(event.request_id)
+        if known is None:
+            return
+        if event.stage == "first_token":
+            self._prefill_done(known[0], known[1], event.observed_ttft_ms)
+        else:
+            del peers[event.request_id]
+            self.policy.on_done(known[0], known[1])
+
+    def forget_peer_routes(self) -> int:
+        """Release every peer route (the share lost messages: their ``done`` may never
+        come); returns how many. Until new announcements arrive, this router counts its
+        own routes only, as it would with no share."""
+        forgotten = len(self.peer_routes)
+        while self.peer_routes:
+            _, (request, chosen, _) = self.peer_routes.popitem(last=False)
+            self.policy.on_done(request, chosen)
+        return forgotten
 
     def estimate(self, request: RequestView) -> Decision | None:
         """The cost model's view of the best local replica, or ``None`` when there is

@@ -63,6 +63,7 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
             params=dict(config.router.params),
             hints=config.hints if hints_enabled else None,
             hint_key_prefix=hint_key_prefix(config, region),
+            share_routes=config.gateway.share_routes and config.gateway.replicas > 1,
         )
         actor_options: dict[str, Any] = {
             "num_cpus": model.resources.num_cpus,

@@ -5,7 +5,8 @@ Ray Serve builds one router per deployment handle, in the process that holds the
 
 * :meth:`initialize_state` once, with ``request_router_kwargs`` from the app builder
   (:func:`router_kwargs`): the policy, its parameters, the region, the model and the
-  hints settings. It starts the hint subscriber as a background task.
+  hints settings. It starts the hint subscriber as a background task, and with several
+  gateways per region the route share (:class:`~firstlight.serve.route_share.RouteShare`).
 * :meth:`update_replicas` when the replica set changes (long poll).
 * :meth:`choose_replicas` for every routing attempt: reads the
   :class:`~firstlight.routing.RequestView` the gateway passed as the ``routing`` keyword
@@ -37,6 +38,7 @@ from firstlight.config import HintsConfig
 from firstlight.hints import HintMirror, HintSubscriber, redis_client
 from firstlight.region import ReplicaStats, RouterState, routers, with_shared_rates
 from firstlight.routing import NO_CACHE, RequestView, RoutingInput, build_policy
+from firstlight.serve.route_share import RouteShare, route_channel
 
 __all__ = ["FirstlightRequestRouter", "router_kwargs"]
 
@@ -51,6 +53,7 @@ def router_kwargs(
     params: dict[str, Any],
     hints: HintsConfig | None,
     hint_key_prefix: str,
+    share_routes: bool = False,
 ) -> dict[str, Any]:
     """The JSON-serializable ``request_router_kwargs`` the app builder passes to Ray."""
     return {
@@ -60,6 +63,7 @@ def router_kwargs(
         "params": dict(params),
         "hints": hints.model_dump(mode="json") if hints is not None else None,
         "hint_key_prefix": hint_key_prefix,
+        "share_routes": share_routes,
     }
 
 
@@ -68,6 +72,8 @@ class FirstlightRequestRouter(RequestRouter):
 
     _state: RouterState
     _subscriber_task: asyncio.Task[None] | None = None
+    _share_task: asyncio.Task[None] | None = None
+    route_share: RouteShare | None = None
 
     def initialize_state(self, **kwargs: Any) -> None:
         """Called once by Ray with :func:`router_kwargs`'s dict. Raises ``ConfigError``
@@ -81,7 +87,12 @@ class FirstlightRequestRouter(RequestRouter):
         self._measured: set[str] = set()
         hints = kwargs.get("hints")
         if hints is not None:
-            self._start_hints(HintsConfig.model_validate(hints), str(kwargs["hint_key_prefix"]))
+            config = HintsConfig.model_validate(hints)
+            self._start_hints(config, str(kwargs["hint_key_prefix"]))
+            if kwargs.get("share_routes"):
+                channel = route_channel(str(kwargs["hint_key_prefix"]), model)
+                self.route_share = RouteShare(lambda: redis_client(config), channel, self._state)
+                self._share_task = self._loop().create_task(self.route_share.run())
         routers()[(self.app_name, self._deployment_id.name)] = self._state
 
     def _start_hints(self, hints: HintsConfig, key_prefix: str) -> None:
@@ -97,11 +108,13 @@ class FirstlightRequestRouter(RequestRouter):
 
         self._state.hints_status = status
         self._state.hints_feed = lambda: subscriber.status
+        self._subscriber_task = self._loop().create_task(subscriber.run())
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
         try:
-            loop = asyncio.get_running_loop()
+            return asyncio.get_running_loop()
         except RuntimeError:
-            loop = self._event_loop
-        self._subscriber_task = loop.create_task(subscriber.run())
+            return self._event_loop
 
     @property
     def state(self) -> RouterState:
@@ -162,7 +175,7 @@ class FirstlightRequestRouter(RequestRouter):
             self._state.record_routed(request.request_id, replica_id.unique_id)
 
     def __del__(self) -> None:
-        task = self._subscriber_task
-        if task is not None and not task.done():
-            with contextlib.suppress(RuntimeError):
-                task.cancel()
+        for task in (self._subscriber_task, self._share_task):
+            if task is not None and not task.done():
+                with contextlib.suppress(RuntimeError):
+                    task.cancel()

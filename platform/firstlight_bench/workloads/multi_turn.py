@@ -78,22 +78,37 @@ class MultiTurnParams(WorkloadParams):
 
 
 def _session_contents(
-    params: MultiTurnParams, turn_counts: list[int], regions: list[int], seed: int
-) -> list[list[RequestContent]]:
+    params: MultiTurnParams,
+    turn_counts: list[int],
+    regions: list[int],
+    seed: int,
+    last_turn: dict[int, int],
+) -> dict[int, list[RequestContent]]:
+    """The contents of each session's turns up to ``last_turn[session]`` (the turns in
+    the trace). Sessions and turns outside it draw the same random numbers without
+    building their tokens, so a trace does not depend on what is left out, and a short
+    trace at a high rate does not build the prompts of thousands of warm-up sessions."""
     rng = stream(seed, "content")
     spread = params.length_spread
     system = random_tokens(rng, params.system_tokens, params.vocab_size)
-    sessions = []
+    sessions = {}
     for session, (turns, region) in enumerate(zip(turn_counts, regions, strict=True)):
         history = system
         contents = []
+        needed = last_turn.get(session, -1)
         for turn in range(turns):
             user_len = jittered_length(rng, params.user_tokens, spread)
+            if turn > needed:
+                rng.randbytes(4 * user_len)  # random_tokens' draw, its tokens unused
+                answer_len = jittered_length(rng, params.answer_tokens, spread)
+                rng.randbytes(4 * answer_len)
+                continue
             prompt = history + random_tokens(rng, user_len, params.vocab_size)
             answer_len = jittered_length(rng, params.answer_tokens, spread)
             contents.append(RequestContent(region, prompt, answer_len, 0, session, turn))
             history = prompt + random_tokens(rng, answer_len, params.vocab_size)
-        sessions.append(contents)
+        if contents:
+            sessions[session] = contents
     return sessions
 
 
@@ -146,7 +161,10 @@ def generate_multi_turn(params: MultiTurnParams, shape: TraceShape) -> Trace:
     session_count = max(session for _, session, _ in timed) + 1
     regions = client_regions(shape.seed, session_count, shape.regions)
     turn_counts = [params.turns] * session_count
-    sessions = _session_contents(params, turn_counts, regions, shape.seed)
+    last_turn: dict[int, int] = {}
+    for _, session, turn in timed:
+        last_turn[session] = max(turn, last_turn.get(session, -1))
+    sessions = _session_contents(params, turn_counts, regions, shape.seed, last_turn)
     contents = [sessions[session][turn] for _, session, turn in timed]
     arrivals = [arrival * shape.rate_rps for arrival, _, _ in timed]
     derived = {

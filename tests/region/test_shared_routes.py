@@ -1,0 +1,181 @@
+"""Routes shared between a region's routers: the wire form, and two router states wired
+to each other count each other's requests as their own until they end.
+
+Real policies from the registry; the announcements go straight from one state to the
+other (the Redis adapter is tested in tests/serve/test_route_share.py).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from firstlight.region import (
+    MalformedRoutesError,
+    RouteEvent,
+    RouterState,
+    decode_routes,
+    encode_routes,
+)
+from firstlight.region.state import PEER_ROUTE_TTL_S
+from firstlight.routing import (
+    FirstlightPolicy,
+    ReplicaView,
+    RequestView,
+    RoutingInput,
+    TtftTerms,
+    build_policy,
+)
+from tests.conftest import FakeClock
+
+REGION = "us-east"
+PARAMS = {
+    "prefill_tokens_per_s": 1000.0,
+    "step_overhead_ms": 5.0,
+    "decode_ms_per_running_seq": 0.0,
+    "affinity_weight": 0.0,
+    "kv_full_fraction": 1.0,
+    "tie_margin_ms": 0.0,
+}
+
+events = st.builds(
+    RouteEvent,
+    stage=st.sampled_from(["routed", "first_token", "done"]),
+    request_id=st.text(min_size=1, max_size=20),
+    replica_id=st.text(max_size=20),
+    prompt_tokens=st.integers(0, 10**6),
+    block_size=st.integers(1, 256),
+    block_hashes=st.lists(st.integers(0, 2**64 - 1), max_size=20).map(tuple),
+    cached_blocks=st.integers(0, 10**4),
+    observed_ttft_ms=st.floats(0, 1e6),
+    terms=st.none()
+    | st.builds(
+        TtftTerms,
+        rtt_ms=st.floats(0, 1e4),
+        wait_ms=st.floats(0, 1e4),
+        prefill_ms=st.floats(0, 1e4),
+        overhead_ms=st.floats(0, 1e4),
+        cached_tokens=st.integers(0, 10**6),
+        uncached_tokens=st.integers(0, 10**6),
+        correction=st.floats(0.01, 100),
+    ),
+)
+
+
+@given(st.text(max_size=30), st.lists(events, max_size=10))
+def test_routes_survive_the_wire(router_id: str, sent: list[RouteEvent]) -> None:
+    assert decode_routes(encode_routes(router_id, sent)) == (router_id, sent)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        b"not json",
+        b"{}",
+        json.dumps({"router": 1, "events": []}).encode(),
+        json.dumps({"router": "a", "events": [[9, "q", "r", 1, 32, [], 0, 0.0, None]]}).encode(),
+        json.dumps({"router": "a", "events": [[0, "", "r", 1, 32, [], 0, 0.0, None]]}).encode(),
+        json.dumps(
+            {"router": "a", "events": [[0, "q", "r", 1, 32, [2**64], 0, 0.0, None]]}
+        ).encode(),
+        json.dumps({"router": "a", "events": [[0, "q", "r", -1, 32, [], 0, 0.0, None]]}).encode(),
+        json.dumps({"router": "a", "events": [[0, "q", "r", 1, 0, [], 0, 0.0, None]]}).encode(),
+        json.dumps({"router": "a", "events": [[0, "q", "r", 1, 32, []]]}).encode(),
+        json.dumps({"router": "a", "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [1, 2]]]}).encode(),
+        json.dumps(
+            {"router": "a", "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [0, 0, 1, 1, 0, 1, 0]]]}
+        ).encode(),
+    ],
+)
+def test_malformed_messages_are_refused(message: bytes) -> None:
+    with pytest.raises(MalformedRoutesError):
+        decode_routes(message)
+
+
+def _pair(clock: FakeClock) -> tuple[RouterState, RouterState]:
+    """Two routers of one region, each announcing straight to the other."""
+    states = []
+    for seed in (1, 2):
+        policy = build_policy("firstlight", PARAMS, rng=random.Random(seed), clock=clock)
+        state = RouterState(REGION, "m", policy, clock=clock)
+        state.set_replicas(
+            {rid: ReplicaView(rid, REGION, queue_len=0, stats_at=0.0) for rid in ("a", "b")}
+        )
+        states.append(state)
+    a, b = states
+    a.route_sink = b.apply_peer_route
+    b.route_sink = a.apply_peer_route
+    return a, b
+
+
+def _predicted(state: RouterState, replica_id: str) -> float:
+    decision = state.policy.choose(
+        RoutingInput(RequestView("probe", 100), tuple(state.replicas.values()), state.cache)
+    )
+    return next(c.score for c in decision.ranked if c.replica_id == replica_id)
+
+
+def _route(state: RouterState, request: RequestView, replica_id: str) -> None:
+    decision = state.policy.choose(
+        RoutingInput(request, tuple(state.replicas.values()), state.cache)
+    )
+    state.record_decision(request, decision)
+    state.record_routed(request.request_id, replica_id)
+
+
+def test_a_peer_routers_prefill_counts_until_its_first_token() -> None:
+    clock = FakeClock()
+    one, two = _pair(clock)
+    idle = _predicted(two, "a")
+    _route(one, RequestView("q1", 2000, block_size=32), "a")
+    # two never saw q1, yet now sees its 2000 uncached tokens queued on a (1 ms each)
+    assert _predicted(two, "a") == pytest.approx(idle + 2000.0)
+    assert _predicted(two, "b") == pytest.approx(idle)
+    one.first_token("q1", 2005.0)  # as predicted: calibration stays 1
+    assert _predicted(two, "a") == pytest.approx(idle)
+    one.finished("q1")
+    assert not two.peer_routes
+    assert not one.peer_routes, "a router does not hear its own routes"
+
+
+def test_without_a_share_each_router_counts_only_its_own() -> None:
+    clock = FakeClock()
+    one, two = _pair(clock)
+    one.route_sink = None
+    idle = _predicted(two, "a")
+    _route(one, RequestView("q1", 2000, block_size=32), "a")
+    assert _predicted(two, "a") == pytest.approx(idle)
+
+
+def test_peer_routes_end_with_their_done_their_age_or_a_lost_feed() -> None:
+    clock = FakeClock()
+    one, two = _pair(clock)
+    _route(one, RequestView("q1", 2000, block_size=32), "a")
+    assert list(two.peer_routes) == ["q1"]
+    # A done for a request never heard routed is ignored; so is a stray first token.
+    two.apply_peer_route(RouteEvent("done", "unknown"))
+    two.apply_peer_route(RouteEvent("first_token", "unknown"))
+    assert list(two.peer_routes) == ["q1"]
+    # The gateway that routed q1 died: its done never comes, and q1 ages out.
+    clock.advance(PEER_ROUTE_TTL_S + 1)
+    _route(one, RequestView("q2", 10, block_size=32), "b")
+    assert list(two.peer_routes) == ["q2"]
+    # The feed dropped messages: what was heard is forgotten.
+    assert two.forget_peer_routes() == 1
+    assert not two.peer_routes
+    assert _predicted(two, "b") == pytest.approx(_predicted(two, "a"))
+
+
+def test_a_peers_first_token_calibrates_every_router() -> None:
+    clock = FakeClock()
+    one, two = _pair(clock)
+    _route(one, RequestView("q1", 2000, block_size=32), "a")
+    one.first_token("q1", 4 * 2005.0)  # four times slower than predicted
+    for state in (one, two):
+        assert isinstance(state.policy, FirstlightPolicy)
+        assert state.policy.calibrator.correction("a") > 1.0
+        assert state.policy.calibrator.correction("b") == 1.0
