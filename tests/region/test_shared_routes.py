@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from firstlight.region import (
     MalformedRoutesError,
+    RouteBatch,
     RouteEvent,
     RouterState,
     decode_routes,
@@ -66,9 +67,10 @@ events = st.builds(
 )
 
 
-@given(st.text(max_size=30), st.lists(events, max_size=10))
-def test_routes_survive_the_wire(router_id: str, sent: list[RouteEvent]) -> None:
-    assert decode_routes(encode_routes(router_id, sent)) == (router_id, sent)
+@given(st.text(max_size=30), st.integers(0, 2**40), st.lists(events, max_size=10))
+def test_routes_survive_the_wire(router_id: str, session: int, sent: list[RouteEvent]) -> None:
+    batch = RouteBatch(router_id, session, tuple(sent))
+    assert decode_routes(encode_routes(batch)) == batch
 
 
 @pytest.mark.parametrize(
@@ -76,18 +78,34 @@ def test_routes_survive_the_wire(router_id: str, sent: list[RouteEvent]) -> None
     [
         b"not json",
         b"{}",
-        json.dumps({"router": 1, "events": []}).encode(),
-        json.dumps({"router": "a", "events": [[9, "q", "r", 1, 32, [], 0, 0.0, None]]}).encode(),
-        json.dumps({"router": "a", "events": [[0, "", "r", 1, 32, [], 0, 0.0, None]]}).encode(),
+        json.dumps({"router": "a", "events": []}).encode(),  # no session
+        json.dumps({"router": "a", "session": -1, "events": []}).encode(),
+        json.dumps({"session": 1, "router": 1, "events": []}).encode(),
         json.dumps(
-            {"router": "a", "events": [[0, "q", "r", 1, 32, [2**64], 0, 0.0, None]]}
+            {"session": 1, "router": "a", "events": [[9, "q", "r", 1, 32, [], 0, 0.0, None]]}
         ).encode(),
-        json.dumps({"router": "a", "events": [[0, "q", "r", -1, 32, [], 0, 0.0, None]]}).encode(),
-        json.dumps({"router": "a", "events": [[0, "q", "r", 1, 0, [], 0, 0.0, None]]}).encode(),
-        json.dumps({"router": "a", "events": [[0, "q", "r", 1, 32, []]]}).encode(),
-        json.dumps({"router": "a", "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [1, 2]]]}).encode(),
         json.dumps(
-            {"router": "a", "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [0, 0, 1, 1, 0, 1, 0]]]}
+            {"session": 1, "router": "a", "events": [[0, "", "r", 1, 32, [], 0, 0.0, None]]}
+        ).encode(),
+        json.dumps(
+            {"session": 1, "router": "a", "events": [[0, "q", "r", 1, 32, [2**64], 0, 0.0, None]]}
+        ).encode(),
+        json.dumps(
+            {"session": 1, "router": "a", "events": [[0, "q", "r", -1, 32, [], 0, 0.0, None]]}
+        ).encode(),
+        json.dumps(
+            {"session": 1, "router": "a", "events": [[0, "q", "r", 1, 0, [], 0, 0.0, None]]}
+        ).encode(),
+        json.dumps({"session": 1, "router": "a", "events": [[0, "q", "r", 1, 32, []]]}).encode(),
+        json.dumps(
+            {"session": 1, "router": "a", "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [1, 2]]]}
+        ).encode(),
+        json.dumps(
+            {
+                "session": 1,
+                "router": "a",
+                "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [0, 0, 1, 1, 0, 1, 0]]],
+            }
         ).encode(),
     ],
 )
@@ -164,7 +182,8 @@ def test_peer_routes_end_with_their_done_their_age_or_a_lost_feed() -> None:
     clock.advance(PEER_ROUTE_TTL_S + 1)
     _route(one, RequestView("q2", 10, block_size=32), "b")
     assert list(two.peer_routes) == ["q2"]
-    # The feed dropped messages: what was heard is forgotten.
+    # The feed dropped messages: what was heard (from one router, or all) is forgotten.
+    assert two.forget_peer_routes("another router") == 0
     assert two.forget_peer_routes() == 1
     assert not two.peer_routes
     assert _predicted(two, "b") == pytest.approx(_predicted(two, "a"))

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 from firstlight._ports import free_port
 from firstlight.hints import Backoff
-from firstlight.region import RouterState
+from firstlight.region import RouteBatch, RouteEvent, RouterState, encode_routes
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight.serve.route_share import RouteShare, route_channel
 from tests.conftest import FakeClock
@@ -65,15 +65,30 @@ async def test_each_router_hears_the_others_routes_to_the_end(
     other = two._state
     _route(one._state, "q1")
     await eventually(lambda: "q1" in other.peer_routes)
-    request, chosen, _ = other.peer_routes["q1"]
-    assert (request.prompt_tokens, request.block_hashes, chosen.replica_id) == (500, (11, 22), "a")
+    heard = other.peer_routes["q1"]
+    assert (heard.request.prompt_tokens, heard.request.block_hashes) == (500, (11, 22))
+    assert (heard.chosen.replica_id, heard.router) == ("a", one.router_id)
     assert not one._state.peer_routes, "its own route did not come back to it"
     one._state.first_token("q1", 40.0)
     one._state.finished("q1")
     await eventually(lambda: "q1" not in other.peer_routes)
     assert one.published == 3
-    assert two.applied == 3
+    assert two.applied == 3  # the empty batches that open each session carry no event
     assert one.dropped == two.dropped == one.malformed == 0
+
+
+async def test_a_peers_new_session_drops_what_was_heard_from_it(
+    shares: tuple[RouteShare, RouteShare, Redis],
+) -> None:
+    one, two, raw = shares
+    _route(one._state, "q3")
+    await eventually(lambda: "q3" in two._state.peer_routes)
+    assert two._state.peer_routes["q3"].router == one.router_id
+    # one reconnected (a later session): its done for q3 may have been lost on the way.
+    later = RouteBatch(one.router_id, 99, (RouteEvent("routed", "q4", "a", 64),))
+    await raw.publish(one._channel, encode_routes(later))
+    await eventually(lambda: "q4" in two._state.peer_routes)
+    assert "q3" not in two._state.peer_routes
 
 
 async def test_foreign_messages_on_the_channel_are_ignored(

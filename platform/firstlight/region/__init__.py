@@ -23,6 +23,7 @@ from firstlight.region.decision import (
 )
 from firstlight.region.shared_routes import (
     MalformedRoutesError,
+    RouteBatch,
     RouteEvent,
     decode_routes,
     encode_routes,
@@ -44,6 +45,7 @@ __all__ = [
     "RegionDecision",
     "ReplicaStats",
     "Route",
+    "RouteBatch",
     "RouteEvent",
     "RouterState",
     "ServedBy",

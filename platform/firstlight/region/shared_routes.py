@@ -25,13 +25,12 @@ same events after a configured delay (:mod:`firstlight_bench.sim_region`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from firstlight.routing import TtftTerms
 
-__all__ = ["MalformedRoutesError", "RouteEvent", "decode_routes", "encode_routes"]
+__all__ = ["MalformedRoutesError", "RouteBatch", "RouteEvent", "decode_routes", "encode_routes"]
 
 RouteStage = Literal["routed", "first_token", "done"]
 _STAGES: tuple[RouteStage, ...] = ("routed", "first_token", "done")
@@ -63,8 +62,20 @@ class RouteEvent:
     terms: TtftTerms | None = None
 
 
-def encode_routes(router_id: str, events: Sequence[RouteEvent]) -> bytes:
-    """One message of ``router_id``'s events, in order (compact JSON)."""
+@dataclass(frozen=True, slots=True)
+class RouteBatch:
+    """One message: a router's events, in the order they happened."""
+
+    router: str
+    """The sending router's id (random per router instance)."""
+    session: int
+    """The sender's connection count: a new one means messages it sent in between may
+    be lost, so receivers forget what they heard from it before."""
+    events: tuple[RouteEvent, ...] = ()
+
+
+def encode_routes(batch: RouteBatch) -> bytes:
+    """``batch`` as one message (compact JSON)."""
     rows = [
         [
             _STAGES.index(e.stage),
@@ -77,21 +88,23 @@ def encode_routes(router_id: str, events: Sequence[RouteEvent]) -> bytes:
             e.observed_ttft_ms,
             _terms_row(e.terms),
         ]
-        for e in events
+        for e in batch.events
     ]
-    return json.dumps({"router": router_id, "events": rows}, separators=(",", ":")).encode()
+    body = {"router": batch.router, "session": batch.session, "events": rows}
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
-def decode_routes(message: bytes | str) -> tuple[str, list[RouteEvent]]:
-    """The sender's router id and its events; raises :class:`MalformedRoutesError` for
-    anything :func:`encode_routes` would not have written."""
+def decode_routes(message: bytes | str) -> RouteBatch:
+    """The batch in ``message``; raises :class:`MalformedRoutesError` for anything
+    :func:`encode_routes` would not have written."""
     try:
         body = json.loads(message)
-        router_id = body["router"]
-        rows = body["events"]
-        if not isinstance(router_id, str) or not isinstance(rows, list):
+        router, session, rows = body["router"], body["session"], body["events"]
+        if not isinstance(router, str) or not isinstance(rows, list):
             raise TypeError("router or events of the wrong type")
-        return router_id, [_event(row) for row in rows]
+        if type(session) is not int or session < 0:
+            raise ValueError(f"session {session!r} is not a non-negative integer")
+        return RouteBatch(router, session, tuple(_event(row) for row in rows))
     except (ValueError, KeyError, TypeError, IndexError) as exc:
         raise MalformedRoutesError(f"not a shared-routes message: {exc}") from exc
 

@@ -34,6 +34,7 @@ from firstlight.routing import (
 from firstlight.routing.predicted_ttft import FirstlightParams, FirstlightPolicy
 
 __all__ = [
+    "PeerRoute",
     "Route",
     "RouterState",
     "ServedBy",
@@ -68,6 +69,19 @@ class Route:
     routed_at: float = 0.0
     decision_s: float | None = None
     """How long the policy took to rank the replicas (metrics)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRoute:
+    """A request another router of the region announced as routed, until its ``done``."""
+
+    request: RequestView
+    chosen: Candidate
+    heard_at: float
+    """Clock time the announcement arrived (it stops counting after
+    :data:`PEER_ROUTE_TTL_S`)."""
+    router: str
+    """The announcing router's id (``""`` where the caller does not tell them apart)."""
 
 
 @dataclass
@@ -107,11 +121,9 @@ class RouterState:
     route_sink: Callable[[RouteEvent], None] | None = None
     """Where this router announces its routes to the region's other routers
     (:mod:`firstlight.region.shared_routes`); ``None``: it is the only one."""
-    peer_routes: OrderedDict[str, tuple[RequestView, Candidate, float]] = field(
-        default_factory=OrderedDict
-    )
-    """Other routers' requests in flight here, as their announcements told: request id →
-    (request, replica, clock time heard), oldest first (bounded in number and age)."""
+    peer_routes: OrderedDict[str, PeerRoute] = field(default_factory=OrderedDict)
+    """Other routers' requests in flight here, as their announcements told, by request
+    id, oldest first (bounded in number and age)."""
 
     def __post_init__(self) -> None:
         import random
@@ -228,13 +240,13 @@ class RouterState:
         if self.route_sink is not None:
             self.route_sink(event)
 
-    def apply_peer_route(self, event: RouteEvent) -> None:
-        """Another router of the region announced ``event``: its request counts in this
+    def apply_peer_route(self, event: RouteEvent, router: str = "") -> None:
+        """Router ``router`` of the region announced ``event``: its request counts in this
         router's policy (reservations, work and memory in flight, placements) as one of
         its own would, until its ``done``, and its first token calibrates the replica's
         correction with the terms the peer predicted. Called by the route-share adapter
-        and by the
-        simulator; events of requests this router never heard routed are ignored."""
+        and by the simulator; events of requests this router never heard routed are
+        ignored."""
         peers = self.peer_routes
         if event.stage == "routed":
             request = RequestView(
@@ -242,33 +254,33 @@ class RouterState:
             )
             chosen = Candidate(event.replica_id, self.region, 0.0, event.terms, event.cached_blocks)
             now = self.clock()
-            peers[event.request_id] = (request, chosen, now)
+            peers[event.request_id] = PeerRoute(request, chosen, now, router)
             self.policy.on_routed(request, chosen)
             while peers:
-                oldest_id, (old_request, old_chosen, heard_at) = next(iter(peers.items()))
-                if len(peers) <= _MAX_ROUTES and now - heard_at <= PEER_ROUTE_TTL_S:
+                oldest_id, oldest = next(iter(peers.items()))
+                if len(peers) <= _MAX_ROUTES and now - oldest.heard_at <= PEER_ROUTE_TTL_S:
                     break
                 del peers[oldest_id]
-                self.policy.on_done(old_request, old_chosen)
+                self.policy.on_done(oldest.request, oldest.chosen)
             return
         known = peers.get(event.request_id)
         if known is None:
             return
         if event.stage == "first_token":
-            self._prefill_done(known[0], known[1], event.observed_ttft_ms)
+            self._prefill_done(known.request, known.chosen, event.observed_ttft_ms)
         else:
             del peers[event.request_id]
-            self.policy.on_done(known[0], known[1])
+            self.policy.on_done(known.request, known.chosen)
 
-    def forget_peer_routes(self) -> int:
-        """Release every peer route (the share lost messages: their ``done`` may never
-        come); returns how many. Until new announcements arrive, this router counts its
-        own routes only, as it would with no share."""
-        forgotten = len(self.peer_routes)
-        while self.peer_routes:
-            _, (request, chosen, _) = self.peer_routes.popitem(last=False)
-            self.policy.on_done(request, chosen)
-        return forgotten
+    def forget_peer_routes(self, router: str | None = None) -> int:
+        """Release the routes heard from ``router`` (``None``: from every router), whose
+        ``done`` may never come (the share lost messages); returns how many. Until new
+        announcements arrive, this router counts them no more, as with no share."""
+        gone = [rid for rid, peer in self.peer_routes.items() if router in (None, peer.router)]
+        for request_id in gone:
+            peer = self.peer_routes.pop(request_id)
+            self.policy.on_done(peer.request, peer.chosen)
+        return len(gone)
 
     def estimate(self, request: RequestView) -> Decision | None:
         """The cost model's view of the best local replica, or ``None`` when there is

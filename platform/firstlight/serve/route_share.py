@@ -9,9 +9,11 @@ route events (never awaits: the event goes to a buffer); :meth:`RouteShare.run` 
 the buffer as one message whenever it holds events, and applies the other routers'
 messages to the state as they arrive. No routing decision waits on Redis.
 
-While Redis is unreachable the buffer is dropped (bounded, counted) and, on reconnect,
-the router forgets what it heard from peers (their ``done`` may have been lost): it falls
-back to counting its own routes until new announcements arrive.
+While Redis is unreachable the buffer is dropped (bounded, counted). Every connection
+is a new *session* of the router, announced at once in an empty batch: on its own
+reconnect a router forgets what it heard from peers, and on a peer's new session what
+it heard from that peer (a ``done`` may have been lost either way); it then counts
+those routes no more until new announcements arrive.
 """
 
 from __future__ import annotations
@@ -28,7 +30,13 @@ from redis.asyncio.client import PubSub
 
 from firstlight.hints import Backoff
 from firstlight.hints._redis import REDIS_ERRORS, close_quietly, with_deadline
-from firstlight.region import MalformedRoutesError, RouterState, decode_routes, encode_routes
+from firstlight.region import (
+    MalformedRoutesError,
+    RouteBatch,
+    RouterState,
+    decode_routes,
+    encode_routes,
+)
 from firstlight.region.shared_routes import RouteEvent
 
 __all__ = ["RouteShare", "route_channel"]
@@ -64,6 +72,8 @@ class RouteShare:
         self._backoff = backoff or Backoff()
         self._rng = random.Random()
         self._buffer: list[RouteEvent] = []
+        self._connections = 0
+        self._peer_sessions: dict[str, int] = {}
         self._wake = asyncio.Event()
         self.connected = False
         self.published = 0
@@ -110,6 +120,9 @@ class RouteShare:
             forgotten = self._state.forget_peer_routes()
             if forgotten:
                 _log.info("route share: forgot %d peer routes after a reconnect", forgotten)
+            self._connections += 1
+            hello = encode_routes(RouteBatch(self.router_id, self._connections))
+            await with_deadline(client.publish(self._channel, hello), _DEADLINE_S)
             self.connected = True
             listen = asyncio.create_task(self._listen(pubsub))
             publish = asyncio.create_task(self._publish(client))
@@ -131,16 +144,21 @@ class RouteShare:
             if message.get("type") != "message":
                 continue
             try:
-                sender, events = decode_routes(message["data"])
+                batch = decode_routes(message["data"])
             except MalformedRoutesError as exc:
                 self.malformed += 1
                 _log.debug("route share: ignored a malformed message (%s)", exc)
                 continue
-            if sender == self.router_id:
+            if batch.router == self.router_id:
                 continue
-            for event in events:
-                self._state.apply_peer_route(event)
-            self.applied += len(events)
+            known = self._peer_sessions.get(batch.router)
+            if known != batch.session:
+                self._peer_sessions[batch.router] = batch.session
+                if known is not None:
+                    self._state.forget_peer_routes(batch.router)
+            for event in batch.events:
+                self._state.apply_peer_route(event, batch.router)
+            self.applied += len(batch.events)
 
     async def _publish(self, client: Redis) -> None:
         while True:
@@ -148,6 +166,8 @@ class RouteShare:
             self._wake.clear()
             events, self._buffer = self._buffer, []
             if events:
-                message = encode_routes(self.router_id, events)
+                message = encode_routes(
+                    RouteBatch(self.router_id, self._connections, tuple(events))
+                )
                 await with_deadline(client.publish(self._channel, message), _DEADLINE_S)
                 self.published += len(events)
