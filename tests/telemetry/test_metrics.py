@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.hints import BlockEvent, SubscriberStatus
 from firstlight.hints.mirror import HintMirror
-from firstlight.region import ReplicaStats, RouterState
+from firstlight.region import ReplicaStats, RouterState, RouteShareStatus
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.regions.summary import ModelSummary, RegionSummary
 from firstlight.routing import ReplicaView, build_policy
@@ -313,7 +313,8 @@ async def test_every_catalog_metric_is_exported(clock: FakeClock) -> None:
     mirror = HintMirror(ttl_s=60.0, clock=clock)
     mirror.apply(BlockEvent("r-a", 0, stored=(11, 12, 13), removed=()))
     feed = SubscriberStatus(False, WALL - 5.0, 0, 1, None, 0, 0, "connection refused")
-    state = make_state(clock, cache=mirror, hints_feed=lambda: feed)
+    share = RouteShareStatus(connected=False, sent=7, heard=5, dropped=2)
+    state = make_state(clock, cache=mirror, hints_feed=lambda: feed, route_share=lambda: share)
     state.fallbacks = 3
     telemetry = make_telemetry(clock, {MODEL: state, IDLE_MODEL: None}, make_peers(clock))
     serve(telemetry)
@@ -331,6 +332,10 @@ async def test_every_catalog_metric_is_exported(clock: FakeClock) -> None:
     assert value(samples, "firstlight_hints_mirror_blocks", model=MODEL) == 3
     assert value(samples, "firstlight_gateway_asyncio_tasks") >= 1, "this test's own task"
     assert value(samples, "firstlight_gateway_metrics_shared") == 1
+    assert value(samples, "firstlight_route_share_up", model=MODEL) == 0
+    for direction, count in (("sent", 7), ("heard", 5), ("dropped", 2)):
+        shared = value(samples, "firstlight_route_shared_events_total", direction=direction)
+        assert shared == count
     telemetry.shutdown()
 
 

@@ -25,6 +25,7 @@ from firstlight.region.shared_routes import (
     MalformedRoutesError,
     RouteBatch,
     RouteEvent,
+    RouteShareStatus,
     decode_routes,
     encode_routes,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "Route",
     "RouteBatch",
     "RouteEvent",
+    "RouteShareStatus",
     "RouterState",
     "ServedBy",
     "decide_region",

@@ -30,7 +30,14 @@ from typing import Literal
 
 from firstlight.routing import TtftTerms
 
-__all__ = ["MalformedRoutesError", "RouteBatch", "RouteEvent", "decode_routes", "encode_routes"]
+__all__ = [
+    "MalformedRoutesError",
+    "RouteBatch",
+    "RouteEvent",
+    "RouteShareStatus",
+    "decode_routes",
+    "encode_routes",
+]
 
 RouteStage = Literal["routed", "first_token", "done"]
 _STAGES: tuple[RouteStage, ...] = ("routed", "first_token", "done")
@@ -72,6 +79,20 @@ class RouteBatch:
     """The sender's connection count: a new one means messages it sent in between may
     be lost, so receivers forget what they heard from it before."""
     events: tuple[RouteEvent, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RouteShareStatus:
+    """What one router's route share is doing (metrics: ``firstlight.route.share_up``,
+    ``firstlight.route.shared_events``)."""
+
+    connected: bool
+    sent: int
+    """Events this router published."""
+    heard: int
+    """Events of other routers it applied."""
+    dropped: int
+    """Events it could not send (Redis unreachable, or its buffer full)."""
 
 
 def encode_routes(batch: RouteBatch) -> bytes:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sized
 from dataclasses import dataclass, field, replace
 
 from firstlight.hints import SubscriberStatus
-from firstlight.region.shared_routes import RouteEvent
+from firstlight.region.shared_routes import RouteEvent, RouteShareStatus
 from firstlight.region.stats import ReplicaStats
 from firstlight.regions.summary import ModelSummary
 from firstlight.routing import (
@@ -118,6 +118,8 @@ class RouterState:
     fallbacks: int = 0
     """Requests Ray sent to another replica than the policy's first choice (the first
     choice did not answer Ray's queue-length probe in time, or was full)."""
+    route_share: Callable[[], RouteShareStatus | None] = lambda: None
+    """The route share's status; ``None`` without one (metrics)."""
     route_sink: Callable[[RouteEvent], None] | None = None
     """Where this router announces its routes to the region's other routers
     (:mod:`firstlight.region.shared_routes`); ``None``: it is the only one."""

@@ -34,6 +34,7 @@ from firstlight.region import (
     MalformedRoutesError,
     RouteBatch,
     RouterState,
+    RouteShareStatus,
     decode_routes,
     encode_routes,
 )
@@ -85,6 +86,11 @@ class RouteShare:
         self.malformed = 0
         """Messages on the channel that were not shared routes (ignored)."""
         state.route_sink = self.sink
+        state.route_share = self.status
+
+    def status(self) -> RouteShareStatus:
+        """For the gateway's metrics (through the router state)."""
+        return RouteShareStatus(self.connected, self.published, self.applied, self.dropped)
 
     def sink(self, event: RouteEvent) -> None:
         """The state's route sink: buffer ``event`` for the next publish. Never blocks."""
@@ -106,6 +112,8 @@ class RouteShare:
                 if self.connected or attempt == 0:
                     _log.warning("route share on %s: Redis unreachable (%s)", self._channel, exc)
             finally:
+                if self.connected:  # a session that worked: back off afresh
+                    attempt = 0
                 self.connected = False
                 await close_quietly(client)
             self.dropped += len(self._buffer)

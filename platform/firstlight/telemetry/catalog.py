@@ -141,6 +141,22 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Requests Ray sent to another replica than the policy's first choice.",
         ("region", "model"),
     ),
+    MetricSpec(
+        "firstlight.route.share_up",
+        "gauge",
+        "1",
+        "1 while this gateway's router shares its routes with the region's other gateways "
+        "through Redis, 0 while it cannot (absent with one gateway or the share off).",
+        ("region", "model"),
+    ),
+    MetricSpec(
+        "firstlight.route.shared_events",
+        "observable_counter",
+        "{event}",
+        "Route announcements (routed, first token, done) between the region's gateways: "
+        "direction=sent, heard (applied from the others) or dropped (not sent).",
+        ("region", "model", "direction"),
+    ),
     # --- replicas (from their routing stats, every 0.5 s) -------------------------------
     MetricSpec(
         "firstlight.replicas.healthy",

@@ -58,6 +58,8 @@ class ScrapeObservers:
             "firstlight.request.migrations": self._observe_migrations,
             "firstlight.gateway.asyncio_tasks": self._observe_tasks,
             "firstlight.gateway.metrics_shared": self._observe_shared,
+            "firstlight.route.share_up": self._observe_share_up,
+            "firstlight.route.shared_events": self._observe_shared_events,
             "firstlight.slo.time_to_first_token": lambda _: [
                 Observation(self.config.router.slo.ttft_p95_ms / 1000.0, {"region": self.region})
             ],
@@ -130,6 +132,25 @@ class ScrapeObservers:
         except RuntimeError:
             return
         yield Observation(tasks, {"region": self.region})
+
+    def _observe_share_up(self, _: CallbackOptions) -> Iterable[Observation]:
+        for model, state in self._live_states():
+            share = state.route_share()
+            if share is not None:
+                yield Observation(int(share.connected), {"region": self.region, "model": model})
+
+    def _observe_shared_events(self, _: CallbackOptions) -> Iterable[Observation]:
+        for model, state in self._live_states():
+            share = state.route_share()
+            if share is None:
+                continue
+            for direction, count in (
+                ("sent", share.sent),
+                ("heard", share.heard),
+                ("dropped", share.dropped),
+            ):
+                attrs = {"region": self.region, "model": model, "direction": direction}
+                yield Observation(count, attrs)
 
     def _observe_shared(self, _: CallbackOptions) -> Iterable[Observation]:
         shared = self._metrics_shared()

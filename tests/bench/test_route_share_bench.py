@@ -1,0 +1,40 @@
+"""The route-share benchmark over the real Redis (6379): every route reaches the other
+router."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from firstlight_bench.route_share import SHARE_BEGIN, SHARE_END, main, render_share
+
+
+def test_a_run_delivers_every_route_and_rewrites_its_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{SHARE_BEGIN}\nold\n{SHARE_END}\nafter\n")
+    out = tmp_path / "results.json"
+    report = main(["--requests", "30", "--rate", "1000", "--out", str(out), "--page", str(page)])
+    capsys.readouterr()
+    assert json.loads(out.read_text()) == report
+    # Each request is announced three times (routed, first token, done), and all arrive.
+    assert report["events"] == {"published": 90, "applied": 90, "dropped": 0}
+    delivery = report["delivery_ms"]
+    assert 0 < delivery["p50"] <= delivery["p90"] <= delivery["p99"] <= delivery["max"]
+    assert report["meta"]["command"] == (
+        f"firstlight bench route-share --requests 30 --rate 1000 --out {out} --page {page}"
+    )
+    text = page.read_text()
+    assert text == f"before\n{render_share(report)}\nafter\n"
+    assert f"{delivery['p50']:.2f} ms" in text
+
+
+def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--requests", "0"], ["--rate", "-1"], ["--page", "x.md"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2
+    assert "--page needs --out" in capsys.readouterr().err
