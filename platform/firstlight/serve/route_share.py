@@ -27,6 +27,8 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from firstlight.hints import Backoff
 from firstlight.hints._redis import REDIS_ERRORS, close_quietly, with_deadline
@@ -122,6 +124,9 @@ class RouteShare:
             attempt += 1
 
     async def _session(self, client: Redis) -> None:
+        # No silent reconnects inside redis-py: a dropped connection must end the
+        # session, so that the next one is announced and stale routes are forgotten.
+        client.set_retry(Retry(NoBackoff(), 0))
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await with_deadline(pubsub.subscribe(self._channel), _DEADLINE_S)
