@@ -1,5 +1,5 @@
 """The route-share benchmark over the real Redis (6379): every route reaches the other
-router."""
+router, and docs/serving.md shows exactly the stored report."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from firstlight_bench.route_share import SHARE_BEGIN, SHARE_END, main, render_share
+
+REPO = Path(__file__).parents[2]
+STORED = REPO / "docs" / "benchmarks" / "route-share" / "results.json"
 
 
 def test_a_run_delivers_every_route_and_rewrites_its_section(
@@ -38,3 +41,11 @@ def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
             main(argv)
         assert exc.value.code == 2
     assert "--page needs --out" in capsys.readouterr().err
+
+
+def test_the_serving_page_shows_exactly_the_stored_report() -> None:
+    page = (REPO / "docs" / "serving.md").read_text()
+    shown = page[page.index(SHARE_BEGIN) : page.index(SHARE_END) + len(SHARE_END)]
+    report = json.loads(STORED.read_text())
+    assert shown == render_share(report), "docs/serving.md is stale: rerun the command it names"
+    assert not report["meta"]["git_commit"].endswith("-dirty")
