@@ -1,6 +1,7 @@
-"""Serving benchmark: what the platform adds over the engine, and one gateway's throughput.
+"""Serving benchmark: what the platform adds over the engine, and what its gateways carry.
 
 Run ``python -m firstlight_bench.serving [--requests 200] [--concurrency 1,8,32]
+[--gateways 1,2] [--kill on|off]
 [--prompt-tokens 128] [--max-tokens 8] [--duration 10] [--ingress haproxy|serve-proxy]
 [--throughput-optimized on|off] [--out FOLDER [--page PAGE]]``. One local Ray
 cluster (``num_cpus=2``), one region whose model runs the simulator's ``instant`` profile
@@ -25,9 +26,16 @@ the platform's own cost, and the report says ``"simulated_engine": true``.
 
    ``added_ms`` subtracts percentiles (not a percentile of differences); ``target``
    checks the issue's goal, ``http_tokens - direct`` p50 ≤ 3 ms.
-2. Throughput of the region's one gateway replica: closed-loop clients (asyncio + httpx
-   in this process, sharing the 2 cores with Ray) at each ``--concurrency`` for
-   ``--duration`` s, non-streaming chat completions, short prompt, ``max_tokens=1``.
+2. Capacity per gateway count (``--gateways 1,2``: ``gateway.replicas``), the region
+   redeployed for each, in A B B A blocks: closed-loop clients at each ``--concurrency``
+   for ``--duration`` s, and the cores each group of processes used meanwhile
+   (:mod:`firstlight_bench.serving_gateways`); ``capacity`` compares the most gateways'
+   best requests/s with the fewest's against the issue's goal (at least 1.7 times).
+3. With ``--kill on`` (the default), one of the most gateways is killed under steady
+   load after its last block, and every failed request is counted (goal: none).
+
+The overhead paths run on the deployment with the most gateways (the default region has
+two).
 
 ``--ingress`` and ``--throughput-optimized`` choose the data plane (``gateway.ingress``,
 ``gateway.throughput_optimized``; defaults: the configuration's), set in the environment
@@ -65,15 +73,16 @@ from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
 from firstlight_bench.ray_floor import FLOOR_APP, deploy_floor
 from firstlight_bench.results import git_commit
+from firstlight_bench.serving_gateways import KILL_CLIENTS, capacity_block, kill_one_gateway
 from firstlight_bench.serving_report import (
     Timing,
     added_latency,
+    capacity,
     markers,
     phase,
     render,
     render_markdown,
     target,
-    throughput,
 )
 from firstlight_bench.suite import rewrite_sections, store_section
 
@@ -174,41 +183,6 @@ def _get_once(client: httpx.Client, url: str) -> Timing:
     return elapsed, elapsed
 
 
-async def _closed_loop(
-    client: httpx.AsyncClient, url: str, concurrency: int, duration_s: float
-) -> dict[str, float]:
-    latencies: list[float] = []
-    errors = 0
-    deadline = time.perf_counter() + duration_s
-
-    async def worker(w: int) -> None:
-        nonlocal errors
-        i = 0
-        while time.perf_counter() < deadline:
-            i += 1
-            body = _chat_body(f"Say hi {w}-{i}.", 1, stream=False)
-            start = time.perf_counter()
-            try:
-                ok = (await client.post(url, content=body, headers=_JSON)).status_code == 200
-            except httpx.HTTPError:
-                ok = False
-            if ok:
-                latencies.append((time.perf_counter() - start) * 1000)
-            else:
-                errors += 1
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker(w) for w in range(concurrency)))
-    return throughput(latencies, time.perf_counter() - start, errors, concurrency)
-
-
-async def _throughput(url: str, levels: Sequence[int], duration_s: float) -> list[Any]:
-    limits = httpx.Limits(max_connections=max(levels), max_keepalive_connections=max(levels))
-    async with httpx.AsyncClient(limits=limits, timeout=60.0) as client:
-        await _closed_loop(client, url, max(levels), min(2.0, duration_s))  # warm-up
-        return [await _closed_loop(client, url, c, duration_s) for c in levels]
-
-
 # --- the platform's config ----------------------------------------------------------------
 
 
@@ -240,9 +214,11 @@ def bench_config(
     *,
     ingress: str = "haproxy",
     throughput_optimized: bool = True,
+    gateways: int = 2,
 ) -> PlatformConfig:
     """One local region serving the ``instant`` simulator on 2 replicas, auth off, with
-    the given data plane (``gateway.ingress``, ``gateway.throughput_optimized``)."""
+    the given data plane (``gateway.ingress``, ``gateway.throughput_optimized``) and
+    ``gateways`` gateway replicas."""
     model = {
         "name": MODEL,
         "engine": "sim",
@@ -263,6 +239,7 @@ def bench_config(
             "port": port,
             "ingress": ingress,
             "throughput_optimized": throughput_optimized,
+            "replicas": gateways,
         },
     }
     return parse_config(data, "serving benchmark")
@@ -326,6 +303,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m firstlight_bench.serving")
     parser.add_argument("--requests", type=int, default=200, help="sequential, per path")
     parser.add_argument("--concurrency", default="1,8,32", help="closed-loop client levels")
+    parser.add_argument(
+        "--gateways",
+        default="1,2",
+        help="gateway counts whose capacity is compared (A B B A blocks); the overhead "
+        "paths and the kill run on the most",
+    )
+    parser.add_argument(
+        "--kill", choices=("on", "off"), default="on", help="kill a gateway under load"
+    )
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per level")
     parser.add_argument("--prompt-tokens", type=int, default=128)
     parser.add_argument("--max-tokens", type=int, default=8, help="output tokens (overhead)")
@@ -356,8 +342,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rewrite_page(args.page)
         return {}
     levels = [int(c) for c in args.concurrency.split(",") if c]
+    counts = sorted({int(g) for g in args.gateways.split(",") if g})
     if args.requests < 2 or not levels or min(levels) < 1 or args.prompt_tokens < 32:
         parser.error("need --requests >= 2, --concurrency >= 1, --prompt-tokens >= 32")
+    if not counts or min(counts) < 1 or (args.kill == "on" and max(counts) < 2):
+        parser.error("need --gateways >= 1, and a count >= 2 for --kill on")
     if args.page is not None and args.out is None:
         parser.error("--page needs --out (the section is made from the stored report)")
     argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
@@ -365,33 +354,65 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from firstlight.serve.data_plane import prepare_local_ray
 
-    config = bench_config(
-        free_port(),
-        args.prompt_tokens,
-        uuid.uuid4().hex[:8],
-        ingress=args.ingress,
-        throughput_optimized=args.throughput_optimized == "on",
-    )
+    port, run_id = free_port(), uuid.uuid4().hex[:8]
+    configs = {
+        n: bench_config(
+            port,
+            args.prompt_tokens,
+            run_id,
+            ingress=args.ingress,
+            throughput_optimized=args.throughput_optimized == "on",
+            gateways=n,
+        )
+        for n in counts
+    }
+    config = configs[max(counts)]
+
     # Before Ray Serve is imported: this process's handle path reads the settings too.
     prepare_local_ray(config.gateway)
 
     import ray
     from ray import serve
 
-    from firstlight.serve.local_mode import start_local, stop_local
+    from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
+
+    def say(message: str) -> None:
+        print(message, file=sys.stderr)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # A B B A: each count's blocks straddle the other's, so a drift touches both alike.
+    order = counts + counts[::-1]
+    most, last_of_most = max(counts), len(order) - 1 - order[::-1].index(max(counts))
+    rows: list[dict[str, Any]] = []
+    overhead: dict[str, Any] | None = None
+    kills: list[dict[str, Any]] = []
+    running: LocalPlatform | None = None
+    hints_note = ""
     try:
-        running = start_local(config, report=lambda m: print(m, file=sys.stderr), timeout_s=300)
-        try:
-            endpoint = running.endpoints[REGION]
-            print("measuring overhead", file=sys.stderr)
-            overhead = _overhead(args, config, endpoint)
-            print("measuring throughput", file=sys.stderr)
-            rows = asyncio.run(_throughput(f"{endpoint}{_CHAT}", levels, args.duration))
-        finally:
-            stop_local(running)
+        for block, n in enumerate(order):
+            if block == 0 or order[block - 1] != n:
+                if running is not None:
+                    stop_local(running)
+                    running = None
+                running = start_local(configs[n], report=say, timeout_s=300)
+                hints_note, endpoint = running.hints_note, running.endpoints[REGION]
+            if n == most and overhead is None:
+                say("measuring overhead")
+                overhead = _overhead(args, configs[n], endpoint)
+            say(f"measuring throughput with {n} gateway(s), block {block}")
+            url = f"{endpoint}{_CHAT}"
+            rows += asyncio.run(
+                capacity_block(url, MODEL, levels, args.duration, gateways=n, block=block)
+            )
+            if args.kill == "on" and block == last_of_most:
+                for client in KILL_CLIENTS:
+                    say(f"killing one of {n} gateways under load ({client} clients)")
+                    kills.append(
+                        asyncio.run(kill_one_gateway(endpoint, REGION, MODEL, client=client))
+                    )
     finally:
+        if running is not None:
+            stop_local(running)
         serve.shutdown()  # type: ignore[no-untyped-call]
         ray.shutdown()
         _drop_hints(config)
@@ -408,13 +429,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "ray": ray.__version__,
             "ingress": config.gateway.ingress,
             "serve_throughput_optimized": "1" if config.gateway.throughput_optimized else "0",
-            "hints": running.hints_note,
+            "hints": hints_note,
             "options": {k: v for k, v in vars(args).items() if k not in ("out", "page")},
             "warm_up": WARM_UP,
             "config": config.model_dump(mode="json"),
         },
         "overhead": overhead,
         "throughput": rows,
+        "capacity": capacity(rows),
+        "kills": kills,
     }
     print(render(report))
     if args.out is not None:

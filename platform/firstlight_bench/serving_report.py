@@ -15,9 +15,11 @@ from firstlight.telemetry.rolling import percentile
 
 __all__ = [
     "TARGET_ADDED_P50_MS",
+    "TARGET_GATEWAY_SCALING",
     "Summary",
     "Timing",
     "added_latency",
+    "capacity",
     "markers",
     "phase",
     "render",
@@ -28,6 +30,8 @@ __all__ = [
 ]
 
 TARGET_ADDED_P50_MS = 3.0
+TARGET_GATEWAY_SCALING = 1.7
+"""The issue's goal: requests/s with 2 gateways at least 1.7 times those with 1."""
 _METRICS = ("ttft_ms", "e2e_ms")
 
 Timing = tuple[float, float]
@@ -80,6 +84,39 @@ def throughput(
     }
 
 
+def capacity(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Requests/s per gateway count from the capacity blocks' ``rows`` (each a
+    :func:`throughput` row with ``gateways`` and ``cores``): per count and concurrency
+    the mean over blocks, the count's capacity (its best level), and the scaling of the
+    most gateways over the fewest against :data:`TARGET_GATEWAY_SCALING`, with the cores
+    the machine was using at each count's best level (what limited it)."""
+    by_count: dict[int, dict[int, list[dict[str, Any]]]] = {}
+    for row in rows:
+        by_count.setdefault(row["gateways"], {}).setdefault(row["concurrency"], []).append(row)
+    counts: dict[str, Any] = {}
+    for gateways, levels in sorted(by_count.items()):
+        means = {c: sum(r["requests_per_s"] for r in rs) / len(rs) for c, rs in levels.items()}
+        best = max(means, key=lambda c: means[c])
+        cores = [r["cores"] for r in levels[best]]
+        counts[str(gateways)] = {
+            "requests_per_s": round(means[best], 1),
+            "at_concurrency": best,
+            "cores_total": round(sum(sum(c.values()) for c in cores) / len(cores), 2),
+            "cores": {g: round(sum(c[g] for c in cores) / len(cores), 2) for g in cores[0]},
+        }
+    fewest, most = min(by_count), max(by_count)
+    ratio = counts[str(most)]["requests_per_s"] / counts[str(fewest)]["requests_per_s"]
+    return {
+        "by_gateways": counts,
+        "scaling": {
+            "gateways": [fewest, most],
+            "ratio": round(ratio, 3),
+            "goal": TARGET_GATEWAY_SCALING,
+            "met": ratio >= TARGET_GATEWAY_SCALING,
+        },
+    }
+
+
 def target(added: Summary) -> dict[str, Any]:
     """Whether ``http_tokens - direct`` meets the issue's goal (added p50 ≤ 3 ms)."""
     ttft, e2e = added["ttft_ms"]["p50"], added["e2e_ms"]["p50"]
@@ -125,13 +162,26 @@ def render(report: dict[str, Any]) -> str:
         f"TTFT {target['ttft_added_p50_ms']:+.3f} ms {verdict[target['ttft_met']]}; "
         f"e2e {target['e2e_added_p50_ms']:+.3f} ms {verdict[target['e2e_met']]}",
         "",
-        "throughput, one gateway replica (non-streaming chat, max_tokens=1, closed loop, "
-        f"{opts['duration']:g} s per level; clients share the 2 cores with Ray)",
-        _row("concurrency", ["req/s", "p50 ms", "p99 ms", "requests", "errors"]),
+        "throughput per gateway count (non-streaming chat, max_tokens=1, closed loop, "
+        f"{opts['duration']:g} s per level; clients share the cores with Ray)",
+        _row("gateways/block/concurrency", ["req/s", "p50 ms", "p99 ms", "errors", "cores"]),
     ]
     for r in report["throughput"]:
-        cells = [r["requests_per_s"], r["p50_ms"], r["p99_ms"], r["requests"], r["errors"]]
-        lines.append(_row(str(r["concurrency"]), cells))
+        cells = [r["requests_per_s"], r["p50_ms"], r["p99_ms"], r["errors"]]
+        cells.append(round(sum(r["cores"].values()), 2))
+        lines.append(_row(f"{r['gateways']}/{r['block']}/{r['concurrency']}", cells))
+    scaling = report["capacity"]["scaling"]
+    lines.append(
+        f"scaling {scaling['gateways'][1]} over {scaling['gateways'][0]} gateways: "
+        f"x{scaling['ratio']:.2f} (goal >= {scaling['goal']}) {verdict[scaling['met']]}"
+    )
+    for kill in report.get("kills", []):
+        lines.append(
+            f"one of {kill['gateways']} gateways killed under load, {kill['client']} clients: "
+            f"{kill['requests']} requests, {kill['lost']} failed ({kill['lost_in_flight']} in "
+            f"flight at the kill), {kill['served_after_kill']} served after it; "
+            f"{kill['problems']}"
+        )
     return "\n".join(lines)
 
 
@@ -193,16 +243,119 @@ def render_markdown(report: dict[str, Any], name: str) -> str:
         f"+{goal['e2e_added_p50_ms']:.2f} ms ({verdict[goal['e2e_met']]}); Firstlight's own "
         f"work over the bare Ray Serve app: TTFT {added['ttft_ms']['p50']:+.2f} ms.",
         "",
+        *_capacity_markdown(report, opts["duration"]),
+        *_kill_markdown(report.get("kills", [])),
+        end,
+    ]
+    return "\n".join(lines)
+
+
+def _capacity_markdown(report: dict[str, Any], duration_s: float) -> list[str]:
+    """The throughput table per gateway count (blocks averaged), the cores each group of
+    processes used at each count's best level, and the scaling verdict. A report from
+    before gateway counts were compared (no ``capacity``) shows its one gateway's table."""
+    if "capacity" not in report:
+        return _one_gateway_markdown(report["throughput"], duration_s)
+    cap = report["capacity"]
+    lines = [
+        f"Closed-loop clients, non-streamed chat, `max_tokens=1`, {duration_s:g} s per level, "
+        "the gateway counts in A B B A blocks (the clients share the cores); requests/s, "
+        "mean of the blocks:",
+        "",
+        "| gateways | concurrency | requests/s | p50 ms | p99 ms | errors | cores used |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    cells: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for row in report["throughput"]:
+        cells.setdefault((row["gateways"], row["concurrency"]), []).append(row)
+    for (gateways, concurrency), rows in sorted(cells.items()):
+        n = len(rows)
+        mean = {k: sum(r[k] for r in rows) / n for k in ("requests_per_s", "p50_ms", "p99_ms")}
+        cores = sum(sum(r["cores"].values()) for r in rows) / n
+        lines.append(
+            f"| {gateways} | {concurrency} | {mean['requests_per_s']:.1f} | "
+            f"{mean['p50_ms']:.1f} | {mean['p99_ms']:.1f} | {sum(r['errors'] for r in rows)} | "
+            f"{cores:.2f} |"
+        )
+    groups = list(next(iter(cap["by_gateways"].values()))["cores"])
+    lines += [
+        "",
+        "Cores used at each gateway count's best level, by process group:",
+        "",
+        "| gateways | requests/s | " + " | ".join(groups) + " | total |",
+        "|---:|---:|" + "---:|" * (len(groups) + 1),
+    ]
+    for gateways, best in cap["by_gateways"].items():
+        shares = " | ".join(f"{best['cores'][g]:.2f}" for g in groups)
+        lines.append(
+            f"| {gateways} | {best['requests_per_s']:.1f} | {shares} | {best['cores_total']:.2f} |"
+        )
+    scaling = cap["scaling"]
+    verdict = "met" if scaling["met"] else "**missed**"
+    fewest, most = scaling["gateways"]
+    lines += [
+        "",
+        f"Capacity with {most} gateways ÷ with {fewest}: x{scaling['ratio']:.2f} "
+        f"(goal ≥ {scaling['goal']:g}: {verdict}).",
+        "",
+    ]
+    return lines
+
+
+def _one_gateway_markdown(rows: Sequence[dict[str, Any]], duration_s: float) -> list[str]:
+    lines = [
         f"One gateway replica, non-streaming chat, `max_tokens=1`, closed loop, "
-        f"{opts['duration']:g} s per level (the clients share the cores):",
+        f"{duration_s:g} s per level (the clients share the cores):",
         "",
         "| concurrency | requests/s | p50 ms | p99 ms | errors |",
         "|---:|---:|---:|---:|---:|",
     ]
-    for row in report["throughput"]:
+    for row in rows:
         lines.append(
             f"| {row['concurrency']} | {row['requests_per_s']:.1f} | {row['p50_ms']:.1f} | "
             f"{row['p99_ms']:.1f} | {row['errors']} |"
         )
-    lines += ["", end]
-    return "\n".join(lines)
+    return [*lines, ""]
+
+
+_KILL_CLIENT_LABELS = {
+    "httpx": "plain HTTP (httpx), no retries",
+    "openai": "the official `openai` client, its default retries (2)",
+}
+
+
+def _kill_markdown(kills: Sequence[dict[str, Any]]) -> list[str]:
+    """The gateway-kill runs' counts, one row per client, or nothing when the run had
+    none. The goal (no failed request) is judged on the official client, which is what
+    applications use; the plain client shows what a client that retries nothing sees."""
+    if not kills:
+        return []
+    first = kills[0]
+    lines = [
+        f"One of {first['gateways']} gateways killed (`ray.kill`, no graceful stop) under "
+        f"{first['clients']} steady clients (streamed and non-streamed chat in turn, "
+        f"`max_tokens={first['max_tokens']}`, every answer checked), once per client:",
+        "",
+        "| client | requests | failed | of which in flight at the kill | served after the kill "
+        "| replacement started after |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for kill in kills:
+        label = _KILL_CLIENT_LABELS.get(kill["client"], kill["client"])
+        lines.append(
+            f"| {label} | {kill['requests']} | {kill['lost']} | {kill['lost_in_flight']} | "
+            f"{kill['served_after_kill']} | {kill['replaced_after_s']:.1f} s |"
+        )
+    lines.append("")
+    for kill in kills:
+        problems = "; ".join(f"`{p[:80]}`" for p in kill["problems"]) or "none"
+        lines.append(f"- {_KILL_CLIENT_LABELS.get(kill['client'], kill['client'])}: {problems}.")
+    judged = next((k for k in kills if k["client"] == "openai"), first)
+    verdict = "met" if judged["lost"] == 0 else "**missed**"
+    lines += [
+        "",
+        f"Failed requests while a gateway is killed, official client (goal 0): "
+        f"{judged['lost']} ({verdict}).",
+        "",
+    ]
+    return lines

@@ -14,6 +14,7 @@ import pytest
 from firstlight_bench.serving import MODEL, REGION, bench_config
 from firstlight_bench.serving_report import (
     added_latency,
+    capacity,
     markers,
     phase,
     render,
@@ -24,6 +25,36 @@ from firstlight_bench.serving_report import (
 )
 
 REPO = Path(__file__).parents[2]
+
+
+def _row(gateways: int, block: int, concurrency: int, per_s: float, cores: float) -> dict[str, Any]:
+    """A capacity row as :func:`~firstlight_bench.serving_gateways.capacity_block` makes
+    it: ``per_s`` requests/s over 1 s, ``cores`` split between gateways and clients."""
+    row = throughput([10.0] * int(per_s), 1.0, 0, concurrency)
+    split = {"gateways": cores / 2, "clients": cores / 2}
+    return {"gateways": gateways, "block": block, **row, "cores": split}
+
+
+def test_capacity_compares_each_counts_best_level_averaged_over_blocks() -> None:
+    rows = [
+        _row(1, 0, 1, 40, 1.0),
+        _row(1, 0, 8, 100, 1.9),
+        _row(2, 1, 1, 40, 1.0),
+        _row(2, 1, 8, 150, 2.0),
+        _row(2, 2, 1, 40, 1.0),
+        _row(2, 2, 8, 130, 2.0),
+        _row(1, 3, 1, 40, 1.0),
+        _row(1, 3, 8, 120, 1.9),
+    ]
+    cap = capacity(rows)
+    assert cap["by_gateways"]["1"]["requests_per_s"] == 110.0
+    assert cap["by_gateways"]["1"]["at_concurrency"] == 8
+    assert cap["by_gateways"]["2"]["requests_per_s"] == 140.0
+    assert cap["by_gateways"]["2"]["cores_total"] == 2.0
+    assert cap["by_gateways"]["2"]["cores"] == {"gateways": 1.0, "clients": 1.0}
+    assert cap["scaling"] == {"gateways": [1, 2], "ratio": 1.273, "goal": 1.7, "met": False}
+    doubled = capacity([_row(1, 0, 8, 100, 1.0), _row(2, 1, 8, 170, 2.0)])
+    assert doubled["scaling"]["met"] is True  # the goal is inclusive
 
 
 def test_summarize_uses_the_projects_one_percentile() -> None:
@@ -102,13 +133,27 @@ def test_render_shows_every_path_comparison_and_an_honest_verdict() -> None:
             "added_ms": added,
             "target": target({"ttft_ms": {"p50": 23.2}, "e2e_ms": {"p50": 1.0}}),
         },
-        "throughput": [throughput([5.0], 1.0, 0, 1)],
+        "throughput": [_row(1, 0, 1, 5, 1.0), _row(2, 1, 1, 5, 1.0)],
+        "kills": [
+            {
+                "client": "httpx",
+                "gateways": 2,
+                "requests": 200,
+                "lost": 1,
+                "lost_in_flight": 1,
+                "served_after_kill": 120,
+                "problems": ["no [DONE]"],
+            }
+        ],
     }
+    report["capacity"] = capacity(report["throughput"])
     text = render(report)
     assert "SIMULATED ENGINE" in text
     assert "http_tokens - direct" in text
     assert "TTFT +23.200 ms NOT MET" in text
     assert "e2e +1.000 ms MET" in text
+    assert "scaling 2 over 1 gateways: x1.00 (goal >= 1.7) NOT MET" in text
+    assert "httpx clients: 200 requests, 1 failed (1 in flight at the kill), 120 served" in text
 
 
 def test_the_generated_section_says_where_it_came_from_and_whether_the_goal_held() -> None:
@@ -136,8 +181,24 @@ def test_the_generated_section_says_where_it_came_from_and_whether_the_goal_held
             "added_ms": added,
             "target": target(added["http_tokens - direct"]),
         },
-        "throughput": [throughput([5.0, 7.0], 1.0, 0, 8)],
+        "throughput": [_row(1, 0, 8, 100, 1.5), _row(2, 1, 8, 180, 2.0), _row(1, 2, 8, 80, 1.5)],
+        "kills": [
+            {
+                "client": client,
+                "gateways": 2,
+                "clients": 4,
+                "max_tokens": 16,
+                "requests": 300,
+                "lost": lost,
+                "lost_in_flight": lost,
+                "served_after_kill": 150,
+                "replaced_after_s": 3.25,
+                "problems": ["RemoteProtocolError: Server disconnected"] if lost else [],
+            }
+            for client, lost in (("httpx", 2), ("openai", 0))
+        ],
     }
+    report["capacity"] = capacity(report["throughput"])
     begin, end = markers("x")
     section = render_markdown(report, "x")
     assert section.startswith(begin + "\n")
@@ -147,7 +208,17 @@ def test_the_generated_section_says_where_it_came_from_and_whether_the_goal_held
     assert "| **Firstlight**, `/v1/completions` with token ids, streamed | 4.00 |" in section
     assert "TTFT +3.00 ms (met)" in section  # 4 - 1: the goal is inclusive
     assert "over the bare Ray Serve app: TTFT +1.00 ms" in section
-    assert "| 8 | 2.0 | 6.0 |" in section
+    assert "| 1 | 8 | 90.0 | 10.0 | 10.0 | 0 | 1.50 |" in section  # two blocks, averaged
+    assert "| 2 | 8 | 180.0 | 10.0 | 10.0 | 0 | 2.00 |" in section
+    assert "| gateways | requests/s | gateways | clients | total |" in section
+    assert "| 2 | 180.0 | 1.00 | 1.00 | 2.00 |" in section
+    assert "Capacity with 2 gateways ÷ with 1: x2.00 (goal ≥ 1.7: met)." in section
+    assert "| plain HTTP (httpx), no retries | 300 | 2 | 2 | 150 | 3.2 s |" in section
+    assert (
+        "- plain HTTP (httpx), no retries: `RemoteProtocolError: Server disconnected`." in section
+    )
+    assert "| the official `openai` client, its default retries (2) | 300 | 0 | 0 |" in section
+    assert "killed, official client (goal 0): 0 (met)." in section
 
 
 def test_the_serving_page_shows_exactly_the_stored_reports() -> None:

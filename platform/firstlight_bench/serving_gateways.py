@@ -1,0 +1,190 @@
+"""The serving benchmark's gateway phases: capacity per gateway count, and one gateway
+killed under load.
+
+Who calls what: :func:`firstlight_bench.serving.main` deploys the region once per
+gateway count and calls :func:`capacity_block` for each (in A B B A order, so that a
+drift of the machine touches both counts alike), then :func:`kill_one_gateway` on the
+region with the most gateways. The statistics are pure, in
+:mod:`firstlight_bench.serving_report`.
+
+* Capacity: closed-loop clients (asyncio + httpx in this process, sharing the cores with
+  Ray) send non-streamed chat completions (short prompt, ``max_tokens=1``) for a fixed
+  time per concurrency level; beside each level's requests/s the cores each group of
+  processes used (:mod:`firstlight_bench.cpu_share`), which says what limited it.
+* Kill: :class:`~firstlight_bench.steady.SteadyLoad` (streamed and non-streamed, every
+  answer checked) runs against the region; one gateway replica's actor is killed
+  (``ray.kill``, no graceful stop, as a crashed process or a lost node would be) and the
+  load goes on until Ray has started its replacement and more answers are in. Every
+  request that failed is counted and classed: in flight at the kill or not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol
+
+import httpx
+
+from firstlight_bench.cpu_share import cores_used, snapshot
+from firstlight_bench.openai_load import OpenAILoad
+from firstlight_bench.serving_report import throughput
+from firstlight_bench.steady import Answer, SteadyLoad
+
+__all__ = ["KILL_CLIENTS", "capacity_block", "gateway_actor_names", "kill_one_gateway"]
+
+KillClient = Literal["httpx", "openai"]
+KILL_CLIENTS: tuple[KillClient, ...] = ("httpx", "openai")
+"""The clients a kill is measured with: plain httpx, which retries nothing, and the
+official ``openai`` client with its default retries (what an application would use)."""
+
+
+class _Load(Protocol):
+    """What :class:`SteadyLoad` and :class:`OpenAILoad` both offer."""
+
+    answers: list[Answer]
+
+    def start(self) -> None: ...
+    def now_s(self) -> float: ...
+    async def wait_for(self, count: int, within_s: float = 120.0) -> None: ...
+    async def stop(self) -> list[Answer]: ...
+
+
+_JSON = {"content-type": "application/json"}
+
+
+def _chat_body(model: str, text: str) -> bytes:
+    messages = [{"role": "user", "content": text}]
+    body = {"model": model, "messages": messages, "max_tokens": 1, "stream": False}
+    return json.dumps(body).encode()
+
+
+async def _closed_loop(
+    client: httpx.AsyncClient, url: str, model: str, concurrency: int, duration_s: float
+) -> tuple[list[float], int, float]:
+    """Latencies (ms) of the requests that succeeded, the errors, and the elapsed time."""
+    latencies: list[float] = []
+    errors = 0
+    deadline = time.perf_counter() + duration_s
+
+    async def worker(w: int) -> None:
+        nonlocal errors
+        i = 0
+        while time.perf_counter() < deadline:
+            i += 1
+            body = _chat_body(model, f"Say hi {w}-{i}.")
+            start = time.perf_counter()
+            try:
+                ok = (await client.post(url, content=body, headers=_JSON)).status_code == 200
+            except httpx.HTTPError:
+                ok = False
+            if ok:
+                latencies.append((time.perf_counter() - start) * 1000)
+            else:
+                errors += 1
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    return latencies, errors, time.perf_counter() - start
+
+
+async def capacity_block(
+    url: str, model: str, levels: Sequence[int], duration_s: float, *, gateways: int, block: int
+) -> list[dict[str, Any]]:
+    """One block of closed-loop levels against ``url`` (a region's chat completions),
+    after a short warm-up: a :func:`~firstlight_bench.serving_report.throughput` row per
+    level, with ``gateways``, ``block`` and ``cores`` (group → cores used) added."""
+    limits = httpx.Limits(max_connections=max(levels), max_keepalive_connections=max(levels))
+    rows = []
+    async with httpx.AsyncClient(limits=limits, timeout=60.0, trust_env=False) as client:
+        await _closed_loop(client, url, model, max(levels), min(2.0, duration_s))
+        for concurrency in levels:
+            before, t0 = snapshot(), time.perf_counter()
+            latencies, errors, elapsed = await _closed_loop(
+                client, url, model, concurrency, duration_s
+            )
+            cores = cores_used(before, snapshot(), time.perf_counter() - t0)
+            row = throughput(latencies, elapsed, errors, concurrency)
+            rows.append({"gateways": gateways, "block": block, **row, "cores": cores})
+    return rows
+
+
+def gateway_actor_names(app: str) -> list[str]:
+    """The Ray actor names of application ``app``'s gateway replicas (namespace
+    ``serve``), sorted."""
+    import ray
+
+    prefix = f"SERVE_REPLICA::{app}#gateway#"
+    actors = ray.util.list_named_actors(all_namespaces=True)
+    return sorted(a["name"] for a in actors if a["name"].startswith(prefix))
+
+
+def _kill(name: str) -> None:
+    import ray
+
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+
+
+async def kill_one_gateway(
+    endpoint: str,
+    app: str,
+    model: str,
+    *,
+    client: KillClient = "httpx",
+    clients: int = 4,
+    before: int = 60,
+    after: int = 120,
+    max_tokens: int = 16,
+) -> dict[str, Any]:
+    """Kill one of ``app``'s gateways while ``clients`` steady clients of kind ``client``
+    run: ``before`` answers in, the kill, then until the replacement gateway has started
+    and ``after`` more answers are in. Returns the counts (``lost``: every failed
+    request, ``lost_in_flight``: those that had started before the kill and not ended)
+    and each failure's times relative to the kill."""
+    names = await asyncio.to_thread(gateway_actor_names, app)
+    if len(names) < 2:
+        raise RuntimeError(f"{app}: {len(names)} gateway replica(s), the kill needs 2")
+    load: _Load
+    if client == "openai":
+        load = OpenAILoad(endpoint, model, clients=clients, max_tokens=max_tokens)
+    else:
+        load = SteadyLoad(endpoint, model, clients=clients, max_tokens=max_tokens)
+    load.start()
+    try:
+        await load.wait_for(before)
+        victim = names[0]
+        await asyncio.to_thread(_kill, victim)
+        killed_at = load.now_s()
+        await load.wait_for(len(load.answers) + after)
+        async with asyncio.timeout(120):  # until Ray has started the replacement
+            while not set(await asyncio.to_thread(gateway_actor_names, app)) - set(names):
+                await load.wait_for(len(load.answers) + clients)
+        replaced_at = load.now_s()
+        await load.wait_for(len(load.answers) + clients)
+    finally:
+        answers = await load.stop()
+    lost = [a for a in answers if a.lost]
+    in_flight = [a for a in lost if a.started_s <= killed_at <= a.started_s + a.total_s]
+    return {
+        "client": client,
+        "gateways": len(names),
+        "clients": clients,
+        "max_tokens": max_tokens,
+        "requests": len(answers),
+        "lost": len(lost),
+        "lost_in_flight": len(in_flight),
+        "served_after_kill": sum(1 for a in answers if a.started_s > killed_at and not a.lost),
+        "replaced_after_s": round(replaced_at - killed_at, 1),
+        "problems": sorted({a.problem or "" for a in lost}),
+        "failures": [
+            {
+                "started_after_kill_s": round(a.started_s - killed_at, 3),
+                "ended_after_kill_s": round(a.started_s + a.total_s - killed_at, 3),
+                "stream": a.stream,
+                "problem": a.problem,
+            }
+            for a in lost
+        ],
+    }
