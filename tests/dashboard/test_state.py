@@ -18,6 +18,8 @@ from firstlight.region.state import RouterState
 from firstlight.regions.peers import PeerTable
 from firstlight.regions.summary import ModelSummary, RegionSummary
 from firstlight.telemetry import GatewayTelemetry
+from firstlight.telemetry.rolling import DecisionRecord
+from firstlight.telemetry.windows import GatewayWindow, ModelWindow
 from tests.conftest import FakeClock
 from tests.telemetry.test_metrics import (
     IDLE_MODEL,
@@ -247,3 +249,35 @@ def test_decisions_newest_first(gateway: Gateway) -> None:
         "explanation": "first",
     }
     assert decisions[0]["observed_ttft_ms"] is None
+
+
+def test_the_region_view_merges_every_gateways_windows(gateway: Gateway) -> None:
+    serve(gateway.telemetry, ttft_s=0.3, explanation="here")
+    gateway.clock.advance(60.0)
+    other = GatewayWindow(
+        "gw-b",
+        120.0,
+        {MODEL: ModelWindow((100.0, 200.0), (50.0,), {"spill_over": 2})},
+        (DecisionRecord(WALL + 1, MODEL, "spill_over", "r2", None, 90.0, 95.0, "there"),),
+    )
+    state = dashboard_state(
+        gateway.config,
+        "r1",
+        gateway.states,
+        gateway.peers,
+        gateway.summary,
+        gateway.telemetry,
+        [gateway.telemetry.window("gw-a"), other],
+    )
+    assert state["gateways"] == ["gw-a", "gw-b"]
+    model = next(m for m in state["models"] if m["name"] == MODEL)
+    assert model["ttft_ms"]["count"] == 3
+    assert model["ttft_ms"]["p50"] == pytest.approx(200.0)
+    assert model["itl_ms"]["count"] == 2
+    assert (model["routes"]["local"], model["routes"]["spill_over"]) == (1, 2)
+    assert model["requests_per_min"] == pytest.approx(1 * 60 / 60 + 2 * 60 / 120)
+    assert [d["explanation"] for d in state["decisions"]] == ["there", "here"]
+
+
+def test_a_gateway_alone_says_so(gateway: Gateway) -> None:
+    assert gateway.poll()["gateways"] == ["local"]

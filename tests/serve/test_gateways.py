@@ -1,5 +1,6 @@
 """Several gateways per region (``gateway.replicas: 2``, the default): the ingress spreads
-requests over both, a scrape of either shows both (each sample labelled ``gateway``), and
+requests over both, a scrape of either shows both (each sample labelled ``gateway``), the
+built-in dashboard merges both gateways' windows, and
 killing one under steady load loses only the requests that were inside it — the region's
 endpoint stays up, and the dead gateway leaves the scrape. Real local Ray cluster,
 HAProxy ingress, ``sim`` engine."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -50,6 +52,14 @@ async def _requests_by_gateway(endpoint: str) -> dict[str, float]:
     return counts
 
 
+async def _dashboard(endpoint: str) -> dict[str, Any]:
+    async with httpx.AsyncClient(timeout=10) as client:
+        response = await client.get(f"{endpoint}/dashboard/api/state")
+    response.raise_for_status()
+    state: dict[str, Any] = response.json()
+    return state
+
+
 def _kill(app: str, replica_id: str) -> None:
     import ray
 
@@ -70,6 +80,13 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
         while len(counts := await _requests_by_gateway(endpoint)) < 2 or min(counts.values()) == 0:
             await load.wait_for(len(load.answers) + 4)
     assert len(counts) == 2, counts
+    # The built-in dashboard merges both gateways' windows, whichever one answers the
+    # poll: the first poll marks it watched, the others publish within 2 s.
+    async with asyncio.timeout(30):
+        while len((state := await _dashboard(endpoint))["gateways"]) < 2:
+            await load.wait_for(len(load.answers) + 4)
+    assert set(state["gateways"]) == set(counts)
+    assert state["models"][0]["ttft_ms"]["count"] > 0
     victim = min(counts)
 
     await asyncio.to_thread(_kill, REGION, victim)

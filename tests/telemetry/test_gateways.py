@@ -14,7 +14,12 @@ from redis.asyncio import Redis
 from firstlight._ports import free_port
 from firstlight.region import RouterState
 from firstlight.telemetry import GatewayTelemetry
-from firstlight.telemetry.gateways import LIVE_FOR_S, ExpositionShare, merge_expositions
+from firstlight.telemetry.gateways import (
+    LIVE_FOR_S,
+    WATCHED_FOR_S,
+    ExpositionShare,
+    merge_expositions,
+)
 from tests.conftest import FakeClock
 from tests.telemetry.test_metrics import MODEL, make_state, make_telemetry, serve
 
@@ -118,3 +123,41 @@ async def test_without_redis_a_scrape_shows_this_gateway_and_says_it_is_alone() 
     ]
     assert shared == [0.0]
     assert share.up is False
+
+
+async def test_a_dashboard_poll_gets_every_gateways_windows_once_they_see_it_watched(
+    prefix: str,
+) -> None:
+    clock = FakeClock(1_000.0)
+    a, b = _gateway(clock, 2), _gateway(clock, 5)
+    client = Redis.from_url(REDIS_URL)
+    try:
+        share_a = ExpositionShare("gw-a", a, client, prefix, clock=clock)
+        share_b = ExpositionShare("gw-b", b, client, prefix, clock=clock)
+        await share_b.publish()  # nobody watches yet: b's windows stay home
+        first = await share_a.windows()
+        assert [(w.gateway, len(w.models[MODEL].ttft_ms)) for w in first] == [("gw-a", 2)]
+
+        await share_b.publish()  # a's poll marked the dashboard watched
+        both = await share_a.windows()
+        assert sorted((w.gateway, len(w.models[MODEL].ttft_ms)) for w in both) == [
+            ("gw-a", 2),
+            ("gw-b", 5),
+        ]
+        assert await client.pttl(f"{prefix}dashboard-watched") <= WATCHED_FOR_S * 1000
+
+        clock.advance(LIVE_FOR_S + 1)  # b died: it leaves the dashboard with the scrape
+        assert [w.gateway for w in await share_a.windows()] == ["gw-a"]
+    finally:
+        await client.aclose()
+
+
+async def test_without_redis_the_dashboard_shows_this_gateway_alone() -> None:
+    clock = FakeClock()
+    a = _gateway(clock, 3)
+    dead = Redis.from_url(f"redis://127.0.0.1:{free_port()}/0", socket_connect_timeout=0.05)
+    try:
+        windows = await ExpositionShare("gw-a", a, dead, "fltest:none:", clock=clock).windows()
+    finally:
+        await dead.aclose()
+    assert [(w.gateway, len(w.models[MODEL].ttft_ms)) for w in windows] == [("gw-a", 3)]

@@ -241,11 +241,15 @@ class GatewayCore:
             models[name] = ModelSummary(0, 0.0, 0.0) if state is None else state.summary(hot)
         return RegionSummary(self.region, time.time(), models)
 
-    def dashboard_state(self) -> dict[str, Any]:
-        """The built-in dashboard's data (``GET /dashboard/api/state``)."""
+    async def dashboard_state(self) -> dict[str, Any]:
+        """The built-in dashboard's data (``GET /dashboard/api/state``): this gateway's
+        view, with the rolling windows of every live gateway of the region when they
+        share through Redis."""
+        share = self.exposition_share
+        windows = None if share is None else await share.windows()
         states = {name: self.backend.state(name) for name in self._models}
         return dashboard_state(
-            self.config, self.region, states, self.peers, self.summary(), self.telemetry
+            self.config, self.region, states, self.peers, self.summary(), self.telemetry, windows
         )
 
     # --- request preparation ------------------------------------------------------------

@@ -66,7 +66,7 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
 
     @app.get("/dashboard/api/state")
     async def dashboard_api() -> Response:
-        return JSONResponse(core.dashboard_state(), headers={"cache-control": "no-store"})
+        return JSONResponse(await core.dashboard_state(), headers={"cache-control": "no-store"})
 
     @app.get("/v1/firstlight/summary")
     async def summary(request: Request) -> Response:

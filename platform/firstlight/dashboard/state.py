@@ -2,18 +2,24 @@
 
 The gateway's routes call :func:`dashboard_state` on every poll (every 2 s per open
 page): it reads what the gateway already holds — the model routers' state (replicas and
-their last routing stats), the peer table, this region's summary and the telemetry's
-rolling windows — and does no I/O. :func:`page` returns the static page shipped in the
-package (``static/index.html``: no CDN, works offline), which polls the JSON.
+their last routing stats), the peer table, this region's summary — and the rolling
+windows of every gateway of the region, which the caller fetched
+(:meth:`~firstlight.telemetry.gateways.ExpositionShare.windows`) and it merges
+(:func:`~firstlight.telemetry.windows.merge_windows`); it does no I/O. :func:`page`
+returns the static page shipped in the package (``static/index.html``: no CDN, works
+offline), which polls the JSON.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
+
+from firstlight.telemetry.rolling import percentile
+from firstlight.telemetry.windows import MergedModel, merge_windows
 
 if TYPE_CHECKING:  # the gateway imports this module: no import cycle at run time
     from firstlight.config import PlatformConfig
@@ -21,6 +27,7 @@ if TYPE_CHECKING:  # the gateway imports this module: no import cycle at run tim
     from firstlight.regions.peers import PeerTable
     from firstlight.regions.summary import RegionSummary
     from firstlight.telemetry import GatewayTelemetry
+    from firstlight.telemetry.windows import GatewayWindow
 
 __all__ = ["dashboard_state", "page"]
 
@@ -40,18 +47,28 @@ def dashboard_state(
     peers: PeerTable,
     summary: RegionSummary,
     telemetry: GatewayTelemetry,
+    windows: Sequence[GatewayWindow] | None = None,
 ) -> dict[str, Any]:
-    """The JSON the dashboard page renders (schema in ``docs/observability.md``)."""
+    """The JSON the dashboard page renders (schema in ``docs/observability.md``).
+    ``windows``: every live gateway's rolling windows, this one's included; ``None``:
+    this gateway's alone (named ``local``)."""
     now = time.time()
+    names = [m.name for m in config.models]
+    merged = merge_windows(
+        [telemetry.window("local")] if windows is None else windows,
+        names,
+        telemetry.decisions_kept,
+    )
     models = [
-        _model(config, name, states.get(name), telemetry, now)
-        for name in (m.name for m in config.models)
+        _model(config, name, states.get(name), telemetry, merged.models[name], now)
+        for name in names
     ]
     telemetry.forget_other_replicas()
     return {
         "region": region,
         "generated_at": now,
         "window_s": telemetry.window_s,
+        "gateways": list(merged.gateways),
         "simulated": any(m.engine == "sim" for m in config.models),
         "regions": [_local_region(region, summary), *_peer_regions(peers)],
         "models": models,
@@ -66,7 +83,7 @@ def dashboard_state(
                 "observed_ttft_ms": d.observed_ttft_ms,
                 "explanation": d.explanation,
             }
-            for d in telemetry.decisions
+            for d in merged.decisions
         ],
     }
 
@@ -117,11 +134,11 @@ def _model(
     name: str,
     state: RouterState | None,
     telemetry: GatewayTelemetry,
+    window: MergedModel,
     now: float,
 ) -> dict[str, Any]:
     model = next(m for m in config.models if m.name == name)
-    routes = telemetry.routes[name].counts()
-    routed = sum(routes.values())
+    routes = window.routes
     replicas = []
     if state is not None:
         for replica, stats in sorted(state.stats.items()):
@@ -147,16 +164,19 @@ def _model(
             "status": "off" if state is None else state.hints_status(),
             "blocks": 0 if state is None else state.hint_blocks(),
         },
-        "ttft_ms": _nullable(telemetry.ttft[name].summary()),
-        "itl_ms": _nullable(telemetry.itl[name].summary()),
+        "ttft_ms": _summary(window.ttft_ms),
+        "itl_ms": _summary(window.itl_ms),
         "routes": {route: routes.get(route, 0) for route in _ROUTES},
-        "requests_per_min": routed * 60.0 / telemetry.observed_window_s(),
+        "requests_per_min": window.requests_per_min,
         "slo_ttft_p95_ms": config.router.slo.ttft_p95_ms,
         "replicas": replicas,
     }
 
 
-def _nullable(summary: Mapping[str, float | None]) -> dict[str, float | int | None]:
-    out: dict[str, float | int | None] = dict(summary)
-    out["count"] = int(summary.get("count") or 0)
+def _summary(sorted_values: Sequence[float]) -> dict[str, float | int | None]:
+    """p50/p95/p99 (the project's one percentile) and the count of sorted samples."""
+    out: dict[str, float | int | None] = {
+        f"p{round(q * 100)}": percentile(sorted_values, q) for q in (0.5, 0.95, 0.99)
+    }
+    out["count"] = len(sorted_values)
     return out

@@ -14,9 +14,17 @@ every gateway exports from the same routing stats, are read with ``max by (repli
 :data:`LIVE_FOR_S`. While Redis is unreachable a scrape gets this gateway's exposition
 alone (still labelled), and its ``firstlight_gateway_metrics_shared`` is 0.
 
+The built-in dashboard's rolling windows travel the same way, but only while somebody
+watches: a dashboard poll on any gateway (:meth:`ExpositionShare.windows`) marks the
+region's dashboard as watched for :data:`WATCHED_FOR_S`, and while it is, every gateway
+publishes its :class:`~firstlight.telemetry.windows.GatewayWindow` with its exposition
+(the raw samples, so the merged percentiles stay exact). The first poll after a quiet
+spell may therefore show this gateway alone; the reply names the gateways it merged.
+
 Built once per gateway by :class:`~firstlight.serve.gateway_deployment.Gateway`, which
 runs :meth:`ExpositionShare.run` as a task; the ``/metrics`` route calls
-:meth:`ExpositionShare.collect`. :func:`merge_expositions` is pure.
+:meth:`ExpositionShare.collect`, the dashboard's :meth:`ExpositionShare.windows`.
+:func:`merge_expositions` is pure.
 """
 
 from __future__ import annotations
@@ -33,6 +41,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from firstlight.hints._redis import REDIS_ERRORS, with_deadline
+from firstlight.telemetry.windows import (
+    GatewayWindow,
+    MalformedWindowError,
+    decode_window,
+    encode_window,
+)
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -43,6 +57,7 @@ __all__ = [
     "GATEWAY_LABEL",
     "LIVE_FOR_S",
     "PUBLISH_INTERVAL_S",
+    "WATCHED_FOR_S",
     "ExpositionShare",
     "merge_expositions",
 ]
@@ -55,6 +70,9 @@ PUBLISH_INTERVAL_S = 2.0
 """How often a gateway publishes its exposition."""
 LIVE_FOR_S = 3 * PUBLISH_INTERVAL_S
 """A gateway not heard from for this long is gone: its series leave the scrape."""
+WATCHED_FOR_S = 10.0
+"""A dashboard poll makes every gateway publish its windows for this long (the page
+polls every 2 s)."""
 _REDIS_DEADLINE_S = 0.5
 
 
@@ -111,11 +129,14 @@ class ExpositionShare:
         self._client = client
         self._members = f"{key_prefix}gateways"
         self._key_prefix = f"{key_prefix}gateway-metrics:"
+        self._window_prefix = f"{key_prefix}gateway-window:"
+        self._watched = f"{key_prefix}dashboard-watched"
         self._clock = clock
         self._set_up(client is not None)
 
     async def publish(self) -> None:
-        """Publish this gateway's exposition once. Raises what Redis raises."""
+        """Publish this gateway's exposition once, and its dashboard windows when a
+        dashboard is watching. Raises what Redis raises."""
         if self._client is None:
             return
         now = self._clock()
@@ -125,7 +146,16 @@ class ExpositionShare:
         pipe.zadd(self._members, {self.gateway_id: now})
         pipe.zremrangebyscore(self._members, "-inf", now - LIVE_FOR_S)
         pipe.expire(self._members, int(LIVE_FOR_S * 10))
-        await with_deadline(pipe.execute(), _REDIS_DEADLINE_S)
+        pipe.exists(self._watched)
+        *_, watched = await with_deadline(pipe.execute(), _REDIS_DEADLINE_S)
+        if watched:
+            blob = encode_window(self._telemetry.window(self.gateway_id))
+            await with_deadline(
+                self._client.set(
+                    self._window_prefix + self.gateway_id, blob, px=int(LIVE_FOR_S * 1000)
+                ),
+                _REDIS_DEADLINE_S,
+            )
 
     async def run(self) -> None:
         """Publish every :data:`PUBLISH_INTERVAL_S` until cancelled; a Redis failure is
@@ -160,7 +190,37 @@ class ExpositionShare:
                 texts[self.gateway_id] = self._own()
         return merge_expositions(texts)
 
+    async def windows(self) -> list[GatewayWindow]:
+        """Every live gateway's dashboard windows: this gateway's, fresh, and the last
+        published of the others (called by ``GET /dashboard/api/state``, which it marks
+        as watched, so the others publish theirs). Never raises for Redis: without it,
+        this gateway's alone."""
+        own = self._telemetry.window(self.gateway_id)
+        if self._client is None:
+            return [own]
+        try:
+            await with_deadline(
+                self._client.set(self._watched, b"1", px=int(WATCHED_FOR_S * 1000)),
+                _REDIS_DEADLINE_S,
+            )
+            blobs = await self._others_values(self._window_prefix)
+        except REDIS_ERRORS as exc:
+            _log.debug("gateway %s: dashboard without the others: %s", self.gateway_id, exc)
+            return [own]
+        windows = [own]
+        for gateway, blob in blobs.items():
+            try:
+                windows.append(decode_window(blob))
+            except MalformedWindowError as exc:
+                _log.warning("gateway %s: unreadable dashboard window: %s", gateway, exc)
+        return windows
+
     async def _others(self) -> dict[str, str]:
+        values = await self._others_values(self._key_prefix)
+        return {gateway: value.decode() for gateway, value in values.items()}
+
+    async def _others_values(self, key_prefix: str) -> dict[str, bytes]:
+        """The value at ``key_prefix + id`` of every other live gateway that has one."""
         assert self._client is not None
         now = self._clock()
         ids = await with_deadline(
@@ -172,10 +232,10 @@ class ExpositionShare:
         if not others:
             return {}
         values = await with_deadline(
-            self._client.mget([self._key_prefix + i for i in others]), _REDIS_DEADLINE_S
+            self._client.mget([key_prefix + i for i in others]), _REDIS_DEADLINE_S
         )
         return {
-            gateway: value.decode() if isinstance(value, bytes) else str(value)
+            gateway: value if isinstance(value, bytes) else str(value).encode()
             for gateway, value in zip(others, values, strict=True)
             if value is not None
         }

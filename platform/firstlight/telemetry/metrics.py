@@ -41,6 +41,7 @@ from firstlight.telemetry.rolling import (
     RollingSamples,
 )
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
+from firstlight.telemetry.windows import GatewayWindow, ModelWindow
 
 if TYPE_CHECKING:
     from firstlight.region import ReplicaStats, RouterState
@@ -155,6 +156,8 @@ class GatewayTelemetry:
         """Span of the dashboard's rolling percentiles and counts, seconds."""
         self.decisions: list[DecisionRecord] = []
         """The last routing decisions, newest first (the dashboard lists them)."""
+        self.decisions_kept = _DECISION_LOG
+        """How many decisions :attr:`decisions` keeps (and the dashboard lists)."""
 
     def observed_window_s(self) -> float:
         """The rolling window, or less while this gateway is younger than it (rates)."""
@@ -321,6 +324,19 @@ class GatewayTelemetry:
         )
         self.decisions.insert(0, record)
         del self.decisions[_DECISION_LOG:]
+
+    def window(self, gateway: str) -> GatewayWindow:
+        """This gateway's rolling windows as one record (the dashboard merges every
+        gateway's: :mod:`firstlight.telemetry.windows`)."""
+        models = {
+            name: ModelWindow(
+                tuple(self.ttft[name].values()),
+                tuple(self.itl[name].values()),
+                dict(self.routes[name].counts()),
+            )
+            for name in self.ttft
+        }
+        return GatewayWindow(gateway, self.observed_window_s(), models, tuple(self.decisions))
 
     def forget_other_replicas(self) -> None:
         """Drop the hit-ratio trackers of replicas not asked about since the last call
