@@ -33,9 +33,10 @@ GROUPS = (
 """Every group :func:`group_of` returns, in the order reports show them."""
 
 
-def group_of(title: str, name: str, *, is_client: bool = False) -> str:
-    """The group of a process whose command line starts with ``title`` and whose
-    executable's name is ``name``; ``is_client``: the benchmark's own process."""
+def group_of(title: str, name: str, command: str = "", *, is_client: bool = False) -> str:
+    """The group of a process whose command line starts with ``title`` (Ray's replicas
+    set it to their role) and is ``command`` in full, and whose executable's name is
+    ``name``; ``is_client``: the benchmark's own process."""
     if is_client:
         return "clients"
     if name == "haproxy" or title.endswith("/haproxy") or title == "haproxy":
@@ -47,7 +48,11 @@ def group_of(title: str, name: str, *, is_client: bool = False) -> str:
         return "serve controller and proxy"
     if name.startswith("redis-server") or title.startswith("redis-server"):
         return "redis"
-    if title.startswith("ray::") or name in ("raylet", "gcs_server") or "/ray/" in title:
+    # Ray's own: its named workers, its binaries, and its Python helpers (log monitor,
+    # dashboard and runtime-env agents), whose interpreter comes first on the line.
+    if title.startswith("ray::") or name in ("raylet", "gcs_server"):
+        return "ray core"
+    if "/ray/" in title or "/ray/" in command:
         return "ray core"
     return "other"
 
@@ -63,7 +68,8 @@ def snapshot() -> dict[int, tuple[str, float]]:
             continue
         cmdline = info.get("cmdline") or []
         title = cmdline[0] if cmdline else ""
-        group = group_of(title, info.get("name") or "", is_client=proc.pid == me)
+        name = info.get("name") or ""
+        group = group_of(title, name, " ".join(cmdline), is_client=proc.pid == me)
         seen[proc.pid] = (group, times.user + times.system)
     return seen
 
@@ -75,9 +81,13 @@ def cores_used(
 ) -> dict[str, float]:
     """Cores (CPU seconds per second) each group used between two :func:`snapshot` s,
     ``elapsed_s`` apart; a process that started in between counts from zero, one that
-    ended in between is not counted (its last seconds are lost, a small undercount)."""
+    ended in between is not counted (its last seconds are lost, a small undercount), and
+    one whose group changed (a reused pid, or a worker that took a role) is skipped
+    rather than have its whole life counted in one window."""
     used = dict.fromkeys(GROUPS, 0.0)
     for pid, (group, cpu_s) in after.items():
-        start_s = before[pid][1] if pid in before and before[pid][0] == group else 0.0
+        if pid in before and before[pid][0] != group:
+            continue
+        start_s = before[pid][1] if pid in before else 0.0
         used[group] += max(cpu_s - start_s, 0.0)
     return {g: round(s / elapsed_s, 3) for g, s in used.items()} if elapsed_s > 0 else used

@@ -50,6 +50,7 @@ class OpenAILoad:
     _started: float = 0.0
     _sent: int = 0
     _progress: asyncio.Event = field(default_factory=asyncio.Event)
+    _openai: openai.AsyncOpenAI | None = None
 
     def start(self) -> None:
         """Start the clients (on the running event loop)."""
@@ -61,6 +62,7 @@ class OpenAILoad:
             timeout=self.deadline_s,
             http_client=self.http_client,
         )
+        self._openai = client
         self._tasks = [asyncio.create_task(self._client(client)) for _ in range(self.clients)]
 
     def now_s(self) -> float:
@@ -78,6 +80,8 @@ class OpenAILoad:
         """Let every client finish its current request, then return all answers."""
         self._stop.set()
         await asyncio.gather(*self._tasks)
+        if self._openai is not None:
+            await self._openai.close()
         return self.answers
 
     async def _client(self, client: openai.AsyncOpenAI) -> None:
@@ -119,6 +123,8 @@ class OpenAILoad:
                 model=self.model, messages=messages, max_tokens=self.max_tokens, temperature=0
             )
             tokens = reply.usage.completion_tokens if reply.usage else None
+            if not reply.choices:
+                return None, "no choices"
             if tokens != self.max_tokens or not reply.choices[0].message.content:
                 return None, f"{tokens} completion tokens, not {self.max_tokens}"
             return self.clock() - started, None

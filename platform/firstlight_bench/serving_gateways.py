@@ -14,8 +14,9 @@ region with the most gateways. The statistics are pure, in
 * Kill: :class:`~firstlight_bench.steady.SteadyLoad` (streamed and non-streamed, every
   answer checked) runs against the region; one gateway replica's actor is killed
   (``ray.kill``, no graceful stop, as a crashed process or a lost node would be) and the
-  load goes on until Ray has started its replacement and more answers are in. Every
-  request that failed is counted and classed: in flight at the kill or not.
+  load goes on until Ray's replacement answers requests too. Every request that failed
+  is counted and classed: in flight at the kill or not. The victim is a gateway the
+  region's scrape shows answering, so the kill always hits one that HAProxy sends to.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from firstlight_bench.openai_load import OpenAILoad
 from firstlight_bench.serving_report import throughput
 from firstlight_bench.steady import Answer, SteadyLoad
 
-__all__ = ["KILL_CLIENTS", "capacity_block", "gateway_actor_names", "kill_one_gateway"]
+__all__ = ["KILL_CLIENTS", "capacity_block", "kill_one_gateway", "served_by_gateway"]
 
 KillClient = Literal["httpx", "openai"]
 KILL_CLIENTS: tuple[KillClient, ...] = ("httpx", "openai")
@@ -111,19 +112,42 @@ async def capacity_block(
     return rows
 
 
-def gateway_actor_names(app: str) -> list[str]:
-    """The Ray actor names of application ``app``'s gateway replicas (namespace
-    ``serve``), sorted."""
+async def served_by_gateway(endpoint: str) -> dict[str, float]:
+    """Requests each live gateway has answered, from one scrape of the region's
+    ``/metrics`` (every gateway publishes its counts every 2 s; each sample is labelled
+    with its gateway's Ray replica id)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:
+        response = await client.get(f"{endpoint}/metrics")
+    response.raise_for_status()
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(response.text):
+        for sample in family.samples:
+            if sample.name == "gen_ai_server_request_duration_seconds_count":
+                gateway = sample.labels.get("gateway", "")
+                counts[gateway] = counts.get(gateway, 0.0) + sample.value
+    return counts
+
+
+async def _until_serving(
+    endpoint: str, load: _Load, since: dict[str, float], count: int, exclude: set[str]
+) -> list[str]:
+    """Wait (while ``load`` runs) until ``count`` gateways not in ``exclude`` have answered
+    requests since the ``since`` scrape; return them, sorted."""
+    async with asyncio.timeout(120):
+        while True:
+            now = await served_by_gateway(endpoint)
+            fresh = sorted(g for g, n in now.items() if n > since.get(g, 0.0) and g not in exclude)
+            if len(fresh) >= count:
+                return fresh
+            await load.wait_for(len(load.answers) + 2)
+
+
+def _kill(app: str, gateway: str) -> None:
     import ray
 
-    prefix = f"SERVE_REPLICA::{app}#gateway#"
-    actors = ray.util.list_named_actors(all_namespaces=True)
-    return sorted(a["name"] for a in actors if a["name"].startswith(prefix))
-
-
-def _kill(name: str) -> None:
-    import ray
-
+    name = f"SERVE_REPLICA::{app}#gateway#{gateway}"
     ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
 
 
@@ -132,35 +156,38 @@ async def kill_one_gateway(
     app: str,
     model: str,
     *,
+    gateways: int = 2,
     client: KillClient = "httpx",
     clients: int = 4,
     before: int = 60,
     after: int = 120,
     max_tokens: int = 16,
 ) -> dict[str, Any]:
-    """Kill one of ``app``'s gateways while ``clients`` steady clients of kind ``client``
-    run: ``before`` answers in, the kill, then until the replacement gateway has started
-    and ``after`` more answers are in. Returns the counts (``lost``: every failed
-    request, ``lost_in_flight``: those that had started before the kill and not ended)
-    and each failure's times relative to the kill."""
-    names = await asyncio.to_thread(gateway_actor_names, app)
-    if len(names) < 2:
-        raise RuntimeError(f"{app}: {len(names)} gateway replica(s), the kill needs 2")
+    """Kill one of ``app``'s ``gateways`` gateways while ``clients`` steady clients of
+    kind ``client`` run.
+
+    First ``before`` answers, and every gateway seen answering requests in the region's
+    scrape (so the victim is one HAProxy sends to, not one still starting); the kill;
+    then ``after`` more answers and until Ray's replacement gateway is seen answering
+    too (``replaced_after_s``). Returns the counts (``lost``: every failed request,
+    ``lost_in_flight``: those that had started before the kill and not ended) and each
+    failure's times relative to the kill. Raises ``TimeoutError`` when the gateways are
+    not all answering within two minutes."""
     load: _Load
     if client == "openai":
         load = OpenAILoad(endpoint, model, clients=clients, max_tokens=max_tokens)
     else:
         load = SteadyLoad(endpoint, model, clients=clients, max_tokens=max_tokens)
+    since = await served_by_gateway(endpoint)
     load.start()
     try:
         await load.wait_for(before)
-        victim = names[0]
-        await asyncio.to_thread(_kill, victim)
+        serving = await _until_serving(endpoint, load, since, gateways, set())
+        victim = serving[0]
+        await asyncio.to_thread(_kill, app, victim)
         killed_at = load.now_s()
         await load.wait_for(len(load.answers) + after)
-        async with asyncio.timeout(120):  # until Ray has started the replacement
-            while not set(await asyncio.to_thread(gateway_actor_names, app)) - set(names):
-                await load.wait_for(len(load.answers) + clients)
+        await _until_serving(endpoint, load, since, 1, set(serving))
         replaced_at = load.now_s()
         await load.wait_for(len(load.answers) + clients)
     finally:
@@ -169,7 +196,7 @@ async def kill_one_gateway(
     in_flight = [a for a in lost if a.started_s <= killed_at <= a.started_s + a.total_s]
     return {
         "client": client,
-        "gateways": len(names),
+        "gateways": gateways,
         "clients": clients,
         "max_tokens": max_tokens,
         "requests": len(answers),
@@ -177,6 +204,7 @@ async def kill_one_gateway(
         "lost_in_flight": len(in_flight),
         "served_after_kill": sum(1 for a in answers if a.started_s > killed_at and not a.lost),
         "replaced_after_s": round(replaced_at - killed_at, 1),
+        "victim": victim,
         "problems": sorted({a.problem or "" for a in lost}),
         "failures": [
             {

@@ -105,7 +105,10 @@ def capacity(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "cores": {g: round(sum(c[g] for c in cores) / len(cores), 2) for g in cores[0]},
         }
     fewest, most = min(by_count), max(by_count)
-    ratio = counts[str(most)]["requests_per_s"] / counts[str(fewest)]["requests_per_s"]
+    base = counts[str(fewest)]["requests_per_s"]
+    if fewest == most or base <= 0:  # nothing to compare: no verdict
+        return {"by_gateways": counts, "scaling": None}
+    ratio = counts[str(most)]["requests_per_s"] / base
     return {
         "by_gateways": counts,
         "scaling": {
@@ -171,11 +174,15 @@ def render(report: dict[str, Any]) -> str:
         cells.append(round(sum(r["cores"].values()), 2))
         lines.append(_row(f"{r['gateways']}/{r['block']}/{r['concurrency']}", cells))
     scaling = report["capacity"]["scaling"]
-    lines.append(
-        f"scaling {scaling['gateways'][1]} over {scaling['gateways'][0]} gateways: "
-        f"x{scaling['ratio']:.2f} (goal >= {scaling['goal']}) {verdict[scaling['met']]}"
-    )
+    if scaling is not None:
+        lines.append(
+            f"scaling {scaling['gateways'][1]} over {scaling['gateways'][0]} gateways: "
+            f"x{scaling['ratio']:.2f} (goal >= {scaling['goal']}) {verdict[scaling['met']]}"
+        )
     for kill in report.get("kills", []):
+        if "error" in kill:
+            lines.append(f"gateway kill, {kill['client']} clients, did not run: {kill['error']}")
+            continue
         lines.append(
             f"one of {kill['gateways']} gateways killed under load, {kill['client']} clients: "
             f"{kill['requests']} requests, {kill['lost']} failed ({kill['lost_in_flight']} in "
@@ -291,14 +298,15 @@ def _capacity_markdown(report: dict[str, Any], duration_s: float) -> list[str]:
             f"| {gateways} | {best['requests_per_s']:.1f} | {shares} | {best['cores_total']:.2f} |"
         )
     scaling = cap["scaling"]
-    verdict = "met" if scaling["met"] else "**missed**"
-    fewest, most = scaling["gateways"]
-    lines += [
-        "",
-        f"Capacity with {most} gateways ÷ with {fewest}: x{scaling['ratio']:.2f} "
-        f"(goal ≥ {scaling['goal']:g}: {verdict}).",
-        "",
-    ]
+    lines.append("")
+    if scaling is not None:
+        verdict = "met" if scaling["met"] else "**missed**"
+        fewest, most = scaling["gateways"]
+        lines += [
+            f"Capacity with {most} gateways ÷ with {fewest}: x{scaling['ratio']:.2f} "
+            f"(goal ≥ {scaling['goal']:g}: {verdict}).",
+            "",
+        ]
     return lines
 
 
@@ -330,17 +338,20 @@ def _kill_markdown(kills: Sequence[dict[str, Any]]) -> list[str]:
     applications use; the plain client shows what a client that retries nothing sees."""
     if not kills:
         return []
-    first = kills[0]
+    ran = [k for k in kills if "error" not in k]
+    first = ran[0] if ran else {"gateways": "?", "clients": "?", "max_tokens": "?"}
     lines = [
         f"One of {first['gateways']} gateways killed (`ray.kill`, no graceful stop) under "
         f"{first['clients']} steady clients (streamed and non-streamed chat in turn, "
-        f"`max_tokens={first['max_tokens']}`, every answer checked), once per client:",
+        f"`max_tokens={first['max_tokens']}`, every answer checked), once per client; the "
+        "victim is a gateway the region's scrape shows answering, and the replacement "
+        "counts once it answers too:",
         "",
         "| client | requests | failed | of which in flight at the kill | served after the kill "
-        "| replacement started after |",
+        "| replacement answering after |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for kill in kills:
+    for kill in ran:
         label = _KILL_CLIENT_LABELS.get(kill["client"], kill["client"])
         lines.append(
             f"| {label} | {kill['requests']} | {kill['lost']} | {kill['lost_in_flight']} | "
@@ -348,14 +359,22 @@ def _kill_markdown(kills: Sequence[dict[str, Any]]) -> list[str]:
         )
     lines.append("")
     for kill in kills:
+        label = _KILL_CLIENT_LABELS.get(kill["client"], kill["client"])
+        if "error" in kill:
+            lines.append(f"- {label}: did not run (`{kill['error'][:120]}`).")
+            continue
         problems = "; ".join(f"`{p[:80]}`" for p in kill["problems"]) or "none"
-        lines.append(f"- {_KILL_CLIENT_LABELS.get(kill['client'], kill['client'])}: {problems}.")
-    judged = next((k for k in kills if k["client"] == "openai"), first)
-    verdict = "met" if judged["lost"] == 0 else "**missed**"
-    lines += [
-        "",
-        f"Failed requests while a gateway is killed, official client (goal 0): "
-        f"{judged['lost']} ({verdict}).",
-        "",
-    ]
-    return lines
+        lines.append(f"- {label}: {problems}.")
+    judged = next((k for k in ran if k["client"] == "openai"), None)
+    lines.append("")
+    if judged is None:
+        lines.append(
+            "Failed requests while a gateway is killed: not judged (no official-client run)."
+        )
+    else:
+        verdict = "met" if judged["lost"] == 0 else "**missed**"
+        lines.append(
+            f"Failed requests while a gateway is killed, official client (goal 0): "
+            f"{judged['lost']} ({verdict})."
+        )
+    return [*lines, ""]

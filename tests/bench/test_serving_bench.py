@@ -252,3 +252,21 @@ def test_bench_config_is_one_local_instant_region() -> None:
     assert not config.auth.enabled
     assert config.hints.key_prefix == "flbench:abc:"
     assert config.gateway.port == 18000
+
+
+def test_one_gateway_count_or_no_throughput_gives_no_scaling_verdict() -> None:
+    assert capacity([_row(2, 0, 8, 100, 1.0), _row(2, 1, 8, 120, 1.0)])["scaling"] is None
+    assert capacity([_row(1, 0, 8, 0, 1.0), _row(2, 1, 8, 120, 1.0)])["scaling"] is None
+
+
+def test_a_kill_that_did_not_run_is_shown_and_not_judged() -> None:
+    report = json.loads(
+        (REPO / "docs" / "benchmarks" / "serving-haproxy" / "results.json").read_text()
+    )
+    report["throughput"] = [_row(2, 0, 8, 100, 1.0)]
+    report["capacity"] = capacity(report["throughput"])
+    report["kills"] = [{"client": "openai", "error": "TimeoutError: gateways never all answered"}]
+    section = render_markdown(report, "x")
+    assert "Capacity with" not in section
+    assert "- the official `openai` client, its default retries (2): did not run" in section
+    assert "not judged (no official-client run)" in section

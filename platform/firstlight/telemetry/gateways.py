@@ -149,13 +149,22 @@ class ExpositionShare:
         pipe.exists(self._watched)
         *_, watched = await with_deadline(pipe.execute(), _REDIS_DEADLINE_S)
         if watched:
-            blob = encode_window(self._telemetry.window(self.gateway_id))
+            await self._publish_window()
+
+    async def _publish_window(self) -> None:
+        """Publish this gateway's dashboard windows; a Redis failure costs the dashboard
+        this gateway's windows until the next interval, not the metrics' ``up``."""
+        assert self._client is not None
+        blob = encode_window(self._telemetry.window(self.gateway_id))
+        try:
             await with_deadline(
                 self._client.set(
                     self._window_prefix + self.gateway_id, blob, px=int(LIVE_FOR_S * 1000)
                 ),
                 _REDIS_DEADLINE_S,
             )
+        except REDIS_ERRORS as exc:
+            _log.debug("gateway %s: dashboard windows not published: %s", self.gateway_id, exc)
 
     async def run(self) -> None:
         """Publish every :data:`PUBLISH_INTERVAL_S` until cancelled; a Redis failure is
