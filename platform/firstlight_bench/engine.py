@@ -288,6 +288,7 @@ def emit(report: dict[str, Any], out: Path | None) -> dict[str, Any]:
     """Print a benchmark's JSON report (and write it to ``out``); return it."""
     text = json.dumps(report, indent=2)
     if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
     print(text)
     return report

@@ -363,7 +363,7 @@ def _kill_markdown(kills: Sequence[dict[str, Any]]) -> list[str]:
         if "error" in kill:
             lines.append(f"- {label}: did not run (`{kill['error'][:120]}`).")
             continue
-        problems = "; ".join(f"`{p[:80]}`" for p in kill["problems"]) or "none"
+        problems = "; ".join(f"`{p[:80].rstrip('.')}`" for p in kill["problems"]) or "none"
         lines.append(f"- {label}: {problems}.")
     judged = next((k for k in ran if k["client"] == "openai"), None)
     lines.append("")

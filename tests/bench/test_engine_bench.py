@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, main, render_idle
+from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, emit, main, render_idle
 
 REPO = Path(__file__).parents[2]
 STORED = REPO / "docs" / "benchmarks" / "engine-idle" / "results.json"
@@ -49,3 +49,12 @@ def test_the_serving_page_shows_exactly_the_stored_idle_report() -> None:
     assert shown == render_idle(report), "docs/serving.md is stale: rerun the command it names"
     assert report["meta"]["engine"] == "vllm"
     assert not report["meta"]["git_commit"].endswith("-dirty")
+
+
+def test_emit_creates_the_folder_it_stores_into(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "not-yet" / "results.json"
+    emit({"meta": {"command": "x"}}, out)
+    assert json.loads(out.read_text()) == {"meta": {"command": "x"}}
+    assert '"command": "x"' in capsys.readouterr().out
