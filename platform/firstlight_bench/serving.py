@@ -341,8 +341,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             parser.error("--tables-only needs --page")
         rewrite_page(args.page)
         return {}
-    levels = [int(c) for c in args.concurrency.split(",") if c]
-    counts = sorted({int(g) for g in args.gateways.split(",") if g})
+    try:
+        levels = [int(c) for c in args.concurrency.split(",") if c]
+        counts = sorted({int(g) for g in args.gateways.split(",") if g})
+    except ValueError:
+        parser.error(
+            f"--concurrency {args.concurrency!r} and --gateways {args.gateways!r} must be "
+            "comma-separated whole numbers"
+        )
     if args.requests < 2 or not levels or min(levels) < 1 or args.prompt_tokens < 32:
         parser.error("need --requests >= 2, --concurrency >= 1, --prompt-tokens >= 32")
     if not counts or min(counts) < 1 or (args.kill == "on" and max(counts) < 2):

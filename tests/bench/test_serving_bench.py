@@ -270,3 +270,25 @@ def test_a_kill_that_did_not_run_is_shown_and_not_judged() -> None:
     assert "Capacity with" not in section
     assert "- the official `openai` client, its default retries (2): did not run" in section
     assert "not judged (no official-client run)" in section
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--gateways", "one,two"],
+        ["--concurrency", "8,x"],
+        ["--gateways", "0"],
+        ["--gateways", "1", "--kill", "on"],
+    ],
+)
+def test_bad_options_are_refused_by_name_before_anything_starts(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from firstlight_bench.serving import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--gateways" in err or "--concurrency" in err
+    assert "Traceback" not in err
