@@ -14,10 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight.telemetry.gateways import LIVE_FOR_S
+from firstlight_bench.serving_gateways import served_by_gateway
 from firstlight_bench.steady import SteadyLoad
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
@@ -37,19 +37,6 @@ def region(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
     running = start_local(config, timeout_s=120)
     yield running
     stop_local(running)
-
-
-async def _requests_by_gateway(endpoint: str) -> dict[str, float]:
-    """Requests each gateway has answered, from one scrape of ``endpoint``."""
-    async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.get(f"{endpoint}/metrics")
-    response.raise_for_status()
-    counts: dict[str, float] = {}
-    for family in text_string_to_metric_families(response.text):
-        for s in family.samples:
-            if s.name == "gen_ai_server_request_duration_seconds_count":
-                counts[s.labels["gateway"]] = counts.get(s.labels["gateway"], 0.0) + s.value
-    return counts
 
 
 async def _dashboard(endpoint: str) -> dict[str, Any]:
@@ -77,7 +64,7 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     await load.wait_for(40)
     # Gateways publish every 2 s: poll until the scrape shows both with their requests.
     async with asyncio.timeout(30):
-        while len(counts := await _requests_by_gateway(endpoint)) < 2 or min(counts.values()) == 0:
+        while len(counts := await served_by_gateway(endpoint)) < 2 or min(counts.values()) == 0:
             await load.wait_for(len(load.answers) + 4)
     assert len(counts) == 2, counts
     # The built-in dashboard merges both gateways' windows, whichever one answers the
@@ -94,7 +81,7 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     await load.wait_for(len(load.answers) + 40)
     # The dead gateway stops publishing and leaves the scrape (Ray starts a new one).
     async with asyncio.timeout(4 * LIVE_FOR_S):
-        while victim in await _requests_by_gateway(endpoint):
+        while victim in await served_by_gateway(endpoint):
             await load.wait_for(len(load.answers) + 1)
     answers = await load.stop()
 
