@@ -163,7 +163,16 @@ class ModelNotFoundError(EngineError):
 
 
 class InvalidRequestError(EngineError):
-    """The request is invalid for this engine (e.g. ``max_tokens`` < 1); HTTP 400."""
+    """The request is invalid for this engine (e.g. ``max_tokens`` < 1); HTTP 400.
+    ``param`` names the request field when one is to blame."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # A replica raises it and Ray pickles it to the gateway: keep ``param``.
+        return (InvalidRequestError, (str(self), self.param))
 
 
 class PromptTooLongError(InvalidRequestError):
@@ -177,6 +186,9 @@ class PromptTooLongError(InvalidRequestError):
             f"the prompt has {prompt_tokens} tokens and {max_tokens} more were requested, "
             f"but this model's context is {max_model_len} tokens"
         )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (PromptTooLongError, (self.prompt_tokens, self.max_tokens, self.max_model_len))
 
 
 class EngineDeadError(EngineError):

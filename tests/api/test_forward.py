@@ -99,9 +99,11 @@ async def _forward(
     ranked: list[Peer],
     *,
     stream: bool = False,
+    body: bytes | None = None,
 ) -> tuple[Any, RequestObservation]:
     obs = telemetry.start("chat")
-    body = BODY if not stream else BODY.replace(b'"stream": false', b'"stream": true')
+    if body is None:
+        body = BODY if not stream else BODY.replace(b'"stream": false', b'"stream": true')
     response = await forwarder.forward_any(
         tuple(PeerChoice(p.region, 100.0) for p in ranked),
         body,
@@ -111,6 +113,7 @@ async def _forward(
         "chat",
         stream,
         7,
+        rendered=body != BODY and not stream,
     )
     return response, obs
 
@@ -142,6 +145,25 @@ async def test_a_non_streamed_request_travels_as_a_stream_and_is_put_together(
     assert headers["authorization"] == "Bearer k"
     assert obs.first_token_at is not None, "the peer's first token is the request's"
     assert peer.forwarded_tokens == 7
+
+
+async def test_a_request_for_vllms_layer_travels_and_returns_as_it_is(
+    peers: tuple[PeerServer, PeerServer], client: httpx.AsyncClient
+) -> None:
+    # logprobs, n, tool calls: a JSON answer rebuilt from a stream would lose them.
+    server, _ = peers
+    answer = {"id": "chatcmpl-peer", "object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "a"}, "logprobs": {"content": []}},
+        {"index": 1, "message": {"role": "assistant", "content": "b"}, "logprobs": {"content": []}},
+    ]}  # fmt: skip
+    server.body = json.dumps(answer).encode()
+    peer = _peer("there", server)
+    forwarder, telemetry = _forwarder(client, PeerTable([peer], client), timeout_s=10.0)
+    sent = json.dumps({**json.loads(BODY), "n": 2, "logprobs": True}).encode()
+    response, _ = await _forward(forwarder, telemetry, [peer], body=sent)
+    assert json.loads(bytes(response.body)) == answer
+    assert response.headers["x-firstlight-route"] == "spill-over"
+    assert server.bodies[0] == sent
 
 
 async def test_a_peer_that_accepts_but_never_answers_costs_at_most_the_timeout(

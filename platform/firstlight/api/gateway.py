@@ -62,10 +62,11 @@ from firstlight.api.responses import (
 from firstlight.api.streams import (
     ReplicaFailedError,
 )
-from firstlight.config import PlatformConfig
+from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.dashboard import dashboard_state
 from firstlight.errors import (
     ApiError,
+    ModelNotServedError,
     NoCapacityError,
 )
 from firstlight.prefix import HashScheme
@@ -197,18 +198,36 @@ class GatewayCore:
             self.keys.check(request.headers.get("authorization"))
         except ApiError as exc:
             return error_response(exc)
-        data = [
-            {
-                "id": m.name,
-                "object": "model",
-                "created": self._created,
-                "owned_by": "firstlight",
-                "max_model_len": m.max_model_len,
-                "simulated": m.engine == "sim",
-            }
-            for m in self.config.models
-        ]
+        data = [self._model_card(m) for m in self.config.models]
         return JSONResponse({"object": "list", "data": data})
+
+    def model(self, request: Request, model_id: str) -> Response:
+        """``GET /v1/models/{id}``: one served model, or a 404 naming the served ones."""
+        try:
+            self.keys.check(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
+        for m in self.config.models:
+            if m.name == model_id:
+                return JSONResponse(self._model_card(m))
+        served = ", ".join(m.name for m in self.config.models)
+        return error_response(
+            ModelNotServedError(
+                f"the model {model_id!r} does not exist here; served models: {served}",
+                param="model",
+                code="model_not_found",
+            )
+        )
+
+    def _model_card(self, model: ModelConfig) -> dict[str, object]:
+        return {
+            "id": model.name,
+            "object": "model",
+            "created": self._created,
+            "owned_by": "firstlight",
+            "max_model_len": model.max_model_len,
+            "simulated": model.engine == "sim",
+        }
 
     async def metrics_exposition(self) -> bytes:
         """``GET /metrics``: the region's gateways (each sample labelled ``gateway``)
@@ -320,6 +339,7 @@ class GatewayCore:
             prepared.stream,
             prepared.routing.prompt_tokens,
             None if route == "fail-over" else decision.local,
+            rendered=prepared.openai is not None,
         )
 
     async def _fail_over(

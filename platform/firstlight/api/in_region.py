@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from firstlight.api.migration import Attempts, continuation, merged_usage
+from firstlight.api.rendered import rendered_body, rendered_events
 from firstlight.api.responses import (
     DONE_EVENT,
     Kind,
@@ -39,7 +40,13 @@ from firstlight.api.streams import (
     next_chunk,
 )
 from firstlight.config import ModelConfig, PlatformConfig
-from firstlight.engine.protocol import GenerationChunk, GenerationRequest, Usage
+from firstlight.engine.protocol import (
+    GenerationChunk,
+    GenerationRequest,
+    OpenAICall,
+    RenderedChunk,
+    Usage,
+)
 from firstlight.errors import ApiError, NoCapacityError
 from firstlight.prefix import HashScheme
 from firstlight.region.state import Route, RouterState, ServedBy
@@ -55,7 +62,7 @@ _log = logging.getLogger(__name__)
 RETRY_AFTER_S = 1.0
 """``Retry-After`` of refusals that have no better estimate."""
 
-_Stream = AsyncIterator[ServedBy | GenerationChunk]
+_Stream = AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]
 
 
 class LocalBackend(Protocol):
@@ -68,13 +75,14 @@ class LocalBackend(Protocol):
     def stream(
         self,
         model: str,
-        request: GenerationRequest,
+        request: GenerationRequest | OpenAICall,
         routing: RequestView,
         trace_context: dict[str, str],
-    ) -> AsyncIterator[ServedBy | GenerationChunk]:
+    ) -> AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]:
         """Send the request through the model's request router and stream what the
-        replica yields: a :class:`ServedBy`, then the chunks. ``trace_context`` carries
-        the route span to the replica (empty when traces are off)."""
+        replica yields: a :class:`ServedBy`, then the chunks (rendered by vLLM's OpenAI
+        layer for an :class:`OpenAICall`). ``trace_context`` carries the route span to
+        the replica (empty when traces are off)."""
         ...
 
 
@@ -86,6 +94,9 @@ class Prepared:
     routing: RequestView
     stream: bool
     include_usage: bool
+    openai: OpenAICall | None = None
+    """Set when the request uses fields beyond the gateway's own subset: vLLM's OpenAI
+    layer on the replica serves it (:mod:`firstlight.api.extended`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +160,9 @@ class LocalServer:
         if state is not None:
             cached = local.winner.cached_blocks * prepared.routing.block_size if local else 0
             state.dispatched(request_id, max(prepared.routing.prompt_tokens - cached, 1))
-        chunks = self.backend.stream(name, prepared.generation, prepared.routing, inject(span))
+        chunks = self.backend.stream(
+            name, prepared.openai or prepared.generation, prepared.routing, inject(span)
+        )
         timeout_s = self.config.gateway.first_token_timeout_s
         try:
             async with asyncio.timeout(timeout_s):
@@ -174,6 +187,8 @@ class LocalServer:
         headers = info.headers()
         if prepared.model.engine == "sim":
             headers["x-firstlight-simulated"] = "true"
+        if isinstance(first, RenderedChunk):
+            return await self._relay(prepared, first, chunks, obs, headers)
         if prepared.stream:
             events = self._sse(prepared, first, chunks, obs)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
@@ -182,6 +197,24 @@ class LocalServer:
             return JSONResponse(body, headers=headers)
         except ApiError as exc:
             return error_response(exc, headers)
+
+    async def _relay(
+        self,
+        prepared: Prepared,
+        first: RenderedChunk,
+        chunks: _Stream,
+        obs: RequestObservation,
+        headers: dict[str, str],
+    ) -> Response:
+        """A response vLLM's OpenAI layer rendered, relayed (:mod:`firstlight.api.rendered`)."""
+
+        def finish() -> None:
+            self._finish(prepared.model.name, prepared.generation.request_id)
+
+        if prepared.stream:
+            events = rendered_events(first, chunks, obs, finish)
+            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+        return await rendered_body(first, chunks, obs, finish, headers)
 
     def _observe_first_token(
         self, obs: RequestObservation, info: _RouteInfo, routed: Route | None, ttft_ms: float
@@ -291,7 +324,9 @@ class LocalServer:
                 self._finish(name, rid)
                 await aclose(chunks)
                 raise
-            return chunks, first
+            if isinstance(first, GenerationChunk):  # always: a continuation is ours
+                return chunks, first
+            await aclose(chunks)
         self.telemetry.migrated(name, "gave_up")
         raise NoCapacityError(
             f"the request failed mid-stream and could not be resumed: {attempts.summary()}"

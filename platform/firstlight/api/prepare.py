@@ -5,7 +5,9 @@ and called once per request, on the event loop, before the region decision: inva
 text that is not valid Unicode, a schema error, an unknown model, too many messages,
 token ids outside the vocabulary and prompts or outputs over the bounds are refused here
 with an OpenAI-shaped 400 (404 for the model) that names the field. Nothing it refuses
-reaches a tokenizer or an engine.
+reaches a tokenizer or an engine. A request with fields beyond the gateway's own subset
+(:mod:`firstlight.api.extended`) is prepared for vLLM's OpenAI layer on the replica
+(``Prepared.openai``), or refused naming the field when its model is simulated.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ from collections.abc import Mapping
 
 from pydantic import ValidationError
 
+from firstlight.api.extended import NATIVE_FIELDS, extended_fields, routed_view
 from firstlight.api.in_region import Prepared
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.responses import Kind
 from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest, invalid_unicode_at
 from firstlight.config import ModelConfig, PlatformConfig
-from firstlight.engine.protocol import GenerationRequest, SamplingSettings
+from firstlight.engine.protocol import GenerationRequest, OpenAICall, SamplingSettings
 from firstlight.errors import BadRequestError, ModelNotServedError
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
@@ -60,9 +63,12 @@ class RequestPreparer:
                 "\\ud800 has no UTF-8 encoding)",
                 param=invalid,
             )
+        extended = extended_fields(kind, raw) if isinstance(raw, dict) else ()
         schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
         try:
-            parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(raw)
+            parsed: ChatCompletionRequest | CompletionRequest = schema.model_validate(
+                routed_view(kind, raw) if extended else raw
+            )
         except ValidationError as exc:
             err = exc.errors()[0]
             param = _param(err["loc"])
@@ -76,6 +82,13 @@ class RequestPreparer:
                 param="model",
                 code="model_not_found",
             )
+        if extended and model.engine == "sim":
+            raise BadRequestError(
+                f"{extended[0]}: the simulated model {model.name!r} serves only the "
+                f"gateway's own fields ({', '.join(sorted(NATIVE_FIELDS[kind]))}); "
+                "see docs/api.md",
+                param=extended[0],
+            )
         limits = self.config.gateway
         encoder = self.encoders[model.name]
         if isinstance(parsed, ChatCompletionRequest):
@@ -85,7 +98,8 @@ class RequestPreparer:
                     "accepted (gateway.max_messages)",
                     param="messages",
                 )
-            prompt = encoder.chat(parsed.messages)
+            tools = raw.get("tools") if extended else None
+            prompt = encoder.chat(parsed.messages, tools if isinstance(tools, list) else None)
         elif isinstance(parsed.prompt, str):
             prompt = encoder.text(parsed.prompt)
         else:
@@ -133,6 +147,9 @@ class RequestPreparer:
             top_p=parsed.top_p,
             seed=parsed.seed,
             stop=parsed.stop_sequences(),
+            defaulted=tuple(
+                f for f in ("temperature", "top_p") if f not in parsed.model_fields_set
+            ),
         )
         scheme = self._schemes[model.name]
         routing = RequestView(
@@ -148,6 +165,7 @@ class RequestPreparer:
             routing,
             parsed.stream,
             parsed.include_usage,
+            OpenAICall(request_id, kind, body, cache_salt) if extended else None,
         )
 
 

@@ -44,8 +44,11 @@ class PromptEncoder(Protocol):
     """Token ids run from 0 to ``vocabulary - 1``: the gateway refuses a token-id prompt
     outside that range (the engine would fail on it)."""
 
-    def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
-        """The chat template applied (with the generation prompt), tokenized."""
+    def chat(
+        self, messages: Sequence[ChatMessage], tools: list[Any] | None = None
+    ) -> tuple[int, ...]:
+        """The chat template applied (with the generation prompt and, when given, the
+        request's ``tools`` as the template renders them), tokenized."""
         ...
 
     def text(self, prompt: str) -> tuple[int, ...]:
@@ -72,13 +75,17 @@ class HfPromptEncoder:
         if not self._tokenizer.chat_template:
             raise ModelNotFoundError(f"the tokenizer in {model_dir} has no chat template")
 
-    def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
+    def chat(
+        self, messages: Sequence[ChatMessage], tools: list[Any] | None = None
+    ) -> tuple[int, ...]:
         conversation = [{"role": _hf_role(m.role), "content": m.text()} for m in messages]
         try:
             rendered = self._tokenizer.apply_chat_template(
-                conversation, add_generation_prompt=True, tokenize=False
+                conversation, tools=tools, add_generation_prompt=True, tokenize=False
             )
         except Exception as exc:  # the template's own raise_exception(), e.g. role order
+            if tools is not None:  # vLLM's layer judges the tools; route on the messages
+                return self.chat(messages)
             raise BadRequestError(f"messages: {exc}", param="messages") from exc
         return tuple(self._tokenizer.encode(rendered, add_special_tokens=False))
 
@@ -97,7 +104,9 @@ class SimPromptEncoder:
 
     vocabulary = SIM_VOCABULARY
 
-    def chat(self, messages: Sequence[ChatMessage]) -> tuple[int, ...]:
+    def chat(
+        self, messages: Sequence[ChatMessage], tools: list[Any] | None = None
+    ) -> tuple[int, ...]:
         rendered = "".join(f"<{_hf_role(m.role)}>\n{m.text()}\n" for m in messages)
         return self.text(rendered + "<assistant>\n")
 

@@ -44,6 +44,10 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
     async def models(request: Request) -> Response:
         return core.models(request)
 
+    @app.get("/v1/models/{model_id:path}")
+    async def model(request: Request, model_id: str) -> Response:
+        return core.model(request, model_id)
+
     @app.get("/healthz")
     async def healthz() -> Response:
         return JSONResponse({"status": "ok", "region": core.region})

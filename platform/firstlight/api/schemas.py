@@ -1,10 +1,11 @@
-"""OpenAI-compatible request and response bodies (the subset Firstlight serves).
+"""OpenAI-compatible request bodies: the subset the gateway serves itself.
 
-Requests are validated here (pydantic) by the gateway's routes before anything else
-happens; every failure becomes a 400 naming the field (``param``). Unknown fields are
-ignored, as clients send vendor extensions; fields we do not implement with a
-non-default value are refused rather than silently dropped (``n > 1``, ``logprobs``,
-tools). Responses are plain dicts built by :mod:`firstlight.api.responses`.
+Requests are validated here (pydantic) by the gateway's request preparation before
+anything else happens; every failure becomes a 400 naming the field (``param``). A body
+with any field outside this subset never reaches these models whole: vLLM's own OpenAI
+layer serves it, and only its routed view (:func:`firstlight.api.extended.routed_view`)
+is validated here; so no field is ever silently dropped. Responses are plain dicts
+built by :mod:`firstlight.api.responses`.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def _is_unicode(text: str) -> bool:
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class TextPart(_Body):
@@ -104,8 +105,6 @@ class _Sampling(_Body):
     stop: str | Annotated[list[str], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    n: Annotated[int, Field(ge=1, le=1)] = 1
-    """Only one choice per request is served."""
     user: str | None = None
 
     def stop_sequences(self) -> tuple[str, ...]:
@@ -125,8 +124,6 @@ class ChatCompletionRequest(_Sampling):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_tokens: Annotated[int | None, Field(ge=1)] = None
     max_completion_tokens: Annotated[int | None, Field(ge=1)] = None
-    logprobs: Literal[False] | None = None
-    tools: Annotated[list[object], Field(max_length=0)] | None = None
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -139,9 +136,6 @@ class CompletionRequest(_Sampling):
 
     prompt: str | Annotated[list[int], Field(min_length=1)]
     max_tokens: Annotated[int | None, Field(ge=1)] = 16
-    echo: Literal[False] = False
-    logprobs: None = None
-    suffix: None = None
 
     @model_validator(mode="after")
     def _prompt_not_empty(self) -> CompletionRequest:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 
-from firstlight.engine.protocol import GenerationChunk
+from firstlight.engine.protocol import GenerationChunk, RenderedChunk
 from firstlight.errors import (
     ApiError,
     BadRequestError,
@@ -30,19 +30,21 @@ __all__ = [
     "cause",
     "first_chunk",
     "next_chunk",
+    "next_rendered",
 ]
 
 _log = logging.getLogger(__name__)
 
-Stream = AsyncIterator[ServedBy | GenerationChunk]
-"""What a replica yields: a :class:`ServedBy`, then the chunks."""
+Stream = AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]
+"""What a replica yields: a :class:`ServedBy`, then the chunks (``RenderedChunk`` for a
+request vLLM's OpenAI layer serves, ``GenerationChunk`` otherwise)."""
 
 
 class ReplicaFailedError(Exception):
     """The local attempt failed before any output (replica died, engine dead)."""
 
 
-async def first_chunk(chunks: Stream) -> tuple[str, GenerationChunk]:
+async def first_chunk(chunks: Stream) -> tuple[str, GenerationChunk | RenderedChunk]:
     """The serving replica's id and the first output chunk."""
     served_by = "unknown"
     try:
@@ -51,13 +53,13 @@ async def first_chunk(chunks: Stream) -> tuple[str, GenerationChunk]:
             served_by = first.replica_id
             first = await anext(chunks, None)
     except InvalidRequestError as exc:
-        raise BadRequestError(str(exc)) from exc
+        raise BadRequestError(str(exc), param=exc.param) from exc
     except Exception as exc:
         inner = cause(exc)
         if isinstance(inner, InvalidRequestError):
-            raise BadRequestError(str(inner)) from exc
+            raise BadRequestError(str(inner), param=inner.param) from exc
         raise ReplicaFailedError(f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(first, GenerationChunk):
+    if not isinstance(first, GenerationChunk | RenderedChunk):
         raise ReplicaFailedError("the replica ended the stream without output")
     return served_by, first
 
@@ -66,6 +68,14 @@ async def next_chunk(chunks: Stream) -> GenerationChunk | None:
     """The next output chunk; ``None`` at the end of the stream."""
     async for item in chunks:
         if isinstance(item, GenerationChunk):
+            return item
+    return None
+
+
+async def next_rendered(chunks: Stream) -> RenderedChunk | None:
+    """The next chunk vLLM's OpenAI layer rendered; ``None`` at the end of the stream."""
+    async for item in chunks:
+        if isinstance(item, RenderedChunk):
             return item
     return None
 
@@ -81,6 +91,8 @@ def as_api_error(exc: BaseException) -> ApiError:
     inner = cause(exc)
     if isinstance(inner, ApiError):
         return inner
+    if isinstance(inner, InvalidRequestError):
+        return BadRequestError(str(inner), param=inner.param)
     if isinstance(inner, EngineDeadError):
         return NoCapacityError(f"the replica failed mid-request: {inner}")
     return NoCapacityError(f"the request failed mid-stream: {type(inner).__name__}")

@@ -115,6 +115,12 @@ class ModelConfig(Section):
     """KV-cache size per replica in GiB; ``null`` keeps the engine's default."""
     speculative: SpeculativeConfig | None = None
     """Speculative decoding settings; ``null`` turns it off."""
+    tool_call_parser: Annotated[str | None, Field(pattern=r"^[a-z0-9_]{1,64}$")] = None
+    """vLLM's tool-call parser for this model's chat template (``hermes``,
+    ``llama3_json``, ``mistral``, ...): turns on ``tool_choice`` ``auto``, ``required``
+    and a named function, as vLLM's ``--enable-auto-tool-choice --tool-call-parser``.
+    ``null``: requests with ``tools`` get vLLM's own answer without a parser. Ignored by
+    ``sim``."""
     replicas: Annotated[int, Field(ge=1, le=1024)] = 1
     """Replicas of this model in each region."""
     resources: ResourcesConfig = ResourcesConfig()

@@ -13,13 +13,17 @@ GPU) and :mod:`firstlight.engine.sim` (the simulator). Who calls what, how often
 * :meth:`Engine.cache_events` — one long-lived consumer (the replica's hint publisher):
   prefix-cache blocks stored and removed, in hint form (:func:`firstlight.prefix.to_hint`).
 * :meth:`Engine.shutdown` — once, when the replica drains.
+
+Engines that also serve OpenAI requests through vLLM's own OpenAI layer implement
+:class:`OpenAIServing` (the replica calls :meth:`OpenAIServing.openai` once per request
+that uses a field outside the gateway's own subset, :mod:`firstlight.api.extended`).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from firstlight.errors import InvalidRequestError, PromptTooLongError
 
@@ -30,6 +34,9 @@ __all__ = [
     "FinishReason",
     "GenerationChunk",
     "GenerationRequest",
+    "OpenAICall",
+    "OpenAIServing",
+    "RenderedChunk",
     "SamplingSettings",
     "Usage",
     "check_request",
@@ -47,6 +54,10 @@ class SamplingSettings:
     top_p: float = 1.0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    defaulted: tuple[str, ...] = ()
+    """Of ``temperature`` and ``top_p``, those the client did not send: an engine that
+    knows the model's own generation defaults (vLLM reads ``generation_config.json``, as
+    its server does) uses those instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +95,34 @@ class GenerationChunk:
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
     """Set on the final chunk only."""
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAICall:
+    """A request the engine's own OpenAI layer serves: the client's JSON body as the
+    gateway received it (already checked for the fields the gateway routes on)."""
+
+    request_id: str
+    kind: Literal["chat", "text"]
+    body: bytes
+    cache_salt: str | None = None
+    """Per-tenant salt of the prefix cache; it replaces any ``cache_salt`` in the body."""
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedChunk:
+    """Response bytes rendered by the engine's OpenAI layer.
+
+    A streamed request yields its server-sent events as they come (the first one with
+    the first token); a JSON request yields one empty chunk when its first token exists
+    (so the gateway can time it and route on it), then one chunk with the whole body.
+    """
+
+    request_id: str
+    data: bytes
+    finished: bool = False
+    usage: Usage | None = None
+    """Set on the final chunk when the engine reported usage."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +192,18 @@ class Engine(Protocol):
 
     async def shutdown(self) -> None:
         """Stop the engine; pending requests end with ``EngineDeadError``."""
+        ...
+
+
+@runtime_checkable
+class OpenAIServing(Protocol):
+    """An engine that also serves whole OpenAI requests (vLLM's OpenAI layer)."""
+
+    def openai(self, call: OpenAICall) -> AsyncIterator[RenderedChunk]:
+        """Serve ``call`` as vLLM's OpenAI server would. Raises
+        :class:`~firstlight.errors.InvalidRequestError` (with ``param``) before any
+        chunk for a field vLLM does not know or a value it refuses, and
+        :class:`~firstlight.errors.EngineDeadError` if the engine dies."""
         ...
 
 

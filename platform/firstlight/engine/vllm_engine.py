@@ -15,6 +15,7 @@ the ~40 s an engine takes to load on a CPU); then used through the
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import tempfile
@@ -42,9 +43,12 @@ from firstlight.engine.protocol import (
     FinishReason,
     GenerationChunk,
     GenerationRequest,
+    OpenAICall,
+    RenderedChunk,
     Usage,
     check_request,
 )
+from firstlight.engine.vllm_openai import VllmOpenAI
 from firstlight.errors import (
     EngineDeadError,
     EngineError,
@@ -142,11 +146,23 @@ class VllmEngine:
     simulated = False
 
     def __init__(
-        self, llm: Any, model: ModelConfig, events: zmq.asyncio.Socket, recorder: _StatsRecorder
+        self,
+        llm: Any,
+        model: ModelConfig,
+        events: zmq.asyncio.Socket,
+        recorder: _StatsRecorder,
+        model_dir: Path | None = None,
     ) -> None:
         self.model_name = model.name
+        self._model = model
+        self._model_dir = model_dir
+        self._openai: VllmOpenAI | None = None
+        self._openai_lock = asyncio.Lock()
         self._llm = llm
         self._max_model_len = model.max_model_len
+        # The model's own sampling defaults (generation_config.json), applied as vLLM's
+        # server applies them: to what the request left out.
+        self._generation_defaults = _generation_defaults(llm)
         self._events = events
         self._recorder = recorder
         self._pending_prefill: dict[str, int] = {}
@@ -248,7 +264,7 @@ class VllmEngine:
             if isinstance(exc, Exception):
                 raise EngineError(f"vLLM could not start model {model.name!r}: {exc}") from exc
             raise
-        return cls(llm, model, events, recorder)
+        return cls(llm, model, events, recorder, model_dir)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Stream the request; see :class:`~firstlight.engine.protocol.Engine`."""
@@ -262,13 +278,15 @@ class VllmEngine:
         if self._llm is None:
             raise EngineDeadError(f"the engine for {self.model_name!r} was shut down")
         s = request.sampling
+        chosen: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p}
+        for name in s.defaulted:
+            chosen.pop(name, None)
         params = SamplingParams(
             max_tokens=s.max_tokens,
-            temperature=s.temperature,
-            top_p=s.top_p,
             seed=s.seed,
             stop=list(s.stop) or None,
             output_kind=RequestOutputKind.DELTA,
+            **(self._generation_defaults | chosen),
         )
         prompt: dict[str, Any] = {"prompt_token_ids": list(request.prompt_token_ids)}
         if request.cache_salt:
@@ -301,6 +319,24 @@ class VllmEngine:
             raise EngineError(f"vLLM failed request {rid!r}: {exc}") from exc
         finally:
             self._pending_prefill.pop(rid, None)
+
+    async def openai(self, call: OpenAICall) -> AsyncIterator[RenderedChunk]:
+        """Serve ``call`` through vLLM's own OpenAI layer
+        (:class:`~firstlight.engine.protocol.OpenAIServing`); the layer is built on the
+        first such request."""
+        if self._llm is None:
+            raise EngineDeadError(f"the engine for {self.model_name!r} was shut down")
+        async with self._openai_lock:
+            if self._openai is None:
+                model_dir = self._model_dir or Path(self.model_name)
+                self._openai = await VllmOpenAI.create(self._llm, self._model, model_dir)
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmDeadError
+
+        try:
+            async for chunk in self._openai.serve(call):
+                yield chunk
+        except VllmDeadError as exc:
+            raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
 
     async def abort(self, request_id: str) -> None:
         """Abort the request in vLLM (its stream ends with ``finish_reason="abort"``)."""
@@ -363,6 +399,19 @@ class VllmEngine:
             llm.shutdown = _nothing_to_do
         self._events.close(linger=0)
         self._events.context.term()
+
+
+_SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def _generation_defaults(llm: Any) -> dict[str, Any]:
+    """The sampling fields of the model's ``generation_config`` that differ from vLLM's
+    own defaults (``ModelConfig.get_diff_sampling_param``), for the gateway's path."""
+    model_config = getattr(llm, "model_config", None)
+    if model_config is None or not hasattr(model_config, "get_diff_sampling_param"):
+        return {}
+    diff = model_config.get_diff_sampling_param()
+    return {k: v for k, v in diff.items() if k in _SAMPLING_DEFAULTS}
 
 
 def _nothing_to_do(*_args: object, **_kwargs: object) -> None:

@@ -25,7 +25,7 @@ from firstlight.api.limits import KeyLimits
 from firstlight.api.prompts import build_encoder
 from firstlight.api.routes import build_fastapi
 from firstlight.config import PlatformConfig
-from firstlight.engine.protocol import GenerationChunk, GenerationRequest
+from firstlight.engine.protocol import GenerationChunk, GenerationRequest, OpenAICall, RenderedChunk
 from firstlight.errors import FirstlightError
 from firstlight.hints._redis import redis_client
 from firstlight.region.state import RouterState, ServedBy, router_state
@@ -160,10 +160,10 @@ class Gateway:
     async def stream(
         self,
         model: str,
-        request: GenerationRequest,
+        request: GenerationRequest | OpenAICall,
         routing: RequestView,
         trace_context: dict[str, str],
-    ) -> AsyncIterator[ServedBy | GenerationChunk]:
+    ) -> AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]:
         handle = self._handles[model].options(stream=True)
         response: Any = handle.generate.remote(
             request, routing=routing, trace_context=trace_context

@@ -6,7 +6,9 @@ through a deployment handle by the gateway, via the
 
 * :meth:`generate` — once per request, streaming: yields ``GenerationChunk``s (chunks the
   engine produced while the previous item was in flight leave merged, as one Ray stream
-  item: :func:`~firstlight.engine.coalesce.coalesce`). The
+  item: :func:`~firstlight.engine.coalesce.coalesce`), or, for an
+  :class:`~firstlight.engine.protocol.OpenAICall` (a request using fields beyond the
+  gateway's own subset), the ``RenderedChunk``s of vLLM's own OpenAI layer. The
   gateway passes the tokenized request and, as ``routing``, the request's
   :class:`~firstlight.routing.RequestView` (which the router read to choose us), and as
   ``trace_context`` the W3C trace context of its route span (the replica's and the
@@ -36,8 +38,15 @@ from opentelemetry import trace
 
 from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.coalesce import coalesce
-from firstlight.engine.protocol import Engine, GenerationChunk, GenerationRequest
-from firstlight.errors import EngineDeadError, HintsError, StaleEpochError
+from firstlight.engine.protocol import (
+    Engine,
+    GenerationChunk,
+    GenerationRequest,
+    OpenAICall,
+    OpenAIServing,
+    RenderedChunk,
+)
+from firstlight.errors import EngineDeadError, HintsError, InvalidRequestError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
@@ -97,15 +106,27 @@ class ModelServer:
 
     async def generate(
         self,
-        request: GenerationRequest,
+        request: GenerationRequest | OpenAICall,
         routing: RequestView | None = None,
         trace_context: dict[str, str] | None = None,
-    ) -> AsyncIterator[ServedBy | GenerationChunk]:
+    ) -> AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]:
         """Stream ``request``'s output, after a :class:`ServedBy` naming this replica.
         Raises ``InvalidRequestError`` (incl.
         ``PromptTooLongError``) before the first chunk and ``EngineDeadError`` when the
         engine dies; the gateway maps both to HTTP statuses."""
         self._ensure_tasks()
+        chunks: AsyncIterator[GenerationChunk | RenderedChunk]
+        if isinstance(request, OpenAICall):
+            if not isinstance(self._engine, OpenAIServing):
+                raise InvalidRequestError(
+                    f"the {self._model.engine} engine of {self._model.name!r} serves only "
+                    "the gateway's own request fields"
+                )
+            chunks = self._engine.openai(request)
+            input_tokens = routing.prompt_tokens if routing is not None else 0
+        else:
+            chunks = coalesce(self._engine.generate(request))
+            input_tokens = len(request.prompt_token_ids)
         self._inflight += 1
         first = True
         replica_span = self._tracer.start_span(
@@ -116,7 +137,7 @@ class ModelServer:
                 "firstlight.region": self._region,
                 "firstlight.replica": self._replica_id,
                 "gen_ai.request.model": self._model.name,
-                "gen_ai.usage.input_tokens": len(request.prompt_token_ids),
+                "gen_ai.usage.input_tokens": input_tokens,
             },
         )
         engine_span = self._tracer.start_span(
@@ -130,7 +151,7 @@ class ModelServer:
         started, output_tokens = time.monotonic(), 0
         try:
             yield ServedBy(self._replica_id)
-            async for chunk in coalesce(self._engine.generate(request)):
+            async for chunk in chunks:
                 if first:
                     engine_span.add_event("first_token")
                     engine_span.set_attribute(
@@ -139,7 +160,10 @@ class ModelServer:
                     if routing is not None and self._hints_enabled:
                         self._announce.update(routing.block_hashes)
                 first = False
-                output_tokens += len(chunk.token_ids)
+                if isinstance(chunk, GenerationChunk):
+                    output_tokens += len(chunk.token_ids)
+                elif chunk.usage is not None:
+                    output_tokens = chunk.usage.completion_tokens
                 yield chunk
         except (GeneratorExit, asyncio.CancelledError):
             # The gateway closed the stream (client gone, or done reading): not a failure.

@@ -1,0 +1,82 @@
+"""Request preparation (``firstlight.api.prepare``): which path a request takes, what
+the engine is told the client left out, and the refusals that name their field."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from firstlight.api.prepare import RequestPreparer
+from firstlight.api.prompts import SimPromptEncoder
+from firstlight.config import parse_config
+from firstlight.engine.vllm_engine import _generation_defaults
+from firstlight.errors import BadRequestError
+from firstlight.prefix import HashScheme
+
+CONFIG = parse_config(
+    {"mode": "local", "models": [{"name": "sim-m", "engine": "sim"}, {"name": "real-m"}]}, "test"
+)
+
+
+def _preparer() -> RequestPreparer:
+    models = {m.name: m for m in CONFIG.models}
+    return RequestPreparer(
+        CONFIG,
+        {name: SimPromptEncoder() for name in models},
+        {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
+    )
+
+
+def _body(model: str, **fields: Any) -> bytes:
+    return json.dumps(
+        {"model": model, "messages": [{"role": "user", "content": "hi"}], **fields}
+    ).encode()
+
+
+def test_a_request_in_the_subset_is_the_gateways_own() -> None:
+    prepared = _preparer().prepare("chat", _body("real-m", temperature=0.5))
+    assert prepared.openai is None
+    assert prepared.generation.sampling.temperature == 0.5
+    assert prepared.generation.sampling.defaulted == ("top_p",)
+
+
+def test_a_request_beyond_the_subset_carries_the_clients_body_to_vllms_layer() -> None:
+    body = _body("real-m", logprobs=True, top_logprobs=2, max_tokens=5, stream=True)
+    prepared = _preparer().prepare("chat", body, cache_salt="tenant-a")
+    assert prepared.openai is not None
+    assert prepared.openai.body == body
+    assert prepared.openai.cache_salt == "tenant-a"
+    assert prepared.openai.request_id == prepared.generation.request_id
+    assert prepared.stream
+    # Still routed on what the gateway parses: the prompt's tokens and hashes.
+    assert prepared.routing.prompt_tokens == len(prepared.generation.prompt_token_ids) > 0
+    assert prepared.generation.sampling.max_tokens == 5
+
+
+def test_limits_still_apply_to_a_request_for_vllms_layer() -> None:
+    with pytest.raises(BadRequestError) as caught:
+        _preparer().prepare("chat", _body("real-m", logprobs=True, max_tokens=10**6))
+    assert caught.value.code == "context_length_exceeded"
+
+
+def test_a_simulated_model_refuses_the_first_field_beyond_the_subset() -> None:
+    with pytest.raises(BadRequestError) as caught:
+        _preparer().prepare("chat", _body("sim-m", top_k=5, logprobs=True))
+    assert caught.value.param == "top_k"
+
+
+@pytest.mark.parametrize(
+    ("diff", "expected"),
+    [
+        ({}, {}),
+        ({"temperature": 0.6, "top_k": 20, "max_tokens": 512}, {"temperature": 0.6, "top_k": 20}),
+    ],
+)
+def test_the_models_generation_defaults_are_its_sampling_fields(
+    diff: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    llm = SimpleNamespace(model_config=SimpleNamespace(get_diff_sampling_param=lambda: diff))
+    assert _generation_defaults(llm) == expected
