@@ -384,6 +384,7 @@ def bench_live(
 _TOOLS = {
     "decision": "Decision time of the routing policies, and hint-mirror memory.",
     "engine": "Engine: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.",
+    "features": "Which OpenAI / vLLM request features each server accepts and honours.",
     "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
     "quantization": "bf16 vs INT8 W8A8 on the same engine.",
     "route-share": "How fast one gateway's routes reach another over Redis, and the cost.",

@@ -65,9 +65,10 @@ from firstlight_bench.peers_report import (
 from firstlight_bench.results import cpu_model, git_commit
 from firstlight_bench.suite import rewrite_sections, store_section
 
-__all__ = ["main"]
+__all__ = ["MODEL", "OpenAIArm", "main", "platform_config", "ray_arms", "vllm_server"]
 
-_MODEL = "SmolLM2-135M-Instruct"
+MODEL = "SmolLM2-135M-Instruct"
+"""The served model name every arm answers to (also used by ``firstlight bench features``)."""
 _REGION = "peers"
 _RAY_LLM_APP = "ray-serve-llm"
 _START_TIMEOUT_S = 600.0
@@ -86,6 +87,8 @@ class OpenAIArm:
     def __init__(self, base_url: str, model: str) -> None:
         import openai
 
+        self.base_url = base_url
+        """The endpoint's OpenAI base URL (``.../v1``)."""
         self._openai = openai
         self._client = openai.AsyncOpenAI(
             base_url=base_url, api_key="peers", max_retries=0, timeout=_REQUEST_TIMEOUT_S
@@ -149,13 +152,17 @@ class EngineArm:
         return Sample((first - start) * 1000, (end - start) * 1000, tokens)
 
 
-def _platform_config(port: int, cache_dir: Path | None, stream_interval: int) -> PlatformConfig:
+def platform_config(port: int, cache_dir: Path | None, stream_interval: int) -> PlatformConfig:
+    """The one-region local platform every arm is configured from: the default model on
+    vLLM (float32, eager, block size 32, prefix caching, 1 GiB of KV cache, one replica),
+    the gateway on ``127.0.0.1:port``, auth off. Called by :func:`main`'s run and by
+    ``firstlight bench features``; raises ``ConfigError`` for a bad ``cache_dir``."""
     data: dict[str, Any] = {
         "mode": "local",
         "regions": [{"name": _REGION, "peers": []}],
         "models": [
             {
-                "name": _MODEL,
+                "name": MODEL,
                 "source": "default",
                 "engine": "vllm",
                 "dtype": "float32",
@@ -195,22 +202,27 @@ def _wait_http(url: str, what: str, process: subprocess.Popen[bytes] | None, log
 
 
 @contextlib.contextmanager
-def _vllm_server(
-    model_dir: Path, model: ModelConfig, dtype: str, logs: Path
+def vllm_server(
+    model_dir: Path, model: ModelConfig, dtype: str, logs: Path, extra_args: Sequence[str] = ()
 ) -> Iterator[OpenAIArm]:
+    """A raw vLLM OpenAI server (``python -m vllm.entrypoints.openai.api_server``) on
+    ``model_dir`` in a subprocess, with ``extra_args`` appended to its command line; its
+    log is ``logs/vllm-server.log``. Yields its arm once ``/health`` answers, terminates it
+    on exit; raises ``RuntimeError`` when it does not start. Used by :func:`main`'s run
+    and by ``firstlight bench features`` (which adds tool-call options)."""
     port = free_port()
     log = logs / "vllm-server.log"
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    command += ["--model", str(model_dir), "--served-model-name", _MODEL, "--dtype", dtype]
+    command += ["--model", str(model_dir), "--served-model-name", MODEL, "--dtype", dtype]
     command += ["--max-model-len", "2048", "--block-size", "32", "--enforce-eager"]
     command += ["--enable-prefix-caching", "--host", "127.0.0.1", "--port", str(port)]
-    command += ["--stream-interval", str(model.stream_interval_tokens)]
+    command += ["--stream-interval", str(model.stream_interval_tokens), *extra_args]
     env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         _wait_http(f"http://127.0.0.1:{port}/health", "the raw vLLM server", process, log)
-        yield OpenAIArm(f"http://127.0.0.1:{port}/v1", _MODEL)
+        yield OpenAIArm(f"http://127.0.0.1:{port}/v1", MODEL)
     finally:
         process.terminate()
         try:
@@ -225,7 +237,7 @@ def _ray_serve_llm_app(model_dir: Path, model: ModelConfig, dtype: str) -> Any:
     from ray.serve.llm.request_router import PrefixCacheAffinityRouter
 
     config = LLMConfig(
-        model_loading_config={"model_id": _MODEL, "model_source": str(model_dir)},
+        model_loading_config={"model_id": MODEL, "model_source": str(model_dir)},
         accelerator_config={"kind": "cpu"},
         engine_kwargs={
             "dtype": dtype,
@@ -245,8 +257,12 @@ def _ray_serve_llm_app(model_dir: Path, model: ModelConfig, dtype: str) -> Any:
 
 
 @contextlib.contextmanager
-def _ray_arms(config: PlatformConfig, model_dir: Path, dtype: str, wanted: Sequence[str],
-              logs: Path) -> Iterator[dict[str, OpenAIArm]]:  # fmt: skip
+def ray_arms(config: PlatformConfig, model_dir: Path, dtype: str, wanted: Sequence[str],
+             logs: Path) -> Iterator[dict[str, OpenAIArm]]:  # fmt: skip
+    """The Ray arms among ``wanted`` (``ray_serve_llm``, ``firstlight``) in one local Ray
+    cluster that this starts and shuts down on exit; yields them by name once each
+    answers. Used by :func:`main`'s run and by ``firstlight bench features``; raises
+    ``StartupError`` or ``RuntimeError`` when an arm does not start."""
     import ray
     from ray import serve
     from ray.serve.api import RunTarget
@@ -269,11 +285,11 @@ def _ray_arms(config: PlatformConfig, model_dir: Path, dtype: str, wanted: Seque
             serve.run_many([target], wait_for_applications_running=False)
         if "firstlight" in wanted:
             running = start_local(config, timeout_s=_START_TIMEOUT_S)
-            arms["firstlight"] = OpenAIArm(f"{running.endpoints[_REGION]}/v1", _MODEL)
+            arms["firstlight"] = OpenAIArm(f"{running.endpoints[_REGION]}/v1", MODEL)
         if "ray_serve_llm" in wanted:
             base = f"http://127.0.0.1:{port}/{_RAY_LLM_APP}"
             _wait_http(f"{base}/v1/models", "Ray Serve LLM", None, logs / "none")
-            arms["ray_serve_llm"] = OpenAIArm(f"{base}/v1", _MODEL)
+            arms["ray_serve_llm"] = OpenAIArm(f"{base}/v1", MODEL)
         yield arms
     finally:
         with contextlib.suppress(Exception):
@@ -357,7 +373,7 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
     from firstlight.engine.capabilities import detect_cpu_features, detect_device, engine_dtype
     from firstlight.serve.model_server import build_engine
 
-    config = _platform_config(free_port(), args.cache_dir, args.stream_interval)
+    config = platform_config(free_port(), args.cache_dir, args.stream_interval)
     model: ModelConfig = config.models[0]
     model_dir = config.model_dir(model)
     if not (model_dir / "config.json").is_file():
@@ -373,11 +389,11 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
         contextlib.ExitStack() as stack,
     ):
         if "vllm_server" in wanted:
-            server = _vllm_server(model_dir, model, dtype, Path(logs))
+            server = vllm_server(model_dir, model, dtype, Path(logs))
             arms["vllm_server"] = stack.enter_context(server)
         if {"ray_serve_llm", "firstlight"} & set(wanted):
-            ray_arms = stack.enter_context(_ray_arms(config, model_dir, dtype, wanted, Path(logs)))
-            arms.update(ray_arms)
+            started = stack.enter_context(ray_arms(config, model_dir, dtype, wanted, Path(logs)))
+            arms.update(started)
         engine = None
         if "engine" in wanted:
             engine = build_engine(config, model)

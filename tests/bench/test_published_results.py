@@ -19,7 +19,7 @@ RUNS = sorted(
     for p in BENCHMARKS.glob(pattern)
     # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
     if p.parent.name not in ("decision", "route-share")
-    and not p.parent.name.startswith(("serving-", "peers-", "engine-"))
+    and not p.parent.name.startswith(("serving-", "peers-", "engine-", "features-"))
 )
 
 
