@@ -102,7 +102,7 @@ def _arms(
     config = platform_config(free_port(), cache_dir, 1)
     # The same tool-call parser as the raw server's --tool-call-parser (_TOOL_CALL_ARGS).
     model = config.models[0].model_copy(update={"tool_call_parser": _TOOL_CALL_ARGS[-1]})
-    config = config.model_copy(update={"models": [model]})
+    config = config.model_copy(update={"models": (model,)})
     model_dir = config.model_dir(model)
     if not (model_dir / "config.json").is_file():
         raise SystemExit(

@@ -47,6 +47,7 @@ from firstlight_bench.features_report import (
     ServerFeatures,
     markers,
     render_markdown,
+    render_stored,
 )
 from tests.conftest import VENV_BIN, Prepared
 
@@ -333,12 +334,24 @@ def test_tables_only_rewrites_the_section_from_the_stored_report(tmp_path: Path)
     )
 
 
-def test_the_api_page_has_its_features_section() -> None:
+def test_the_api_page_shows_the_stored_run() -> None:
     text = (REPO / "docs" / "api.md").read_text()
     assert text.startswith("# The OpenAI API\n")
     assert "\n## Features side by side\n" in text
-    begin, end = markers("features-vllm-cpu")
-    assert text.index(begin) < text.index(end)
+    stored = json.loads((REPO / "docs/benchmarks/features-vllm-cpu/results.json").read_text())
+    assert render_stored(stored, "features-vllm-cpu") in text, (
+        "docs/api.md is stale: firstlight bench features --tables-only --page docs/api.md"
+    )
+
+
+def test_firstlight_honours_every_feature_the_raw_vllm_server_honours() -> None:
+    # The goal, held to the stored run (simulated nothing: the real model).
+    stored = FeaturesReport.from_json(
+        json.loads((REPO / "docs/benchmarks/features-vllm-cpu/results.json").read_text())
+    )
+    servers = {s.server: {r.feature: r for r in s.results} for s in stored.servers}
+    raw, ours = servers["vllm_server"], servers["firstlight"]
+    assert {f for f, r in raw.items() if r.honoured} <= {f for f, r in ours.items() if r.honoured}
 
 
 @pytest.mark.parametrize(
