@@ -291,3 +291,26 @@ def test_chart_versions_follow_the_package_and_the_image() -> None:
     assert base_versions == {load_values(CHART_DIR / "values.yaml")["rayCluster"]["rayVersion"]}
     head = render().one("RayService")["spec"]["rayClusterConfig"]["headGroupSpec"]
     assert head["template"]["spec"]["containers"][0]["image"].endswith(f":{chart['appVersion']}")
+
+
+def test_every_example_model_fits_a_worker_group_with_one_gpu_per_shard() -> None:
+    # A 70B model that reserves four GPUs must also be split across them (and vice
+    # versa): the config's check, and each GPU replica must fit one node of the cluster.
+    from firstlight.config import ModelConfig
+
+    defaults = yaml.safe_load((CHART_DIR / "values.yaml").read_text())
+    checked = 0
+    for path in EXAMPLES:
+        values = load_values(path)
+        cluster = values.get("rayCluster", {})
+        groups = cluster.get("workerGroups", defaults["rayCluster"]["workerGroups"])
+        for raw in values.get("models", []):
+            model = ModelConfig.model_validate(raw)
+            shards = model.vllm.tensor_parallel_size * model.vllm.pipeline_parallel_size
+            if model.resources.num_gpus >= 1:
+                assert model.resources.num_gpus == shards, (path.name, model.name)
+                assert any(g.get("gpus", 0) >= model.resources.num_gpus for g in groups), (
+                    f"{path.name}: {model.name} needs {model.resources.num_gpus} GPUs on a node"
+                )
+                checked += 1
+    assert checked >= 2  # the two-models example's GPU models at least

@@ -440,3 +440,36 @@ def test_the_summary_publishes_the_best_replicas_wait_and_the_mean_over_all() ->
     assert summary.mean_wait_ms == pytest.approx(5.0 + (0 + 100 + 500) / 3)
     assert summary.prefill_ms_per_token == pytest.approx(1.0)
     assert summary.hot_blocks == frozenset({7})
+
+
+def test_a_replica_added_by_autoscaling_takes_its_share_of_a_burst_not_all_of_it() -> None:
+    # Serve adds a replica while one is busy: the router must not send the whole burst
+    # to the newcomer (it looks idle until its own stats arrive); each pick reserves its
+    # prefill, so the predicted waits meet and the burst splits.
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, old=3200)
+    state.set_replicas({"old": _replica("old", 3200), "new": _replica("new")})
+    picks = []
+    for index in range(12):
+        request = _request(f"b{index}", prompt_tokens=640)
+        decision = _decide(state, request)
+        state.record_routed(request.request_id, decision.winner.replica_id)
+        picks.append(decision.winner.replica_id)
+    # 3,200 queued tokens are five requests' worth: the newcomer takes the first five
+    # or so, then they alternate.
+    assert picks[:4] == ["new"] * 4
+    assert 7 <= picks.count("new") <= 10
+    assert "old" in picks[5:]
+
+
+def test_a_replica_removed_by_autoscaling_loses_its_hints_and_routes() -> None:
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, a=0, b=0)
+    mirror = HintMirror(ttl_s=60.0, clock=clock)
+    state.cache = mirror
+    mirror.apply(BlockEvent("b", 1, stored=(1, 2, 3), removed=()))
+    assert mirror.drop_replica("b") == 3  # what the request router does on removal
+    state.set_replicas({"a": _replica("a")})
+    decision = _decide(state, _request(blocks=(1, 2, 3)))
+    assert [c.replica_id for c in decision.ranked] == ["a"]
+    assert decision.winner.cached_blocks == 0

@@ -31,6 +31,7 @@ from firstlight.config.model import (
     ModelConfig,
     ResourcesConfig,
     SpeculativeConfig,
+    VllmSettings,
 )
 from firstlight.config.sections import (
     ENV_PREFIX,
@@ -70,6 +71,7 @@ __all__ = [
     "SloConfig",
     "SpeculativeConfig",
     "TelemetryConfig",
+    "VllmSettings",
     "default_cache_dir",
     "load_config",
     "load_config_data",

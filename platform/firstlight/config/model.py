@@ -11,13 +11,16 @@ from firstlight.config._base import FieldValueError, Section
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
+    "AutoscalingSettings",
     "Dtype",
     "EngineName",
+    "KvCacheDtype",
     "ModelConfig",
     "Quantization",
     "ResourcesConfig",
     "SpeculativeConfig",
     "SpeculativeMethod",
+    "VllmSettings",
 ]
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -26,6 +29,7 @@ Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 """A model's weight and activation dtype (``auto``: the engine decides)."""
 Quantization = Literal["awq", "gptq", "fp8", "compressed-tensors", "bitsandbytes"]
 SpeculativeMethod = Literal["ngram", "draft_model", "eagle", "eagle3", "mtp"]
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
 
 
 class ResourcesConfig(Section):
@@ -65,6 +69,65 @@ class SpeculativeConfig(Section):
         if self.prompt_lookup_max is not None and self.method != "ngram":
             raise FieldValueError(
                 "prompt_lookup_max", self.prompt_lookup_max, "only valid for method 'ngram'"
+            )
+        return self
+
+
+class VllmSettings(Section):
+    """vLLM engine arguments beyond the model's own section, passed to ``AsyncEngineArgs``
+    by name; ``null`` keeps vLLM's default. Checked against the device before the engine
+    starts (:func:`firstlight.engine.capabilities.check_supported`)."""
+
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] = 1
+    """GPUs one replica's model is split across, layer by layer (vLLM's
+    ``tensor_parallel_size``). Above 1 the replica gets a Ray placement group of that
+    many GPU bundles and vLLM's Ray executor; ``resources.num_gpus`` must equal
+    ``tensor_parallel_size * pipeline_parallel_size``. GPU only."""
+    pipeline_parallel_size: Annotated[int, Field(ge=1, le=64)] = 1
+    """Pipeline stages per replica (vLLM's ``pipeline_parallel_size``). GPU only."""
+    gpu_memory_utilization: Annotated[float | None, Field(gt=0, le=1)] = None
+    """Fraction of each GPU's memory vLLM may use (weights, activations, KV cache);
+    ``null``: vLLM's 0.9. Ignored by ``kv_cache_gib``'s fixed size. GPU only."""
+    max_num_seqs: Annotated[int | None, Field(ge=1, le=65_536)] = None
+    """Most requests in one batch (vLLM's ``max_num_seqs``)."""
+    max_num_batched_tokens: Annotated[int | None, Field(ge=16, le=1_048_576)] = None
+    """Most tokens one engine step processes, prefill chunks included (vLLM's
+    ``max_num_batched_tokens``): lower bounds the decode stall a long prefill causes."""
+    enable_chunked_prefill: bool | None = None
+    """Split long prefills across steps so decodes keep flowing (vLLM's default: on)."""
+    kv_cache_dtype: KvCacheDtype = "auto"
+    """KV-cache element type; ``fp8`` halves its memory where the device supports it."""
+    trust_remote_code: bool = False
+    """Run the model folder's own Python code (models not built into vLLM). Only for
+    folders you trust: the code runs in every replica."""
+
+
+class AutoscalingSettings(Section):
+    """Ray Serve autoscaling of one model's replicas in each region, on requests in
+    flight per replica (Serve's ``autoscaling_config``); in Kubernetes the chart's KubeRay
+    autoscaler adds worker pods for the replicas Serve asks for."""
+
+    min_replicas: Annotated[int, Field(ge=1, le=1024)] = 1
+    """Fewest replicas. At least 1: the gateway routes only to running replicas, so a
+    model scaled to zero could not wake (it would fail over to a peer region, or 503)."""
+    max_replicas: Annotated[int, Field(ge=1, le=1024)] = 4
+    """Most replicas."""
+    target_ongoing_requests: Annotated[float, Field(gt=0, le=1024)] = 4.0
+    """Requests in flight per replica that Serve scales towards: with 10 in flight and
+    a target of 4, it asks for 3 replicas."""
+    upscale_delay_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    """How long the demand must stay above the target before a replica is added (a
+    vLLM replica takes tens of seconds to start)."""
+    downscale_delay_s: Annotated[float, Field(ge=0, le=86_400)] = 120.0
+    """How long the demand must stay below the target before a replica is removed."""
+
+    @model_validator(mode="after")
+    def _min_not_above_max(self) -> Self:
+        if self.min_replicas > self.max_replicas:
+            raise FieldValueError(
+                "min_replicas",
+                self.min_replicas,
+                f"must not exceed max_replicas ({self.max_replicas})",
             )
         return self
 
@@ -112,7 +175,10 @@ class ModelConfig(Section):
     """Skip graph compilation: much faster start-up (about 36 s instead of 120 s for the
     default model on a CPU) at some decode speed."""
     kv_cache_gib: Annotated[float | None, Field(gt=0, le=4096)] = None
-    """KV-cache size per replica in GiB; ``null`` keeps the engine's default."""
+    """KV-cache size per replica in GiB, on every device: on a GPU vLLM's
+    ``kv_cache_memory_bytes`` (its memory-utilization sizing is then not used), on the
+    CPU ``VLLM_CPU_KVCACHE_SPACE`` (whole GiB, rounded up). ``null`` keeps the engine's
+    default (on a GPU, what ``vllm.gpu_memory_utilization`` leaves)."""
     speculative: SpeculativeConfig | None = None
     """Speculative decoding settings; ``null`` turns it off."""
     tool_call_parser: Annotated[str | None, Field(pattern=r"^[a-z0-9_]{1,64}$")] = None
@@ -121,7 +187,41 @@ class ModelConfig(Section):
     and a named function, as vLLM's ``--enable-auto-tool-choice --tool-call-parser``.
     ``null``: requests with ``tools`` get vLLM's own answer without a parser. Ignored by
     ``sim``."""
+    vllm: VllmSettings = VllmSettings()
+    """Further vLLM engine arguments (parallelism, memory, batch limits, ...)."""
     replicas: Annotated[int, Field(ge=1, le=1024)] = 1
-    """Replicas of this model in each region."""
+    """Replicas of this model in each region; with ``autoscaling``, the number it starts
+    with (between ``autoscaling.min_replicas`` and ``max_replicas``)."""
+    autoscaling: AutoscalingSettings | None = None
+    """Scale replicas with the load (Ray Serve autoscaling); ``null``: a fixed
+    ``replicas`` count."""
     resources: ResourcesConfig = ResourcesConfig()
     """Resources reserved per replica."""
+
+    @model_validator(mode="after")
+    def _replicas_within_the_autoscaling_bounds(self) -> Self:
+        scaling = self.autoscaling
+        if (
+            scaling is not None
+            and not scaling.min_replicas <= self.replicas <= scaling.max_replicas
+        ):
+            raise FieldValueError(
+                "replicas",
+                self.replicas,
+                f"the starting count must lie between autoscaling.min_replicas "
+                f"({scaling.min_replicas}) and autoscaling.max_replicas ({scaling.max_replicas})",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _gpus_match_the_parallelism(self) -> Self:
+        parallel = self.vllm.tensor_parallel_size * self.vllm.pipeline_parallel_size
+        if self.engine == "vllm" and parallel > 1 and self.resources.num_gpus != parallel:
+            raise FieldValueError(
+                "resources.num_gpus",
+                self.resources.num_gpus,
+                f"must equal vllm.tensor_parallel_size * vllm.pipeline_parallel_size "
+                f"({self.vllm.tensor_parallel_size} * {self.vllm.pipeline_parallel_size} = "
+                f"{parallel}): one GPU per shard",
+            )
+        return self

@@ -102,8 +102,29 @@ def check_supported(model: ModelConfig, device: Device) -> None:
             f"block_size {model.block_size} is not supported on {device} "
             f"(it must be a multiple of {capability.block_size_multiple})"
         )
+    if device == "cpu":
+        problems += _gpu_only_settings(model)
     if problems:
         raise UnsupportedEngineConfigError(f"model {model.name!r}: " + "; ".join(problems))
+
+
+def _gpu_only_settings(model: ModelConfig) -> list[str]:
+    """The ``vllm`` settings a CPU replica cannot honour (vLLM-CPU would ignore or
+    misuse them): each named with its value."""
+    settings = model.vllm
+    problems = []
+    for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+        value = getattr(settings, name)
+        if value != 1:
+            problems.append(
+                f"vllm.{name} {value} is GPU only (a CPU replica runs the model in one process)"
+            )
+    if settings.gpu_memory_utilization is not None:
+        problems.append(
+            f"vllm.gpu_memory_utilization {settings.gpu_memory_utilization} is GPU only "
+            "(size a CPU replica's KV cache with kv_cache_gib)"
+        )
+    return problems
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,6 @@ the ~40 s an engine takes to load on a CPU); then used through the
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import tempfile
 import uuid
@@ -48,6 +47,7 @@ from firstlight.engine.protocol import (
     Usage,
     check_request,
 )
+from firstlight.engine.vllm_args import engine_arguments, engine_environment
 from firstlight.engine.vllm_openai import VllmOpenAI
 from firstlight.errors import (
     EngineDeadError,
@@ -204,49 +204,22 @@ class VllmEngine:
             if refuse_known_bad_dtype or model.dtype == "auto":
                 raise
             dtype = model.dtype
-        from vllm.config import KVEventsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
         # The engine core is a child process: it inherits these at spawn time. The seed
         # decides vLLM's first parent hash, so it must equal the gateway's.
         os.environ.update(scheme.engine_env())
-        if model.kv_cache_gib is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(model.kv_cache_gib)))
-        else:  # an earlier engine in this process must not decide this one's size
-            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+        for name, value in engine_environment(model, device).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         # vLLM binds its PUB socket only for wildcard or ipc endpoints (it connects to
         # any other tcp address), so a private ipc socket keeps events on this host.
         endpoint = f"ipc://{tempfile.gettempdir()}/firstlight-kv-{uuid.uuid4().hex}.sock"
-        speculative: dict[str, object] | None = None
-        if model.speculative is not None:
-            spec = model.speculative
-            speculative = {
-                "method": spec.method,
-                "num_speculative_tokens": spec.num_speculative_tokens,
-            }
-            if spec.draft_model is not None:
-                speculative["model"] = spec.draft_model
-            if spec.prompt_lookup_max is not None:
-                speculative["prompt_lookup_max"] = spec.prompt_lookup_max
-        engine_args = {
-            **scheme.engine_args(),
-            "enable_prefix_caching": model.enable_prefix_caching,
-        }
         args = AsyncEngineArgs(
-            model=str(model_dir),
-            served_model_name=model.name,
-            dtype=dtype,
-            quantization=model.quantization,
-            max_model_len=model.max_model_len,
-            enforce_eager=model.enforce_eager,
-            stream_interval=model.stream_interval_tokens,
-            disable_log_stats=False,
-            speculative_config=speculative,
-            kv_events_config=KVEventsConfig(
-                enable_kv_cache_events=True, publisher="zmq", endpoint=endpoint, topic="kv"
-            ),
-            **engine_args,
+            **engine_arguments(model, model_dir, scheme, dtype, device, endpoint)
         )
         recorder = _StatsRecorder()
         # Subscribe before the engine exists, so no event is published unseen.

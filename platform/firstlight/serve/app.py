@@ -27,6 +27,7 @@ from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing import build_policy
 from firstlight.serve.gateway_deployment import Gateway
 from firstlight.serve.model_server import ModelServer, hint_key_prefix
+from firstlight.serve.placement import replica_placement
 from firstlight.serve.request_router import FirstlightRequestRouter, router_kwargs
 
 __all__ = ["ROUTING_STATS_PERIOD_S", "build_app", "deployment_name", "region_app"]
@@ -65,19 +66,12 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
             hint_key_prefix=hint_key_prefix(config, region),
             share_routes=config.gateway.share_routes and config.gateway.replicas > 1,
         )
-        actor_options: dict[str, Any] = {
-            "num_cpus": model.resources.num_cpus,
-            "num_gpus": model.resources.num_gpus,
-        }
-        if model.resources.memory_gib is not None:
-            actor_options["memory"] = int(model.resources.memory_gib * 1024**3)
         deployment = _deployment(ModelServer).options(
             name=deployment_name(model),
-            num_replicas=model.replicas,
             max_ongoing_requests=MAX_ONGOING_REQUESTS,
-            ray_actor_options=actor_options,
             graceful_shutdown_timeout_s=30,
             request_router_config=_router_config(kwargs),
+            **replica_placement(model).deployment_options(),
         )
         handles[model.name] = deployment.bind(config_json, region, model.name, hints_enabled)
     gateway = _deployment(serve.ingress()(Gateway)).options(

@@ -85,6 +85,8 @@ class FirstlightRequestRouter(RequestRouter):
         )
         self._state = RouterState(region=region, model=model, policy=policy, clock=time.time)
         self._measured: set[str] = set()
+        self._mirror: HintMirror | None = None
+        self._present: set[str] = set()
         hints = kwargs.get("hints")
         if hints is not None:
             config = HintsConfig.model_validate(hints)
@@ -101,6 +103,7 @@ class FirstlightRequestRouter(RequestRouter):
             lambda: redis_client(hints), key_prefix, self._state.model, mirror
         )
         self._state.cache = mirror
+        self._mirror = mirror
 
         def status() -> str:
             s = subscriber.status
@@ -121,7 +124,19 @@ class FirstlightRequestRouter(RequestRouter):
         return self._state
 
     def update_replicas(self, replicas: list[RunningReplica]) -> None:
+        """Ray's replica set changed (a replica started, or was removed by autoscaling or
+        a failure): a removed replica's hints are dropped at once, not left to expire,
+        and its calibration is forgotten, so a replica that takes its place starts clean."""
         super().update_replicas(replicas)
+        present = {r.replica_id.unique_id for r in replicas}
+        for gone in self._present - present:
+            if self._mirror is not None:
+                dropped = self._mirror.drop_replica(gone)
+                _log.info(
+                    "replica %s left %s: %d hinted blocks dropped", gone, self._state.model, dropped
+                )
+            self._measured.discard(gone)
+        self._present = present
         self._refresh_views(replicas)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:

@@ -1,0 +1,296 @@
+"""Autoscaling under a load step: a model scales 1 → 2 replicas and back, and no request
+fails on the way.
+
+Run ``firstlight bench autoscale`` (``python -m firstlight_bench.autoscale``; options
+``--engine sim|vllm --step-clients 6 --before-s 20 --hold-s 20 --after-s 20
+--target-ongoing 2 --out FOLDER --page PAGE``). One local region (``start_local``) serves
+the default model with ``autoscaling`` (min 1, max 2 replicas, Serve's autoscaler on
+requests in flight); closed-loop clients (:class:`~firstlight_bench.steady.SteadyLoad`,
+every answer checked) run in three phases:
+
+* *before*: one client, for ``--before-s``;
+* *step*: ``--step-clients`` more clients until Serve runs a second replica, then for
+  ``--hold-s`` more;
+* *after*: the step's clients stopped, until Serve is back to one replica, then for
+  ``--after-s`` more.
+
+The replica count comes from Serve's own status, polled every half second. The report
+(``OUT/results.json`` with the command and commit) gives, per phase, the requests, the
+failed ones and TTFT p50/p95 of the streamed ones (clients alternate streamed and JSON
+requests; a JSON answer's time is the whole answer's), and when
+the second replica started and stopped. With ``--engine sim`` the replicas are simulated
+(the default model's CPU profile, in real time) and the report says so; the platform,
+Serve's autoscaler, the router and the drain are real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from firstlight._ports import free_port
+from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
+from firstlight.telemetry.rolling import percentile
+from firstlight_bench.engine import emit
+from firstlight_bench.results import cpu_model, git_commit, short_commit
+from firstlight_bench.steady import Answer, SteadyLoad
+from firstlight_bench.suite import replace_tables
+
+__all__ = ["AUTOSCALE_BEGIN", "AUTOSCALE_END", "PhaseSummary", "main", "render", "summarize"]
+
+AUTOSCALE_BEGIN = (
+    "<!-- autoscale:begin (generated from docs/benchmarks/autoscale/results.json; do not edit) -->"
+)
+AUTOSCALE_END = "<!-- autoscale:end -->"
+_REGION = "scale"
+PHASES = ("before", "step", "after")
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseSummary:
+    """What the clients saw in one phase (requests that started in it)."""
+
+    phase: str
+    requests: int
+    failed: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+
+
+def summarize(
+    answers: Sequence[Answer], bounds: dict[str, tuple[float, float]]
+) -> list[PhaseSummary]:
+    """Per phase of ``bounds`` (name → start and end in the answers' seconds), the
+    answers that started in it. Pure: called by :func:`main` and the tests."""
+    out = []
+    for phase in PHASES:
+        start, end = bounds[phase]
+        inside = [a for a in answers if start <= a.started_s < end]
+        # TTFT of the streamed requests (a JSON answer's time is the whole answer's).
+        ttfts = sorted(
+            a.ttft_s * 1000 for a in inside if a.stream and a.ttft_s is not None and not a.lost
+        )
+        out.append(
+            PhaseSummary(
+                phase,
+                len(inside),
+                sum(a.lost for a in inside),
+                percentile(ttfts, 0.50),
+                percentile(ttfts, 0.95),
+            )
+        )
+    return out
+
+
+def render(report: dict[str, Any]) -> str:
+    """The docs' tables of a stored report."""
+    label = (
+        "simulated replicas (the default model's CPU profile), real platform"
+        if report["simulated"]
+        else "vLLM-CPU replicas of the default model"
+    )
+    lines = [
+        AUTOSCALE_BEGIN,
+        "",
+        f"Measured at {short_commit(report['git_commit'])} "
+        f"(`{report['command']}`), {label}; {report['step_clients']} extra closed-loop clients "
+        f"in the step, `target_ongoing_requests` {report['target_ongoing']}.",
+        "",
+        "| phase | replicas | requests | failed | TTFT p50 (streamed) | TTFT p95 (streamed) |",
+        "|---|---|---|---|---|---|",
+    ]
+    replicas = {"before": "1", "step": "1 → 2", "after": "2 → 1"}
+    for p in report["phases"]:
+        p50 = "—" if p["ttft_p50_ms"] is None else f"{p['ttft_p50_ms']:.0f} ms"
+        p95 = "—" if p["ttft_p95_ms"] is None else f"{p['ttft_p95_ms']:.0f} ms"
+        lines.append(
+            f"| {p['phase']} | {replicas[p['phase']]} | {p['requests']} | {p['failed']} "
+            f"| {p50} | {p95} |"
+        )
+    up, down = report["scaled_up_after_s"], report["scaled_down_after_s"]
+    lines += [
+        "",
+        f"The second replica ran {_seconds(up)} after the step began and was gone "
+        f"{_seconds(down)} after it ended; {report['failed']} of {report['requests']} "
+        "requests failed.",
+        "",
+        AUTOSCALE_END,
+    ]
+    return "\n".join(lines)
+
+
+def _seconds(value: float | None) -> str:
+    return "never" if value is None else f"{value:.0f} s"
+
+
+def _config(engine: str, port: int, target: float, cache_dir: Path | None) -> PlatformConfig:
+    model: dict[str, Any] = {
+        "name": DEFAULT_MODEL_NAME,
+        "engine": engine,
+        "replicas": 1,
+        "autoscaling": {
+            "min_replicas": 1,
+            "max_replicas": 2,
+            "target_ongoing_requests": target,
+            "upscale_delay_s": 2.0,
+            "downscale_delay_s": 10.0,
+        },
+        "resources": {"num_cpus": 0},
+    }
+    if engine == "vllm":
+        model.update({"dtype": "float32", "kv_cache_gib": 1})
+    data: dict[str, Any] = {
+        "mode": "local",
+        "regions": [{"name": _REGION, "peers": []}],
+        "models": [model],
+        "auth": {"enabled": False},
+        "gateway": {"host": "127.0.0.1", "port": port},
+        "hints": {"key_prefix": "firstlight:autoscale:"},
+    }
+    if cache_dir is not None:
+        data["cache_dir"] = str(cache_dir)
+    return parse_config(data, "firstlight bench autoscale")
+
+
+def _running_replicas() -> int:
+    from ray import serve
+
+    status = serve.status()
+    app = status.applications.get(_REGION)
+    if app is None:
+        return 0
+    return sum(
+        count
+        for name, d in app.deployments.items()
+        if name != "gateway"
+        for state, count in d.replica_states.items()
+        if state == "RUNNING"  # Serve's ReplicaState is a str enum
+    )
+
+
+async def _until(
+    count: int, within_s: float, timeline: list[tuple[float, int]], clock: Callable[[], float]
+) -> float | None:
+    """Poll Serve until ``count`` replicas run; the seconds it took, ``None`` on time-out."""
+    started = time.monotonic()
+    while time.monotonic() - started < within_s:
+        running = await asyncio.to_thread(_running_replicas)
+        timeline.append((clock(), running))
+        if running == count:
+            return time.monotonic() - started
+        await asyncio.sleep(0.5)
+    return None
+
+
+async def _measure(args: argparse.Namespace, endpoint: str) -> dict[str, Any]:
+    base = SteadyLoad(endpoint, DEFAULT_MODEL_NAME, clients=1, max_tokens=args.max_tokens)
+    step = SteadyLoad(
+        endpoint, DEFAULT_MODEL_NAME, clients=args.step_clients, max_tokens=args.max_tokens
+    )
+    timeline: list[tuple[float, int]] = []
+    base.start()
+    await asyncio.sleep(args.before_s)
+    step_at = base.now_s()
+    step.start()
+    up = await _until(2, args.scale_timeout_s, timeline, base.now_s)
+    await asyncio.sleep(args.hold_s)
+    await step.stop()
+    after_at = base.now_s()
+    down = await _until(1, args.scale_timeout_s, timeline, base.now_s)
+    await asyncio.sleep(args.after_s)
+    answers = await base.stop()
+    end = base.now_s()
+    # The step's answers on the base load's time base.
+    shifted = [replace(a, started_s=a.started_s + step_at) for a in step.answers]
+    everything = [*answers, *shifted]
+    bounds = {"before": (0.0, step_at), "step": (step_at, after_at), "after": (after_at, end)}
+    phases = summarize(everything, bounds)
+    return {
+        "phases": [asdict(p) for p in phases],
+        "requests": len(everything),
+        "failed": sum(a.lost for a in everything),
+        "problems": sorted({a.problem for a in everything if a.problem is not None}),
+        "scaled_up_after_s": up,
+        "scaled_down_after_s": down,
+        "replica_timeline": timeline,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """``firstlight bench autoscale``; returns the report (``None`` with ``--tables-only``)."""
+    parser = argparse.ArgumentParser(prog="firstlight bench autoscale", description=__doc__)
+    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim")
+    parser.add_argument("--step-clients", type=int, default=6)
+    parser.add_argument("--target-ongoing", type=float, default=2.0)
+    parser.add_argument("--before-s", type=float, default=20.0)
+    parser.add_argument("--hold-s", type=float, default=20.0)
+    parser.add_argument("--after-s", type=float, default=20.0)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--scale-timeout-s", type=float, default=300.0)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--page", type=Path, default=None)
+    parser.add_argument("--tables-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.tables_only:
+        if args.page is None or args.out is None:
+            parser.error("--tables-only needs --out (the stored report) and --page")
+        _rewrite(args.page, _read(args.out))
+        return None
+    if args.step_clients < 1:
+        parser.error(f"--step-clients {args.step_clients}: at least 1")
+    import ray
+
+    from firstlight.serve.local_mode import start_local, stop_local
+
+    config = _config(args.engine, free_port(), args.target_ongoing, args.cache_dir)
+    running = start_local(config, timeout_s=600)
+    try:
+        measured = asyncio.run(_measure(args, running.endpoints[_REGION]))
+    finally:
+        stop_local(running)
+        ray.shutdown()
+    report = {
+        "command": "firstlight bench autoscale " + shlex.join(list(argv or sys.argv[1:])),
+        "git_commit": git_commit(),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "simulated": args.engine == "sim",
+        "step_clients": args.step_clients,
+        "target_ongoing": args.target_ongoing,
+        **measured,
+    }
+    emit(report, args.out / "results.json" if args.out else None)
+    print(render(report))
+    if args.page is not None:
+        _rewrite(args.page, report)
+    return report
+
+
+def _read(out: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return data
+
+
+def _rewrite(page: Path, report: dict[str, Any]) -> None:
+    text = page.read_text()
+    page.write_text(replace_tables(text, render(report), begin=AUTOSCALE_BEGIN, end=AUTOSCALE_END))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""A model's configuration as vLLM engine arguments (``firstlight.engine.vllm_args``):
+every setting reaches ``AsyncEngineArgs`` under vLLM's own name, and ``kv_cache_gib``
+sizes the KV cache on every device. Builds the arguments, starts no engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firstlight.config import HintsConfig, ModelConfig
+from firstlight.engine.capabilities import check_supported
+from firstlight.engine.vllm_args import engine_arguments, engine_environment
+from firstlight.errors import UnsupportedEngineConfigError
+from firstlight.prefix import HashScheme
+
+GPU_MODEL = ModelConfig.model_validate(
+    {
+        "name": "llama-70b-fp8",
+        "source": "/models/llama-70b-fp8",
+        "quantization": "fp8",
+        "kv_cache_gib": 40,
+        "vllm": {
+            "tensor_parallel_size": 4,
+            "gpu_memory_utilization": 0.85,
+            "max_num_seqs": 128,
+            "max_num_batched_tokens": 8192,
+            "enable_chunked_prefill": True,
+            "kv_cache_dtype": "fp8",
+            "trust_remote_code": True,
+        },
+        "resources": {"num_cpus": 8, "num_gpus": 4},
+    }
+)
+
+
+def _engine_args(model: ModelConfig, device: Any) -> Any:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    scheme = HashScheme.for_model(model, HintsConfig(hash_seed=0))
+    kwargs = engine_arguments(model, Path("/models/m"), scheme, "bfloat16", device, "ipc://x")
+    return AsyncEngineArgs(**kwargs)
+
+
+def test_every_gpu_setting_reaches_async_engine_args() -> None:
+    args = _engine_args(GPU_MODEL, "cuda")
+    assert args.tensor_parallel_size == 4
+    assert args.pipeline_parallel_size == 1
+    assert args.distributed_executor_backend == "ray"
+    assert args.gpu_memory_utilization == 0.85
+    assert args.max_num_seqs == 128
+    assert args.max_num_batched_tokens == 8192
+    assert args.enable_chunked_prefill is True
+    assert args.kv_cache_dtype == "fp8"
+    assert args.trust_remote_code is True
+    assert args.kv_cache_memory_bytes == 40 * 2**30
+    assert args.quantization == "fp8"
+    assert args.served_model_name == "llama-70b-fp8"
+    assert args.block_size == 32
+    assert args.enable_prefix_caching is True
+
+
+def test_unset_settings_keep_vllms_defaults() -> None:
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    args = _engine_args(ModelConfig(name="m"), "cpu")
+    defaults = AsyncEngineArgs(model="/models/m")
+    for name in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens"):
+        assert getattr(args, name) == getattr(defaults, name), name
+    assert args.tensor_parallel_size == 1
+    assert args.distributed_executor_backend == defaults.distributed_executor_backend
+    assert args.kv_cache_memory_bytes is None
+
+
+@pytest.mark.parametrize(
+    ("gib", "device", "expected"),
+    [(1.5, "cpu", "2"), (0.25, "cpu", "1"), (None, "cpu", None), (4, "cuda", None)],
+)
+def test_kv_cache_gib_on_the_cpu_is_whole_gib_of_vllm_cpu_kvcache_space(
+    gib: float | None, device: Any, expected: str | None
+) -> None:
+    model = ModelConfig(name="m", kv_cache_gib=gib)
+    assert engine_environment(model, device) == {"VLLM_CPU_KVCACHE_SPACE": expected}
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"tensor_parallel_size": 2}, "vllm.tensor_parallel_size 2"),
+        ({"pipeline_parallel_size": 2}, "vllm.pipeline_parallel_size 2"),
+        ({"gpu_memory_utilization": 0.5}, "vllm.gpu_memory_utilization 0.5"),
+    ],
+)
+def test_gpu_only_settings_are_refused_on_the_cpu_by_name(
+    settings: dict[str, Any], named: str
+) -> None:
+    parallel = settings.get("tensor_parallel_size", 1) * settings.get("pipeline_parallel_size", 1)
+    model = ModelConfig.model_validate(
+        {"name": "m", "vllm": settings, "resources": {"num_gpus": parallel if parallel > 1 else 0}}
+    )
+    with pytest.raises(UnsupportedEngineConfigError, match=named):
+        check_supported(model, "cpu")
+    check_supported(model, "cuda")  # the same settings are fine on a GPU

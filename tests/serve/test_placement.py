@@ -1,0 +1,96 @@
+"""Where replicas run (``firstlight.serve.placement``): one GPU bundle per shard of a
+model split across GPUs, the replica itself beside them; plain options otherwise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from firstlight.config import ModelConfig
+from firstlight.serve.placement import replica_placement
+
+
+def _model(**fields: Any) -> ModelConfig:
+    return ModelConfig.model_validate({"name": "m", **fields})
+
+
+def test_a_one_gpu_replica_has_no_placement_group() -> None:
+    options = replica_placement(
+        _model(resources={"num_cpus": 4, "num_gpus": 1, "memory_gib": 2})
+    ).deployment_options()
+    assert options == {
+        "ray_actor_options": {"num_cpus": 4, "num_gpus": 1, "memory": 2 * 1024**3},
+        "num_replicas": 1,
+    }
+
+
+def test_tensor_parallel_replicas_get_one_packed_gpu_bundle_per_shard() -> None:
+    model = _model(vllm={"tensor_parallel_size": 4}, resources={"num_cpus": 8, "num_gpus": 4})
+    options = replica_placement(model).deployment_options()
+    assert options["ray_actor_options"] == {"num_cpus": 8, "num_gpus": 0}
+    assert options["placement_group_bundles"] == [{"CPU": 8}] + [{"GPU": 1.0}] * 4
+    assert options["placement_group_strategy"] == "STRICT_PACK"
+
+
+def test_pipeline_stages_may_span_nodes() -> None:
+    model = _model(
+        vllm={"tensor_parallel_size": 2, "pipeline_parallel_size": 2},
+        resources={"num_gpus": 4},
+    )
+    placement = replica_placement(model)
+    assert placement.shards == 4
+    assert placement.placement_group_strategy == "PACK"
+
+
+def test_a_simulated_model_is_never_split() -> None:
+    model = _model(engine="sim", vllm={"tensor_parallel_size": 4}, resources={"num_gpus": 0})
+    assert replica_placement(model).placement_group_bundles is None
+
+
+@pytest.mark.parametrize("num_gpus", [0, 1, 2, 8])
+def test_gpus_must_match_the_shards_naming_both_fields(num_gpus: float) -> None:
+    with pytest.raises(ValidationError, match=r"resources\.num_gpus") as caught:
+        _model(vllm={"tensor_parallel_size": 4}, resources={"num_gpus": num_gpus})
+    assert "vllm.tensor_parallel_size" in str(caught.value)
+
+
+def test_autoscaling_replaces_the_fixed_count_and_starts_at_replicas() -> None:
+    model = _model(
+        replicas=2,
+        autoscaling={"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 2},
+    )
+    options = replica_placement(model).deployment_options()
+    assert "num_replicas" not in options
+    assert options["autoscaling_config"] == {
+        "min_replicas": 1,
+        "max_replicas": 3,
+        "initial_replicas": 2,
+        "target_ongoing_requests": 2.0,
+        "upscale_delay_s": 10.0,
+        "downscale_delay_s": 120.0,
+    }
+
+
+def test_serve_accepts_the_autoscaling_options() -> None:
+    from ray.serve.config import AutoscalingConfig
+
+    model = _model(autoscaling={"min_replicas": 1, "max_replicas": 2})
+    config = AutoscalingConfig(
+        **replica_placement(model).deployment_options()["autoscaling_config"]
+    )
+    assert (config.min_replicas, config.max_replicas) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"replicas": 3, "autoscaling": {"min_replicas": 1, "max_replicas": 2}}, "replicas"),
+        ({"autoscaling": {"min_replicas": 3, "max_replicas": 2}}, "min_replicas"),
+        ({"autoscaling": {"min_replicas": 0}}, "min_replicas"),
+    ],
+)
+def test_autoscaling_bounds_are_checked_by_name(fields: dict[str, Any], named: str) -> None:
+    with pytest.raises(ValidationError, match=named):
+        _model(**fields)
