@@ -9,12 +9,15 @@ on a busy machine the peer's prediction could otherwise win a race."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from firstlight.config import load_config
 from firstlight.serve.local_mode import LOCAL_DEFAULT, LocalPlatform, start_local, stop_local
@@ -165,6 +168,42 @@ def test_streaming_and_prefix_cache_hits_through_the_platform(platform: LocalPla
     assert usage.prompt_tokens_details is not None
     cached = usage.prompt_tokens_details.cached_tokens or 0
     assert cached >= 32 * ((usage.prompt_tokens - 1) // 32)
+
+
+def _vllm_samples(platform: LocalPlatform, region: str, name: str) -> list[Sample]:
+    response = httpx.get(f"{platform.endpoints[region]}/metrics", timeout=30)
+    assert response.status_code == 200
+    families = text_string_to_metric_families(response.text)
+    return [s for f in families for s in f.samples if s.name == name]
+
+
+def test_vllms_own_metrics_reach_the_regions_scrape(platform: LocalPlatform) -> None:
+    """Each replica publishes vLLM's ``vllm:*`` series through Redis every 2 s; the
+    region's ``/metrics`` shows them labelled with the region and the replica."""
+    served = httpx.post(
+        f"{platform.endpoints['v-west']}/v1/completions",
+        json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 2},
+        timeout=60,
+    )
+    assert served.status_code == 200
+    replica = served.headers["x-firstlight-replica"]
+    deadline = time.monotonic() + 30
+    while True:
+        prompt = [
+            s
+            for s in _vllm_samples(platform, "v-west", "vllm:prompt_tokens_total")
+            if s.labels.get("replica") == replica
+        ]
+        if (prompt and prompt[0].value > 0) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # polling the replica's 2 s publication with a deadline
+    assert prompt, f"no vllm:prompt_tokens_total of replica {replica} in v-west's scrape"
+    assert prompt[0].value > 0
+    assert prompt[0].labels["region"] == "v-west"
+    assert prompt[0].labels["model_name"] == MODEL
+    assert "gateway" not in prompt[0].labels
+    running = _vllm_samples(platform, "v-west", "vllm:num_requests_running")
+    assert {s.labels["region"] for s in running} == {"v-west"}, "only this region's replicas"
 
 
 def test_make_up_config_is_the_builtin_default(repo_root: Path) -> None:

@@ -16,6 +16,7 @@ import promql_parser
 import yaml
 
 from firstlight.telemetry.catalog import CATALOG
+from firstlight.telemetry.engine_metrics import VLLM_SERIES
 
 try:
     from tests.conftest import REPO_ROOT
@@ -230,8 +231,9 @@ def _histograms() -> set[str]:
 
 def catalog_series() -> set[str]:
     """Every series name a scrape of Firstlight can show: the catalog's Prometheus names,
-    with ``_bucket``, ``_sum`` and ``_count`` for histograms."""
-    series: set[str] = set()
+    with ``_bucket``, ``_sum`` and ``_count`` for histograms, and the ``vllm:*`` series the
+    replicas add (:data:`~firstlight.telemetry.engine_metrics.VLLM_SERIES`)."""
+    series: set[str] = set(VLLM_SERIES)
     for m in CATALOG:
         if m.kind == "histogram":
             series.update(m.prometheus_name + suffix for suffix in HISTOGRAM_SUFFIXES)

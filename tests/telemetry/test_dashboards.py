@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from firstlight.telemetry.catalog import CATALOG
+from firstlight.telemetry.engine_metrics import VLLM_LABELS, VLLM_PREFIX
 from firstlight.telemetry.gateways import GATEWAY_LABEL
 from tests.telemetry.promql import (
     REPO_ROOT,
@@ -54,12 +55,16 @@ REQUIRED_ALERTS = {
     "FirstlightNoHealthyReplica",
     "FirstlightHintStoreUnreachable",
     "FirstlightPeerUnreachable",
+    "FirstlightGatewayMetricsAbsent",
+    "FirstlightReplicaMetricsAbsent",
 }
 MUST_FIRE_IN_UNIT_TESTS = {
     "FirstlightNoHealthyReplica",
     "FirstlightHintStoreUnreachable",
     "FirstlightPeerUnreachable",
     "FirstlightTTFTP95AboveSLO",
+    "FirstlightGatewayMetricsAbsent",
+    "FirstlightReplicaMetricsAbsent",
 }
 
 # Labels the scrape (job, instance) or the histogram (le) add to every series, and the
@@ -69,7 +74,12 @@ _SPECS = {m.prometheus_name: m for m in CATALOG}
 
 
 def _labels_of(series: str) -> set[str]:
-    """The label names a catalog series carries (``le`` too on ``_bucket``)."""
+    """The label names a catalog series carries (``le`` too on ``_bucket``); a ``vllm:*``
+    series carries vLLM's labels and the replica's (no ``gateway``: no gateway measured
+    it, :mod:`firstlight.telemetry.engine_metrics`)."""
+    if series.startswith(VLLM_PREFIX):
+        le = {"le"} if series.endswith("_bucket") else set()
+        return set(VLLM_LABELS) | {"job", "instance"} | le
     spec = _SPECS[base_metric_name(series)]
     labels = {a.replace(".", "_") for a in spec.attributes} | SCRAPE_LABELS
     if series.endswith("_bucket") and spec.kind == "histogram":

@@ -88,3 +88,25 @@ def test_a_clients_traceparent_is_ignored_a_peers_is_followed(clock: FakeClock) 
     assert format(peer.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
     telemetry.shutdown()
     provider.shutdown()
+
+
+def test_genai_metrics_carry_the_conventions_attribute_names(telemetry: GatewayTelemetry) -> None:
+    serve(telemetry, output_tokens=3)
+    serve(telemetry, model="unknown", route=None, ttft_s=None, status=404)
+    samples = scrape(telemetry)
+    for name in (
+        "gen_ai_server_time_to_first_token_seconds_count",
+        "gen_ai_server_time_per_output_token_seconds_count",
+        "gen_ai_server_request_duration_seconds_count",
+        "gen_ai_client_token_usage_count",
+    ):
+        found = find(samples, name)
+        assert found, name
+        for labels, _ in found:
+            # Dots become underscores in Prometheus; `model` stays for Firstlight's joins.
+            assert labels["gen_ai_request_model"] == labels["model"], (name, labels)
+            assert labels["gen_ai_provider_name"] == "firstlight", (name, labels)
+            assert labels["gen_ai_operation_name"] in ("chat", "text_completion"), name
+            assert labels["region"], name
+    models = by(samples, "gen_ai_server_request_duration_seconds_count", "gen_ai_request_model")
+    assert models == {MODEL: 1, "unknown": 1}

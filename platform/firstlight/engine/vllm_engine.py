@@ -206,6 +206,7 @@ class VllmEngine:
             dtype = model.dtype
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.v1.metrics.loggers import PrometheusStatLogger
 
         # The engine core is a child process: it inherits these at spawn time. The seed
         # decides vLLM's first parent hash, so it must equal the gateway's.
@@ -228,7 +229,9 @@ class VllmEngine:
         events.setsockopt(zmq.SUBSCRIBE, b"kv")
         events.connect(endpoint)
         try:
-            llm = AsyncLLM.from_engine_args(args, stat_loggers=[recorder.factory])
+            llm = AsyncLLM.from_engine_args(
+                args, stat_loggers=[recorder.factory, PrometheusStatLogger]
+            )
         except BaseException as exc:
             events.close(linger=0)
             context.term()

@@ -22,7 +22,8 @@ In the background the replica publishes its prefix-cache blocks to Redis with it
 replica id and epoch: the engine's own cache events, plus the blocks of every prompt it
 prefilled (vLLM announces a block only when first stored, so a hot prefix would
 otherwise expire from Redis while still resident). Redis being down costs hints, never
-requests.
+requests. A vLLM replica also publishes vLLM's own ``vllm:*`` metrics to the same Redis
+for the region's ``/metrics`` (:mod:`firstlight.telemetry.engine_metrics`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from firstlight.errors import EngineDeadError, HintsError, InvalidRequestError, 
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
+from firstlight.telemetry.engine_metrics import publish_engine_metrics
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 __all__ = ["ModelServer", "build_engine", "hint_key_prefix"]
@@ -224,9 +226,17 @@ class ModelServer:
     # --- hint publishing -----------------------------------------------------------------
 
     def _ensure_tasks(self) -> None:
-        if self._tasks or not self._hints_enabled:
+        if self._tasks:
             return
-        self._tasks.append(asyncio.get_running_loop().create_task(self._publish_hints()))
+        if not self._engine.simulated:  # vLLM's own metrics, into the region's /metrics
+            self._tasks.append(asyncio.get_running_loop().create_task(self._publish_metrics()))
+        if self._hints_enabled:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._publish_hints()))
+
+    async def _publish_metrics(self) -> None:
+        """vLLM's ``vllm:*`` metrics to Redis: :mod:`firstlight.telemetry.engine_metrics`."""
+        prefix = hint_key_prefix(self._config, self._region)
+        await publish_engine_metrics(self._config.hints, prefix, self._region, self._replica_id)
 
     async def _publish_hints(self) -> None:
         """Forward engine cache events and re-announced prompt blocks to Redis."""

@@ -14,8 +14,10 @@ and ``_total`` to counters: :attr:`MetricSpec.prometheus_name`.
 Attributes are bounded: ``region``, ``model`` (a configured model name, or ``unknown``),
 ``replica`` (a Ray replica id), ``peer`` (a configured region), ``route``, ``reason``,
 ``policy``, ``state``, ``direction``, ``outcome``, ``error.type`` (an HTTP status) and the GenAI
-conventions' ``gen_ai.operation.name`` and ``gen_ai.token.type``. Never a request id,
-a prompt or an API key.
+conventions' ``gen_ai.operation.name``, ``gen_ai.request.model`` (the same value as
+``model``, so generic GenAI dashboards work while Firstlight's own join on ``model``),
+``gen_ai.provider.name`` (:data:`GEN_AI_PROVIDER`) and ``gen_ai.token.type``. Never a
+request id, a prompt or an API key.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["CATALOG", "MetricSpec", "spec"]
+__all__ = ["CATALOG", "GEN_AI_PROVIDER", "MetricSpec", "spec"]
 
 Kind = Literal["histogram", "counter", "gauge", "observable_counter"]
 
@@ -71,7 +73,21 @@ class MetricSpec:
         return base
 
 
-_REQ = ("region", "model", "route", "gen_ai.operation.name")
+GEN_AI_PROVIDER = "firstlight"
+"""``gen_ai.provider.name`` of the gateway's GenAI metrics. The conventions define it as
+the provider "as identified by the client or server instrumentation" and as the
+discriminator of provider-specific telemetry: the API the client called is Firstlight's
+(its routing headers, its error shapes, several engines behind it), not vLLM's, whose own
+metrics carry the ``vllm:`` prefix."""
+
+_REQ = (
+    "region",
+    "model",
+    "route",
+    "gen_ai.operation.name",
+    "gen_ai.request.model",
+    "gen_ai.provider.name",
+)
 
 CATALOG: tuple[MetricSpec, ...] = (
     # --- GenAI semantic conventions, recorded by the gateway per request -------------
@@ -105,7 +121,7 @@ CATALOG: tuple[MetricSpec, ...] = (
         "histogram",
         "{token}",
         "Input and output tokens per request.",
-        ("region", "model", "route", "gen_ai.operation.name", "gen_ai.token.type"),
+        (*_REQ, "gen_ai.token.type"),
         TOKEN_BUCKETS,
     ),
     # --- routing ------------------------------------------------------------------------

@@ -21,6 +21,11 @@ publishes its :class:`~firstlight.telemetry.windows.GatewayWindow` with its expo
 (the raw samples, so the merged percentiles stay exact). The first poll after a quiet
 spell may therefore show this gateway alone; the reply names the gateways it merged.
 
+The model replicas publish vLLM's own ``vllm:*`` metrics the same way
+(:mod:`firstlight.telemetry.engine_metrics`, keys from :func:`replica_metrics_keys`);
+:meth:`ExpositionShare.collect` adds every live replica's last exposition to the scrape,
+once, labelled ``replica`` (not ``gateway``: no gateway measured them).
+
 Built once per gateway by :class:`~firstlight.serve.gateway_deployment.Gateway`, which
 runs :meth:`ExpositionShare.run` as a task; the ``/metrics`` route calls
 :meth:`ExpositionShare.collect`, the dashboard's :meth:`ExpositionShare.windows`.
@@ -59,7 +64,9 @@ __all__ = [
     "PUBLISH_INTERVAL_S",
     "WATCHED_FOR_S",
     "ExpositionShare",
+    "fixed_registry",
     "merge_expositions",
+    "replica_metrics_keys",
 ]
 
 _log = logging.getLogger(__name__)
@@ -76,24 +83,43 @@ polls every 2 s)."""
 _REDIS_DEADLINE_S = 0.5
 
 
-def merge_expositions(texts: Mapping[str, str]) -> bytes:
+def replica_metrics_keys(key_prefix: str) -> tuple[str, str]:
+    """The Redis keys of a region's replica expositions: (sorted set of live replica ids,
+    prefix of the per-replica exposition keys). ``key_prefix`` is the region's hint key
+    prefix."""
+    return f"{key_prefix}replica-metrics", f"{key_prefix}replica-metrics:"
+
+
+def merge_expositions(texts: Mapping[str, str], replicas: Iterable[str] = ()) -> bytes:
     """One Prometheus exposition of ``texts`` (gateway id → that gateway's exposition),
-    every sample labelled with its gateway. A family present in several texts appears
-    once, with the first text's help (ids in sorted order)."""
+    every sample labelled with its gateway, plus the ``replicas``' expositions as they
+    are (already labelled ``replica``). A family present in several texts appears once,
+    with the first text's help (gateway ids in sorted order, then the replicas)."""
     families: dict[str, Metric] = {}
-    for gateway in sorted(texts):
-        for family in text_string_to_metric_families(texts[gateway]):
+
+    def add(text: str, extra: Mapping[str, str]) -> None:
+        for family in text_string_to_metric_families(text):
             merged = families.get(family.name)
             if merged is None:
                 merged = Metric(family.name, family.documentation, family.type, family.unit)
                 families[family.name] = merged
             merged.samples.extend(
-                Sample(s.name, {**s.labels, GATEWAY_LABEL: gateway}, s.value, s.timestamp)
-                for s in family.samples
+                Sample(s.name, {**s.labels, **extra}, s.value, s.timestamp) for s in family.samples
             )
+
+    for gateway in sorted(texts):
+        add(texts[gateway], {GATEWAY_LABEL: gateway})
+    for text in replicas:
+        add(text, {})
+    return generate_latest(fixed_registry(list(families.values())))
+
+
+def fixed_registry(families: list[Metric]) -> CollectorRegistry:
+    """A registry that yields exactly ``families`` (to render them with
+    ``generate_latest``; also used by :mod:`firstlight.telemetry.engine_metrics`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(list(families.values())))
-    return generate_latest(registry)
+    registry.register(_Families(families))
+    return registry
 
 
 class _Families:
@@ -131,6 +157,7 @@ class ExpositionShare:
         self._key_prefix = f"{key_prefix}gateway-metrics:"
         self._window_prefix = f"{key_prefix}gateway-window:"
         self._watched = f"{key_prefix}dashboard-watched"
+        self._replica_members, self._replica_prefix = replica_metrics_keys(key_prefix)
         self._clock = clock
         self._set_up(client is not None)
 
@@ -187,17 +214,36 @@ class ExpositionShare:
             await asyncio.sleep(PUBLISH_INTERVAL_S)
 
     async def collect(self) -> bytes:
-        """The region's exposition: this gateway's, fresh, and every other live one's
-        last published (called by ``GET /metrics``). Never raises for Redis."""
+        """The region's exposition: this gateway's, fresh, every other live one's last
+        published, and every live replica's ``vllm:*`` series (called by
+        ``GET /metrics``). Never raises for Redis."""
         texts = {self.gateway_id: self._own()}
+        replicas: list[str] = []
         if self._client is not None:
             try:
                 texts.update(await self._others())
+                replicas = await self._replicas()
             except REDIS_ERRORS as exc:
                 _log.debug("gateway %s: scrape without the others: %s", self.gateway_id, exc)
                 self._set_up(False)
                 texts[self.gateway_id] = self._own()
-        return merge_expositions(texts)
+        return merge_expositions(texts, replicas)
+
+    async def _replicas(self) -> list[str]:
+        """The last exposition of every replica heard from within :data:`LIVE_FOR_S`,
+        in replica id order."""
+        assert self._client is not None
+        ids = await with_deadline(
+            self._client.zrangebyscore(self._replica_members, self._clock() - LIVE_FOR_S, "+inf"),
+            _REDIS_DEADLINE_S,
+        )
+        replicas = sorted(i.decode() if isinstance(i, bytes) else str(i) for i in ids)
+        if not replicas:
+            return []
+        values = await with_deadline(
+            self._client.mget([self._replica_prefix + r for r in replicas]), _REDIS_DEADLINE_S
+        )
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in values if v is not None]
 
     async def windows(self) -> list[GatewayWindow]:
         """Every live gateway's dashboard windows: this gateway's, fresh, and the last

@@ -31,7 +31,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from firstlight.config import PlatformConfig
-from firstlight.telemetry.catalog import CATALOG, MetricSpec
+from firstlight.telemetry.catalog import CATALOG, GEN_AI_PROVIDER, MetricSpec
 from firstlight.telemetry.observers import ScrapeObservers
 from firstlight.telemetry.replicas import PER_REPLICA, ReplicaCollector
 from firstlight.telemetry.rolling import (
@@ -248,6 +248,8 @@ class GatewayTelemetry:
             "model": obs.model,
             "route": obs.route or "none",
             "gen_ai.operation.name": obs.operation,
+            "gen_ai.request.model": obs.model,
+            "gen_ai.provider.name": GEN_AI_PROVIDER,
         }
         if obs.model != UNKNOWN_MODEL and route is not None:
             self._instruments["firstlight.route.decisions"].add(
