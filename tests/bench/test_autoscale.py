@@ -86,3 +86,18 @@ def test_tables_only_rewrites_the_section_from_the_stored_report(tmp_path: Path)
     page.write_text(f"# P\n\n{AUTOSCALE_BEGIN}\nold\n{AUTOSCALE_END}\n\nafter\n")
     assert main(["--tables-only", "--out", str(tmp_path), "--page", str(page)]) is None
     assert page.read_text() == f"# P\n\n{render(_report())}\n\nafter\n"
+
+
+def test_the_serving_page_shows_the_stored_run_and_no_request_failed() -> None:
+    import json
+
+    repo = Path(__file__).resolve().parents[2]
+    stored = json.loads((repo / "docs/benchmarks/autoscale/results.json").read_text())
+    assert render(stored) in (repo / "docs/serving.md").read_text(), (
+        "docs/serving.md is stale: firstlight bench autoscale --tables-only "
+        "--out docs/benchmarks/autoscale --page docs/serving.md"
+    )
+    # The demonstration: 1 -> 2 -> 1 replicas with no failed request.
+    assert stored["failed"] == 0
+    assert stored["scaled_up_after_s"] is not None
+    assert stored["scaled_down_after_s"] is not None
