@@ -148,3 +148,18 @@ def test_a_plugin_whose_dependencies_are_missing_says_what_to_install(
     assert result.exit_code == 1
     assert "`firstlight bench` needs firstlight_tests_missing_module" in result.output
     assert "pip install 'firstlight[bench]'" in result.output
+
+
+def test_up_names_a_model_whose_folder_is_missing_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "broken.yaml"
+    missing = tmp_path / "no-such-model"
+    config.write_text(
+        f"regions: [{{name: here}}]\nmodels: [{{name: broken, source: {missing}, engine: vllm}}]\n"
+    )
+    result = runner.invoke(app, ["up", "--config", str(config)])
+    assert result.exit_code == 1
+    assert "model 'broken': no model folder at" in result.output
+    assert str(missing) in result.output.replace("\n", "")
+    assert "Traceback" not in result.output

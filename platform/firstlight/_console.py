@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from firstlight.config import PlatformConfig, load_config
-from firstlight.errors import ConfigError, FirstlightError
+from firstlight.errors import ConfigError, FirstlightError, ModelNotFoundError
 
 __all__ = [
     "EXIT_FAILURE",
@@ -71,7 +71,8 @@ def run_steps(
 
 def prepare_models(cfg: PlatformConfig) -> None:
     """Prepare the default model when a vLLM model of ``cfg`` needs it (``firstlight up``
-    and ``firstlight bench live``), with a progress display."""
+    and ``firstlight bench live``), with a progress display; exits with an error naming the
+    model when a vLLM model's folder holds no model (before any Ray or engine starts)."""
     if any(m.engine == "vllm" and m.source == "default" for m in cfg.models):
         from firstlight.engine.default_model import STEPS, prepare_default_model
 
@@ -79,6 +80,20 @@ def prepare_models(cfg: PlatformConfig) -> None:
             "Preparing the default model",
             STEPS,
             lambda on_step: prepare_default_model(cfg.default_model_dir, progress=on_step),
+        )
+    missing = [
+        (m.name, cfg.model_dir(m))
+        for m in cfg.models
+        if m.engine == "vllm" and not (cfg.model_dir(m) / "config.json").is_file()
+    ]
+    if missing:
+        name, folder = missing[0]
+        fail(
+            ModelNotFoundError(
+                f"model {name!r}: no model folder at {folder} (no config.json there); set "
+                "its source to a local Hugging Face folder, or to 'default' for the "
+                "default model (docs/troubleshooting.md)"
+            )
         )
 
 

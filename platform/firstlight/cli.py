@@ -178,12 +178,16 @@ def up(
 
     Uses the Redis of ``hints.redis_url`` (or starts redis-server when it is local and
     installed; without either, hints are off), prepares the default model when a vLLM
-    model needs it, waits until every region answers ``/readyz``, and prints each
-    region's endpoint with ready-to-paste ``curl`` and ``openai`` examples.
+    model needs it, waits until every region answers ``/readyz`` (showing each stage's
+    time; a replica that fails to start stops the wait with its error and the log
+    folder), and prints each region's endpoint with ready-to-paste ``curl`` and
+    ``openai`` examples. Firstlight's own logs follow ``telemetry.log_level``.
     """
     from firstlight.serve.local_mode import LOCAL_DEFAULT, with_engine
+    from firstlight.telemetry.logs import configure_logging
 
     cfg = _load(config) if config is not None else LOCAL_DEFAULT
+    configure_logging(cfg.telemetry.log_level)
     if engine is not None:
         cfg = with_engine(cfg, engine.value)
     prepare_models(cfg)
@@ -256,8 +260,10 @@ def serve(
     from ray import serve as ray_serve
 
     from firstlight.serve.app import region_app
+    from firstlight.telemetry.logs import configure_logging
 
     cfg = _load(config)
+    configure_logging(cfg.telemetry.log_level)
     name = region or cfg.region
     if name is None:
         _fail(ConfigError([ConfigProblem("region", "pass --region or set region", None)]))

@@ -34,6 +34,7 @@ from firstlight.routing import RequestView
 from firstlight.serve.model_server import hint_key_prefix
 from firstlight.telemetry import GatewayTelemetry
 from firstlight.telemetry.gateways import ExpositionShare
+from firstlight.telemetry.logs import configure_logging
 
 __all__ = ["Gateway", "peer_table"]
 
@@ -98,6 +99,7 @@ class Gateway:
         self, config: dict[str, Any], region: str, handles: dict[str, DeploymentHandle[Any]]
     ) -> None:
         self._config = PlatformConfig.model_validate(config)
+        configure_logging(self._config.telemetry.log_level, sink="serve-replica")
         self._region = region
         self._handles = handles
         for handle in handles.values():

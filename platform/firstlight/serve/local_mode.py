@@ -5,13 +5,17 @@ exercise the same start-up path. :func:`start_local` finds or starts Redis (with
 either, hints are off and it says so), starts Ray with the configured ingress
 (:mod:`firstlight.serve.data_plane`) and Serve, deploys each
 region as its own application under ``/<region>``, and waits until every region's
-``/readyz`` answers 200. :func:`stop_local` deletes the applications.
+``/readyz`` answers 200 — reporting each stage with its elapsed time, and watching Ray
+Serve's status meanwhile, so a replica that fails to start (a missing model folder, an
+engine that cannot start) ends the wait at once with the error's own text and where the
+logs are (:mod:`firstlight.serve.startup`). :func:`stop_local` deletes the applications.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -20,8 +24,16 @@ from urllib.parse import urlparse
 
 import httpx
 
-from firstlight.config import EngineName, PlatformConfig, parse_config
+from firstlight.config import EngineName, GatewayConfig, PlatformConfig, parse_config
 from firstlight.errors import FirstlightError
+from firstlight.serve.startup import (
+    RayLogs,
+    StartupFailure,
+    error_text,
+    failure_report,
+    logs_line,
+)
+from firstlight.serve.startup_watch import StartupWatch, ray_logs
 
 __all__ = [
     "LOCAL_DEFAULT",
@@ -53,6 +65,7 @@ LOCAL_DEFAULT = parse_config(
                 "block_size": 32,
                 "enforce_eager": True,
                 "kv_cache_gib": 1,
+                "tool_call_parser": "hermes",
                 "replicas": 1,
                 "resources": {"num_cpus": 0},
             }
@@ -68,8 +81,30 @@ one replica each of the default model on vLLM (``examples/local-two-regions.yaml
 spells out the same)."""
 
 
+_HEARTBEAT_S = 30.0
+"""How often the wait for readiness says which regions it still waits for."""
+_POLL_S = 0.5
+_READYZ_TIMEOUT_S = 2.0
+"""Per ``/readyz`` request: while a gateway starts, the ingress may hold a request
+unanswered; Serve's status is read between requests, so this bounds how late a failed
+replica is noticed."""
+
+
 class StartupError(FirstlightError):
-    """The local platform did not become ready (a region's ``/readyz`` kept failing)."""
+    """The local platform did not start: the gateway's port is taken, Ray Serve did not
+    start, a replica failed to start (``failures`` says which, with the error's text), or
+    a region's ``/readyz`` kept failing until the time-out. ``logs`` is where the Ray
+    cluster's logs are, when known."""
+
+    def __init__(
+        self,
+        message: str,
+        failures: tuple[StartupFailure, ...] = (),
+        logs: RayLogs | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.logs = logs
 
 
 @dataclass(frozen=True)
@@ -139,10 +174,13 @@ def ensure_redis(config: PlatformConfig, report: Report) -> tuple[bool, str]:
             if answers():
                 return True, f"hints: Redis at {url} (started by firstlight up)"
             time.sleep(0.1)
-    return False, (
-        f"hints: OFF - nothing answers at {url} and redis-server is not installed; "
-        "routing uses queue depth only"
-    )
+    if not local:
+        why = "it is not local, so it is not started here"
+    elif server is None:
+        why = "redis-server is not installed"
+    else:
+        why = "the redis-server started for it did not answer within 10 s"
+    return False, f"hints: OFF - nothing answers at {url} and {why}; routing uses queue depth only"
 
 
 def start_local(
@@ -154,8 +192,13 @@ def start_local(
 ) -> LocalPlatform:
     """Deploy every region of ``config`` and wait until all are ready.
 
-    Raises ``ConfigError`` for a bad config and :class:`StartupError` when a region is
-    not ready within ``timeout_s`` (its last ``/readyz`` answer is in the message).
+    ``report`` receives one line per stage with its elapsed time (Redis, the Ray
+    cluster, deploying, each region ready), Serve's notes on slow replicas, and every
+    30 s the regions still awaited. Raises ``ConfigError`` for a bad config and
+    :class:`StartupError` when the gateway's port is taken, when a replica of any region
+    fails to start (at Serve's first failed attempt, with the error's text and the log
+    folders), or when a region is not ready within ``timeout_s`` (its last ``/readyz``
+    answer is in the message).
     """
     import ray
     from ray import serve
@@ -164,45 +207,109 @@ def start_local(
     from firstlight.serve.app import region_app
     from firstlight.serve.data_plane import prepare_local_ray
 
+    lap = _Laps()
     hints_enabled, note = ensure_redis(config, report)
-    report(note)
+    report(f"{note} ({lap():.1f} s)")
     targets = [
         RunTarget(region_app(config, r.name, hints_enabled=hints_enabled), r.name, f"/{r.name}")
         for r in config.regions
     ]
-    if not ray.is_initialized():
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        _check_port(config.gateway)
         prepare_local_ray(config.gateway)
         report(f"starting a local Ray cluster (ingress: {config.gateway.ingress})")
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
-    serve.start(http_options={"host": config.gateway.host, "port": config.gateway.port})
-    report(f"deploying {len(targets)} region(s): {', '.join(r.name for r in config.regions)}")
+    logs = ray_logs()
+    try:
+        serve.start(http_options={"host": config.gateway.host, "port": config.gateway.port})
+    except (ray.exceptions.RayError, TimeoutError) as exc:
+        raise StartupError(
+            f"Ray Serve did not start:\n{_indent(error_text(str(exc)))}\n{logs_line(logs)}",
+            logs=logs,
+        ) from exc
+    where = f"; logs in {logs.logs_dir}" if logs is not None else ""
+    what = "Ray cluster started" if started_ray else "Ray Serve reached"
+    report(f"{what} in {lap():.1f} s{where}")
+    regions = [r.name for r in config.regions]
+    watch = StartupWatch(regions, logs)
+    report(f"deploying {len(targets)} region(s): {', '.join(regions)}")
     serve.run_many(targets, wait_for_applications_running=False)
+    report(f"deployed in {lap():.1f} s; waiting until every region answers /readyz")
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
     endpoints = {r.name: f"http://{host}:{config.gateway.port}/{r.name}" for r in config.regions}
-    _wait_ready(endpoints, report, timeout_s)
+    _wait_ready(endpoints, watch, report, timeout_s)
     return LocalPlatform(config, endpoints, hints_enabled, note)
 
 
-def _wait_ready(endpoints: dict[str, str], report: Report, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
+class _Laps:
+    """Seconds since the previous call (the first: since construction)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        elapsed, self._last = now - self._last, now
+        return elapsed
+
+
+def _check_port(gateway: GatewayConfig) -> None:
+    """Raise :class:`StartupError` naming ``gateway.port`` when something already listens
+    there: Ray would start, then its ingress would fail with a long traceback."""
+    with socket.socket() as sock:
+        # As the ingress binds: a port left in TIME_WAIT by a former run is free.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((gateway.host, gateway.port))
+        except OSError as exc:
+            raise StartupError(
+                f"gateway.port: {gateway.port} on {gateway.host} is not available "
+                f"({exc.strerror}); another `firstlight up` or server is using it - stop it "
+                "or set gateway.port (FIRSTLIGHT__GATEWAY__PORT) to a free port"
+            ) from exc
+
+
+def _wait_ready(
+    endpoints: dict[str, str], watch: StartupWatch, report: Report, timeout_s: float
+) -> None:
+    """Poll Serve's status and each pending region's ``/readyz`` until all answer 200.
+    Raises :class:`StartupError` at the first failed replica or after ``timeout_s``."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    heartbeat = started + _HEARTBEAT_S
     pending = dict(endpoints)
     last: dict[str, str] = {}
-    with httpx.Client(timeout=5.0) as client:
+    with httpx.Client(timeout=_READYZ_TIMEOUT_S) as client:
         while pending:
             for region, url in list(pending.items()):
+                failures = watch.check(report)  # before each request: one may time out
+                if failures:
+                    report(f"a replica failed to start, {time.monotonic() - started:.1f} s in")
+                    raise StartupError(failure_report(failures, watch.logs), failures, watch.logs)
                 try:
                     answer = client.get(f"{url}/readyz")
                     last[region] = f"HTTP {answer.status_code} {answer.text[:200]}"
                     if answer.status_code == 200:
-                        report(f"region {region} is ready")
+                        waited = time.monotonic() - started
+                        report(f"region {region} ready after {waited:.1f} s")
                         del pending[region]
                 except httpx.HTTPError as exc:
                     last[region] = f"{type(exc).__name__}"
-            if pending and time.monotonic() > deadline:
-                detail = "; ".join(f"{r}: {last.get(r, 'no answer')}" for r in pending)
-                raise StartupError(f"not ready after {timeout_s:.0f} s: {detail}")
+            now = time.monotonic()
+            detail = "; ".join(f"{r}: {last.get(r, 'no answer')}" for r in pending)
+            if pending and now > deadline:
+                message = f"not ready after {timeout_s:.0f} s: {detail}\n{logs_line(watch.logs)}"
+                raise StartupError(message, logs=watch.logs)
+            if pending and now >= heartbeat:
+                heartbeat += _HEARTBEAT_S
+                report(f"still waiting after {now - started:.0f} s: {detail}")
             if pending:
-                time.sleep(0.5)
+                time.sleep(_POLL_S)
+
+
+def _indent(text: str) -> str:
+    return "\n".join(f"    {line}" for line in text.splitlines())
 
 
 def stop_local(platform: LocalPlatform) -> None:

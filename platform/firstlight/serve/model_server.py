@@ -52,6 +52,7 @@ from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
 from firstlight.telemetry.engine_metrics import publish_engine_metrics
+from firstlight.telemetry.logs import configure_logging
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 __all__ = ["ModelServer", "build_engine", "hint_key_prefix"]
@@ -91,6 +92,7 @@ class ModelServer:
         self, config: dict[str, Any], region: str, model_name: str, hints_enabled: bool
     ) -> None:
         self._config = PlatformConfig.model_validate(config)
+        configure_logging(self._config.telemetry.log_level, sink="serve-replica")
         self._region = region
         self._model = next(m for m in self._config.models if m.name == model_name)
         self._replica_id = _own_replica_id()
