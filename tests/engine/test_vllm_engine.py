@@ -224,6 +224,19 @@ async def test_json_schema_output_validates_and_the_first_token_comes_first(
     assert usage.prompt_tokens == body["usage"]["prompt_tokens"] > 0
 
 
+async def test_a_json_request_with_two_choices_is_marked_untimed_at_once(
+    engine: VllmEngine,
+) -> None:
+    # vLLM shows n > 1 only when every choice is done: the marker must not wait for it
+    # (the gateway's first-token timeout) nor pretend to be the first token.
+    chunks = await _chunks(engine, _call("n2json", n=2, max_tokens=4, seed=1))
+    assert [(c.data == b"", c.timed, c.finished) for c in chunks] == [
+        (True, False, False),
+        (False, True, True),
+    ]
+    assert len(json.loads(chunks[-1].data)["choices"]) == 2
+
+
 async def test_streamed_logprobs_and_two_choices_without_usage_unless_asked(
     engine: VllmEngine,
 ) -> None:

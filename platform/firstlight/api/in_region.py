@@ -180,8 +180,11 @@ class LocalServer:
         ttft_ms = (time.monotonic() - started) * 1000.0
         info = self._route_info(state, request_id, route, predicted_ms, served_by)
         routed = state.route_of(request_id) if state is not None else None
-        self._observe_first_token(obs, info, routed, ttft_ms)
-        if state is not None:
+        # A marker that is not the first token (a JSON request with n > 1) times nothing:
+        # no TTFT metric, and no calibration of the router from it.
+        timed = not isinstance(first, RenderedChunk) or first.timed
+        self._observe_first_token(obs, info, routed, ttft_ms if timed else None)
+        if state is not None and timed:
             state.first_token(request_id, ttft_ms)
         self._hot[name].add(prepared.routing.block_hashes)
         headers = info.headers()
@@ -217,9 +220,14 @@ class LocalServer:
         return await rendered_body(first, chunks, obs, finish, headers)
 
     def _observe_first_token(
-        self, obs: RequestObservation, info: _RouteInfo, routed: Route | None, ttft_ms: float
+        self,
+        obs: RequestObservation,
+        info: _RouteInfo,
+        routed: Route | None,
+        ttft_ms: float | None,
     ) -> None:
-        """Metrics, the route span's decision terms and the dashboard's decision log."""
+        """Metrics, the route span's decision terms and the dashboard's decision log;
+        ``ttft_ms`` is ``None`` when the first token was not seen (nothing is timed)."""
         obs.served_region, obs.replica = self.region, info.replica
         obs.predicted_ttft_ms, obs.explanation = info.predicted_ms, info.explanation
         obs.observed_ttft_ms = ttft_ms  # from dispatch, as the prediction
@@ -229,7 +237,8 @@ class LocalServer:
             span.set_attribute("firstlight.replica", info.replica)
             if info.predicted_ms is not None:
                 span.set_attribute("firstlight.predicted_ttft_ms", info.predicted_ms)
-            span.set_attribute("firstlight.observed_ttft_ms", ttft_ms)
+            if ttft_ms is not None:
+                span.set_attribute("firstlight.observed_ttft_ms", ttft_ms)
             if chosen is not None and chosen.terms is not None:
                 for term in ("rtt_ms", "wait_ms", "prefill_ms", "overhead_ms"):
                     span.set_attribute(f"firstlight.terms.{term}", getattr(chosen.terms, term))
@@ -240,12 +249,17 @@ class LocalServer:
                 span.set_attribute("firstlight.runner_up", runner_up.replica_id)
                 if runner_up.predicted_ttft_ms is not None:
                     span.set_attribute("firstlight.runner_up_ttft_ms", runner_up.predicted_ttft_ms)
-        obs.first_token()
+        if ttft_ms is None:  # end the route span, but record no first token
+            if obs.route_span is not None:
+                obs.route_span.end()
+                obs.route_span = None
+        else:
+            obs.first_token()
         self.telemetry.routed(
             obs.model,
             routed.decision_s if routed is not None else None,
-            info.predicted_ms,
-            ttft_ms,
+            info.predicted_ms if ttft_ms is not None else None,
+            ttft_ms or 0.0,
         )
 
     def _route_info(

@@ -123,6 +123,10 @@ class RenderedChunk:
     finished: bool = False
     usage: Usage | None = None
     """Set on the final chunk when the engine reported usage."""
+    timed: bool = True
+    """False on a JSON request's empty first chunk when it does not mark the first token:
+    vLLM shows a request with ``n > 1`` only when every choice is done, so its marker
+    comes at once and the gateway times nothing from it (no TTFT, no calibration)."""
 
 
 @dataclass(frozen=True, slots=True)

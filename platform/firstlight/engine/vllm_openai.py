@@ -140,7 +140,7 @@ class VllmOpenAI:
             _FIRST_OUTPUT.reset(token)
         try:
             if not request.stream:
-                async for chunk in self._whole(call, task, first):
+                async for chunk in self._whole(call, request, task, first):
                     yield chunk
                 return
             result = await _result(task)
@@ -184,16 +184,22 @@ class VllmOpenAI:
             raise InvalidRequestError(f"{where}{err['msg']}", param=param) from exc
 
     async def _whole(
-        self, call: OpenAICall, task: asyncio.Future[Any], first: asyncio.Event
+        self, call: OpenAICall, request: Any, task: asyncio.Future[Any], first: asyncio.Event
     ) -> AsyncIterator[RenderedChunk]:
-        """A JSON request: an empty chunk at the first output, then the body."""
-        waiting = asyncio.ensure_future(first.wait())
-        try:
-            await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            waiting.cancel()
-        if first.is_set() and not task.done():
-            yield RenderedChunk(call.request_id, b"")
+        """A JSON request: an empty chunk at the first output, then the body. With
+        ``n > 1`` vLLM gives no output before the end: the empty chunk comes at once,
+        marked untimed, so a long generation is not mistaken for a missing first token
+        (the gateway's ``first_token_timeout_s``)."""
+        if getattr(request, "n", 1) != 1:
+            yield RenderedChunk(call.request_id, b"", timed=False)
+        else:
+            waiting = asyncio.ensure_future(first.wait())
+            try:
+                await asyncio.wait({task, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+            if first.is_set() and not task.done():
+                yield RenderedChunk(call.request_id, b"")
         response = await _result(task)
         usage = _usage(response.usage.model_dump()) if response.usage is not None else None
         body = response.model_dump_json().encode()
