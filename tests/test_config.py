@@ -321,3 +321,25 @@ def test_inline_config_takes_overrides_without_changing_its_input() -> None:
     assert data == {"router": {"policy": "least_queue"}, "models": [{"name": "m", "replicas": 2}]}
     with pytest.raises(ConfigError, match=r"models\[0\]\.replicas = 0"):
         load_config_data(data, "inline", {"FIRSTLIGHT__MODELS__0__REPLICAS": "0"})
+
+
+@pytest.mark.parametrize(
+    ("adapters", "field", "value"),
+    [
+        ([{"name": "m2", "path": "/a"}], "models[0].lora_adapters[0].name", "m2"),
+        ([{"name": "a", "path": "/a"}, {"name": "a", "path": "/b"}], "lora_adapters[1]", "a"),
+        (
+            [{"name": "a", "path": "relative/a"}],
+            "lora_adapters[0].path",
+            "must be an absolute path",
+        ),
+    ],
+)
+def test_an_adapter_name_must_be_free_and_its_path_absolute(
+    adapters: list[dict[str, str]], field: str, value: str
+) -> None:
+    data = {"models": [{"name": "m1", "lora_adapters": adapters}, {"name": "m2"}]}
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data, "test")
+    assert field in str(caught.value)
+    assert value in str(caught.value)

@@ -81,20 +81,14 @@ def prepare_models(cfg: PlatformConfig) -> None:
             STEPS,
             lambda on_step: prepare_default_model(cfg.default_model_dir, progress=on_step),
         )
-    missing = [
-        (m.name, cfg.model_dir(m))
-        for m in cfg.models
-        if m.engine == "vllm" and not (cfg.model_dir(m) / "config.json").is_file()
-    ]
-    if missing:
-        name, folder = missing[0]
-        fail(
-            ModelNotFoundError(
-                f"model {name!r}: no model folder at {folder} (no config.json there); set "
-                "its source to a local Hugging Face folder, or to 'default' for the "
-                "default model (docs/troubleshooting.md)"
-            )
-        )
+    from firstlight.engine.vllm_args import check_model_files
+
+    try:
+        for model in cfg.models:
+            if model.engine == "vllm":
+                check_model_files(model, cfg.model_dir(model))
+    except ModelNotFoundError as exc:
+        fail(exc)
 
 
 def load(path: Path | None) -> PlatformConfig:

@@ -710,6 +710,37 @@ async def test_one_model_is_retrieved_by_id_and_an_unknown_one_is_404(gw: FakeGa
     assert_openai_error(missing, 404, "invalid_request_error", code="model_not_found")
 
 
+async def test_an_adapter_is_listed_served_under_its_name_and_cached_apart(
+    make_gateway: MakeGateway,
+) -> None:
+    adapter = {"name": "tuned", "path": "/lora/tuned"}
+    gw = await make_gateway(gateway_config(replicas=1, model={"lora_adapters": [adapter]}))
+    listed = (await gw.client.get("/v1/models")).json()["data"]
+    assert [(m["id"], m.get("parent"), m.get("root")) for m in listed] == [
+        (MODEL, None, None),
+        ("tuned", MODEL, "/lora/tuned"),
+    ]
+    assert (await gw.client.get("/v1/models/tuned")).json() == listed[1]
+    shared = "You are a terse assistant. " + "lorem ipsum " * 80
+
+    def ask(model: str, stream: bool = False) -> Awaitable[httpx.Response]:
+        body = {**chat(shared + "Question?", max_tokens=2), "model": model, "stream": stream}
+        return gw.client.post(CHAT, json=body)
+
+    def cached(response: httpx.Response) -> int:
+        return int(response.json()["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    first, again, base = await ask("tuned"), await ask("tuned"), await ask(MODEL)
+    assert first.json()["model"] == again.json()["model"] == "tuned"
+    assert base.json()["model"] == MODEL
+    # The adapter's blocks are its own: a repeat hits them, the base model does not.
+    assert (cached(first), cached(base)) == (0, 0)
+    assert cached(again) >= len(chat_prompt(shared)) - 2 * gw.config.models[0].block_size
+    streamed = await ask("tuned", stream=True)
+    events = [json.loads(e) for e in sse_data(streamed.text) if e != "[DONE]"]
+    assert {e["model"] for e in events} == {"tuned"}
+
+
 async def test_healthz_answers_with_the_region(gw: FakeGateway) -> None:
     response = await gw.client.get("/healthz")
     assert response.status_code == 200

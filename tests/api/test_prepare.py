@@ -13,8 +13,8 @@ from firstlight.api.prepare import RequestPreparer
 from firstlight.api.prompts import SimPromptEncoder
 from firstlight.config import parse_config
 from firstlight.engine.vllm_engine import _generation_defaults
-from firstlight.errors import BadRequestError
-from firstlight.prefix import HashScheme
+from firstlight.errors import BadRequestError, ModelNotServedError
+from firstlight.prefix import HashScheme, LoraKey, hint_hashes
 
 CONFIG = parse_config(
     {"mode": "local", "models": [{"name": "sim-m", "engine": "sim"}, {"name": "real-m"}]}, "test"
@@ -80,3 +80,30 @@ def test_the_models_generation_defaults_are_its_sampling_fields(
 ) -> None:
     llm = SimpleNamespace(model_config=SimpleNamespace(get_diff_sampling_param=lambda: diff))
     assert _generation_defaults(llm) == expected
+
+
+def test_an_adapter_is_prepared_for_its_models_replicas_with_its_own_block_hashes() -> None:
+    config = parse_config(
+        {"models": [{"name": "base", "lora_adapters": [{"name": "tuned", "path": "/lora/t"}]}]},
+        "test",
+    )
+    [model] = config.models
+    scheme = HashScheme.for_model(model, config.hints)
+    preparer = RequestPreparer(config, {"base": SimPromptEncoder()}, {"base": scheme})
+    long_chat = _body("tuned", messages=[{"role": "user", "content": "word " * 200}])
+    adapted = preparer.prepare("chat", long_chat)
+    plain = preparer.prepare("chat", long_chat.replace(b'"tuned"', b'"base"'))
+    assert adapted.model is plain.model is model
+    assert adapted.generation.lora == LoraKey("tuned", "/lora/t")
+    assert plain.generation.lora is None
+    assert (adapted.served_name, plain.served_name) == ("tuned", "base")
+    ids = adapted.generation.prompt_token_ids
+    assert ids == plain.generation.prompt_token_ids
+    assert adapted.routing.block_hashes == hint_hashes(
+        ids, scheme, lora=LoraKey("tuned", "/lora/t")
+    )
+    assert plain.routing.block_hashes == hint_hashes(ids, scheme)
+    assert len(adapted.routing.block_hashes) >= 4
+    assert not set(adapted.routing.block_hashes) & set(plain.routing.block_hashes)
+    with pytest.raises(ModelNotServedError, match="served models: base, tuned"):
+        preparer.prepare("chat", _body("other"))

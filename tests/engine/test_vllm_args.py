@@ -11,8 +11,9 @@ import pytest
 
 from firstlight.config import HintsConfig, ModelConfig
 from firstlight.engine.capabilities import check_supported
-from firstlight.engine.vllm_args import engine_arguments, engine_environment
-from firstlight.errors import UnsupportedEngineConfigError
+from firstlight.engine.vllm_args import check_model_files, engine_arguments, engine_environment
+from firstlight.engine.vllm_openai import frontend_args, lora_requests
+from firstlight.errors import ModelNotFoundError, UnsupportedEngineConfigError
 from firstlight.prefix import HashScheme
 
 GPU_MODEL = ModelConfig.model_validate(
@@ -102,3 +103,41 @@ def test_gpu_only_settings_are_refused_on_the_cpu_by_name(
     with pytest.raises(UnsupportedEngineConfigError, match=named):
         check_supported(model, "cpu")
     check_supported(model, "cuda")  # the same settings are fine on a GPU
+
+
+def test_lora_adapters_turn_on_vllms_lora_and_are_named_in_its_openai_layer() -> None:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    model = ModelConfig.model_validate(
+        {
+            "name": "m",
+            "lora_adapters": [{"name": "a", "path": "/lora/a"}, {"name": "b", "path": "/l=b"}],
+            "vllm": {"max_lora_rank": 32},
+        }
+    )
+    args = _engine_args(model, "cpu")
+    assert (args.enable_lora, args.max_lora_rank, args.max_loras) == (True, 32, 2)
+    assert _engine_args(ModelConfig(name="m"), "cpu").enable_lora is False
+    # vLLM's own parser reads the adapters, numbered as the gateway's path numbers them.
+    parser = make_arg_parser(FlexibleArgumentParser())  # type: ignore[no-untyped-call]
+    parsed = parser.parse_args(frontend_args(model, Path("/models/m")))
+    assert [(m.name, m.path, m.base_model_name) for m in parsed.lora_modules] == [
+        ("a", "/lora/a", "m"),
+        ("b", "/l=b", "m"),
+    ]
+    requests = lora_requests(model)
+    assert [(r.lora_name, r.lora_int_id, r.lora_path) for r in requests.values()] == [
+        ("a", 1, "/lora/a"),
+        ("b", 2, "/l=b"),
+    ]
+
+
+def test_a_missing_adapter_folder_is_named_before_anything_starts(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")
+    model = ModelConfig.model_validate(
+        {"name": "m", "lora_adapters": [{"name": "a", "path": str(tmp_path / "none")}]}
+    )
+    with pytest.raises(ModelNotFoundError, match=r"LoRA adapter .a. has no adapter_config\.json"):
+        check_model_files(model, tmp_path)
+    check_model_files(ModelConfig(name="m"), tmp_path)  # the model alone is there

@@ -62,7 +62,7 @@ from firstlight.api.responses import (
 from firstlight.api.streams import (
     ReplicaFailedError,
 )
-from firstlight.config import ModelConfig, PlatformConfig
+from firstlight.config import PlatformConfig
 from firstlight.dashboard import dashboard_state
 from firstlight.errors import (
     ApiError,
@@ -194,40 +194,51 @@ class GatewayCore:
         self._limits.release(lease)
 
     def models(self, request: Request) -> Response:
+        """``GET /v1/models``: every served model, then each LoRA adapter (its ``parent``
+        the model it runs on, as vLLM's server lists them)."""
         try:
             self.keys.check(request.headers.get("authorization"))
         except ApiError as exc:
             return error_response(exc)
-        data = [self._model_card(m) for m in self.config.models]
-        return JSONResponse({"object": "list", "data": data})
+        return JSONResponse({"object": "list", "data": list(self._model_cards().values())})
 
     def model(self, request: Request, model_id: str) -> Response:
-        """``GET /v1/models/{id}``: one served model, or a 404 naming the served ones."""
+        """``GET /v1/models/{id}``: one served model or adapter, or a 404 naming them."""
         try:
             self.keys.check(request.headers.get("authorization"))
         except ApiError as exc:
             return error_response(exc)
-        for m in self.config.models:
-            if m.name == model_id:
-                return JSONResponse(self._model_card(m))
-        served = ", ".join(m.name for m in self.config.models)
+        cards = self._model_cards()
+        if model_id in cards:
+            return JSONResponse(cards[model_id])
         return error_response(
             ModelNotServedError(
-                f"the model {model_id!r} does not exist here; served models: {served}",
+                f"the model {model_id!r} does not exist here; served models: {', '.join(cards)}",
                 param="model",
                 code="model_not_found",
             )
         )
 
-    def _model_card(self, model: ModelConfig) -> dict[str, object]:
-        return {
-            "id": model.name,
-            "object": "model",
-            "created": self._created,
-            "owned_by": "firstlight",
-            "max_model_len": model.max_model_len,
-            "simulated": model.engine == "sim",
-        }
+    def _model_cards(self) -> dict[str, dict[str, object]]:
+        cards: dict[str, dict[str, object]] = {}
+        for model in self.config.models:
+            card: dict[str, object] = {
+                "id": model.name,
+                "object": "model",
+                "created": self._created,
+                "owned_by": "firstlight",
+                "max_model_len": model.max_model_len,
+                "simulated": model.engine == "sim",
+            }
+            cards[model.name] = card
+            for adapter in model.lora_adapters:
+                cards[adapter.name] = {
+                    **card,
+                    "id": adapter.name,
+                    "root": adapter.path,
+                    "parent": model.name,
+                }
+        return cards
 
     async def metrics_exposition(self) -> bytes:
         """``GET /metrics``: the region's gateways (each sample labelled ``gateway``)

@@ -98,6 +98,13 @@ class Prepared:
     """Set when the request uses fields beyond the gateway's own subset: vLLM's OpenAI
     layer on the replica serves it (:mod:`firstlight.api.extended`)."""
 
+    @property
+    def served_name(self) -> str:
+        """The ``model`` the client asked for and its response names: the LoRA adapter's
+        name, or the model's."""
+        lora = self.generation.lora
+        return self.model.name if lora is None else lora.name
+
 
 @dataclass(frozen=True, slots=True)
 class _RouteInfo:
@@ -376,7 +383,7 @@ class LocalServer:
         return completion_body(
             prepared.kind,
             prepared.generation.request_id,
-            prepared.model.name,
+            prepared.served_name,
             int(time.time()),
             "".join(parts),
             last.finish_reason,
@@ -386,7 +393,8 @@ class LocalServer:
     async def _sse(
         self, prepared: Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
     ) -> AsyncIterator[bytes]:
-        kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.model.name
+        kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.served_name
+        model = prepared.model.name
         created = int(time.time())
         usage: Usage | None = None
         obs.output_tokens = 0
@@ -421,6 +429,6 @@ class LocalServer:
             obs.status = error.status
             yield sse_event(error_body(error))
         finally:
-            self._finish(name, rid)
+            self._finish(model, rid)
             await aclose(chunks)
         yield DONE_EVENT

@@ -7,7 +7,9 @@ token ids outside the vocabulary and prompts or outputs over the bounds are refu
 with an OpenAI-shaped 400 (404 for the model) that names the field. Nothing it refuses
 reaches a tokenizer or an engine. A request with fields beyond the gateway's own subset
 (:mod:`firstlight.api.extended`) is prepared for vLLM's OpenAI layer on the replica
-(``Prepared.openai``), or refused naming the field when its model is simulated.
+(``Prepared.openai``), or refused naming the field when its model is simulated. A
+``model`` that names one of a model's LoRA adapters is prepared for that model's replicas,
+with the adapter in its block hashes as vLLM keys its cache blocks.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest, inv
 from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.protocol import GenerationRequest, OpenAICall, SamplingSettings
 from firstlight.errors import BadRequestError, ModelNotServedError
-from firstlight.prefix import HashScheme, hint_hashes
+from firstlight.prefix import HashScheme, LoraKey, hint_hashes
 from firstlight.routing import RequestView
 
 __all__ = ["RequestPreparer"]
@@ -44,7 +46,10 @@ class RequestPreparer:
         self.config = config
         self.encoders = encoders
         self._schemes = schemes
-        self._models: dict[str, ModelConfig] = {m.name: m for m in config.models}
+        self._models: dict[str, tuple[ModelConfig, LoraKey | None]] = {}
+        for m in config.models:
+            self._models[m.name] = (m, None)
+            self._models.update({a.name: (m, LoraKey(a.name, a.path)) for a in m.lora_adapters})
 
     def prepare(self, kind: Kind, body: bytes, cache_salt: str | None = None) -> Prepared:
         """The request in ``body`` validated, tokenized and hashed. Raises
@@ -74,14 +79,15 @@ class RequestPreparer:
             param = _param(err["loc"])
             message = f"{param}: {err['msg']}" if param else err["msg"]
             raise BadRequestError(message, param=param) from exc
-        model = self._models.get(parsed.model)
-        if model is None:
+        served = self._models.get(parsed.model)
+        if served is None:
             raise ModelNotServedError(
                 f"the model {parsed.model!r} does not exist here; "
                 f"served models: {', '.join(self._models)}",
                 param="model",
                 code="model_not_found",
             )
+        model, lora = served
         if extended and model.engine == "sim":
             raise BadRequestError(
                 f"{extended[0]}: the simulated model {model.name!r} serves only the "
@@ -155,13 +161,13 @@ class RequestPreparer:
         routing = RequestView(
             request_id=request_id,
             prompt_tokens=len(prompt),
-            block_hashes=hint_hashes(prompt, scheme, cache_salt=cache_salt),
+            block_hashes=hint_hashes(prompt, scheme, cache_salt=cache_salt, lora=lora),
             block_size=scheme.block_size,
         )
         return Prepared(
             kind,
             model,
-            GenerationRequest(request_id, prompt, sampling, cache_salt=cache_salt),
+            GenerationRequest(request_id, prompt, sampling, cache_salt=cache_salt, lora=lora),
             routing,
             parsed.stream,
             parsed.include_usage,

@@ -15,6 +15,7 @@ __all__ = [
     "Dtype",
     "EngineName",
     "KvCacheDtype",
+    "LoraAdapter",
     "ModelConfig",
     "Quantization",
     "ResourcesConfig",
@@ -100,6 +101,33 @@ class VllmSettings(Section):
     trust_remote_code: bool = False
     """Run the model folder's own Python code (models not built into vLLM). Only for
     folders you trust: the code runs in every replica."""
+    max_lora_rank: Annotated[int, Field(ge=1, le=512)] = 16
+    """Largest rank among the model's ``lora_adapters`` (vLLM's ``max_lora_rank``; it
+    sizes the memory vLLM reserves for an adapter). Used only with adapters."""
+    max_loras: Annotated[int | None, Field(ge=1, le=256)] = None
+    """Adapters one engine step may mix (vLLM's ``max_loras``); ``null``: every one of
+    the model's ``lora_adapters``. Used only with adapters."""
+
+
+class LoraAdapter(Section):
+    """A LoRA adapter served on top of its model: clients name it as ``model``, the
+    gateway routes it with its model's replicas, and every replica of the model loads it."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
+    """Name clients pass as ``model``; it must differ from every model's and every other
+    adapter's name."""
+    path: Annotated[str, Field(min_length=2)]
+    """Absolute path of the adapter's folder in PEFT's format (``adapter_config.json``
+    and ``adapter_model.safetensors``), the same on every replica: vLLM keys an adapter's
+    prefix-cache blocks by name and path, and so do the gateway's hints."""
+
+    @model_validator(mode="after")
+    def _path_is_absolute(self) -> Self:
+        if not self.path.startswith("/"):
+            raise FieldValueError(
+                "path", self.path, "must be an absolute path, the same on every replica"
+            )
+        return self
 
 
 class AutoscalingSettings(Section):
@@ -189,6 +217,11 @@ class ModelConfig(Section):
     ``sim``."""
     vllm: VllmSettings = VllmSettings()
     """Further vLLM engine arguments (parallelism, memory, batch limits, ...)."""
+    lora_adapters: tuple[LoraAdapter, ...] = ()
+    """LoRA adapters on this model: each is served under its own name by the model's
+    replicas, on the gateway's own path and vLLM's OpenAI layer alike, and routed on its
+    own prefix-cache blocks. The simulator serves an adapter's requests at its model's
+    cost, its cache blocks keyed apart as vLLM keys them."""
     replicas: Annotated[int, Field(ge=1, le=1024)] = 1
     """Replicas of this model in each region; with ``autoscaling``, the number it starts
     with (between ``autoscaling.min_replicas`` and ``max_replicas``)."""

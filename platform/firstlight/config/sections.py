@@ -353,6 +353,7 @@ class PlatformConfig(Section):
         names = [r.name for r in self.regions]
         _reject_duplicates("regions", names, "name", "region")
         _reject_duplicates("models", [m.name for m in self.models], "name", "model")
+        self._check_adapter_names()
         for i, region in enumerate(self.regions):
             for j, peer in enumerate(region.peers):
                 if peer.region not in names:
@@ -368,6 +369,19 @@ class PlatformConfig(Section):
         if self.mode == "kubernetes":
             self._check_kubernetes_mode(names)
         return self
+
+    def _check_adapter_names(self) -> None:
+        """An adapter's name is a ``model`` clients ask for: it must name nothing else."""
+        taken = {m.name for m in self.models}
+        for i, model in enumerate(self.models):
+            for j, adapter in enumerate(model.lora_adapters):
+                if adapter.name in taken:
+                    raise FieldValueError(
+                        f"models[{i}].lora_adapters[{j}].name",
+                        adapter.name,
+                        "already the name of a model or another adapter",
+                    )
+                taken.add(adapter.name)
 
     def _check_kubernetes_mode(self, names: list[str]) -> None:
         if self.region is None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from firstlight.errors import InvalidRequestError, PromptTooLongError
+from firstlight.prefix import LoraKey
 
 __all__ = [
     "CacheEvent",
@@ -69,6 +70,9 @@ class GenerationRequest:
     sampling: SamplingSettings
     cache_salt: str | None = None
     """Per-tenant salt of the prefix cache (tenants share no cached block)."""
+    lora: LoraKey | None = None
+    """The LoRA adapter the client named as ``model`` (one of the model's
+    ``lora_adapters``); ``None``: the model itself."""
     resumed_tokens: int = 0
     """Output tokens an earlier attempt at this request already produced (the gateway
     resumes a stream whose replica failed): the prompt ends with them, and a

@@ -13,11 +13,30 @@ from typing import Any
 
 from firstlight.config import ModelConfig
 from firstlight.engine.capabilities import Device
+from firstlight.errors import ModelNotFoundError
 from firstlight.prefix import HashScheme
 
-__all__ = ["engine_arguments", "engine_environment"]
+__all__ = ["check_model_files", "engine_arguments", "engine_environment"]
 
 _GIB = 1 << 30
+
+
+def check_model_files(model: ModelConfig, model_dir: Path) -> None:
+    """Raise :class:`~firstlight.errors.ModelNotFoundError` naming what is missing when
+    ``model_dir`` holds no model or a LoRA adapter's folder holds no adapter. Called by
+    ``firstlight up`` before anything starts, and by each replica before vLLM starts."""
+    if not (model_dir / "config.json").is_file():
+        raise ModelNotFoundError(
+            f"model {model.name!r}: no model folder at {model_dir} (no config.json there); "
+            "set its source to a local Hugging Face folder, or to 'default' for the default "
+            "model prepared by `firstlight prepare-model` (docs/troubleshooting.md)"
+        )
+    for adapter in model.lora_adapters:
+        if not (Path(adapter.path) / "adapter_config.json").is_file():
+            raise ModelNotFoundError(
+                f"model {model.name!r}: LoRA adapter {adapter.name!r} has no "
+                f"adapter_config.json in {adapter.path} (docs/configuration.md, 'LoRA adapters')"
+            )
 
 
 def engine_arguments(
@@ -65,6 +84,10 @@ def engine_arguments(
         # The replica's Ray placement group holds one GPU bundle per shard
         # (firstlight.serve.app); vLLM's Ray executor places its workers in it.
         args["distributed_executor_backend"] = "ray"
+    if model.lora_adapters:
+        args["enable_lora"] = True
+        args["max_lora_rank"] = settings.max_lora_rank
+        args["max_loras"] = settings.max_loras or len(model.lora_adapters)
     if model.kv_cache_gib is not None and device != "cpu":
         args["kv_cache_memory_bytes"] = int(model.kv_cache_gib * _GIB)
     return args

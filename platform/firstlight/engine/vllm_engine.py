@@ -47,8 +47,8 @@ from firstlight.engine.protocol import (
     Usage,
     check_request,
 )
-from firstlight.engine.vllm_args import engine_arguments, engine_environment
-from firstlight.engine.vllm_openai import VllmOpenAI
+from firstlight.engine.vllm_args import check_model_files, engine_arguments, engine_environment
+from firstlight.engine.vllm_openai import VllmOpenAI, lora_requests
 from firstlight.errors import (
     EngineDeadError,
     EngineError,
@@ -158,6 +158,7 @@ class VllmEngine:
         self._model_dir = model_dir
         self._openai: VllmOpenAI | None = None
         self._openai_lock = asyncio.Lock()
+        self._loras = lora_requests(model)
         self._llm = llm
         self._max_model_len = model.max_model_len
         # The model's own sampling defaults (generation_config.json), applied as vLLM's
@@ -190,11 +191,7 @@ class VllmEngine:
         before anything is loaded. ``refuse_known_bad_dtype=False`` starts such an engine
         anyway: only for ``python -m firstlight_bench.int8_dtypes``, which measures them.
         """
-        if not (model_dir / "config.json").is_file():
-            raise ModelNotFoundError(
-                f"model {model.name!r}: no model folder at {model_dir} (for the default "
-                "model, run `firstlight prepare-model`)"
-            )
+        check_model_files(model, model_dir)
         device = device or detect_device()
         check_supported(model, device)
         cpu = detect_cpu_features() if device == "cpu" else None
@@ -268,10 +265,18 @@ class VllmEngine:
         if request.cache_salt:
             prompt["cache_salt"] = request.cache_salt
         rid = request.request_id
+        lora = None
+        if request.lora is not None:
+            lora = self._loras.get(request.lora.name)
+            if lora is None or lora.lora_path != request.lora.path:
+                raise InvalidRequestError(
+                    f"model {self.model_name!r} has no LoRA adapter {request.lora.name!r} "
+                    f"at {request.lora.path}"
+                )
         self._pending_prefill[rid] = len(request.prompt_token_ids)
         completion_tokens = 0
         try:
-            async for output in self._llm.generate(prompt, params, rid):
+            async for output in self._llm.generate(prompt, params, rid, lora_request=lora):
                 self._pending_prefill.pop(rid, None)
                 completion = output.outputs[0]
                 completion_tokens += len(completion.token_ids)

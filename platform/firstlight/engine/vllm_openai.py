@@ -33,7 +33,7 @@ from firstlight.config import ModelConfig
 from firstlight.engine.protocol import OpenAICall, RenderedChunk, Usage
 from firstlight.errors import EngineDeadError, EngineError, InvalidRequestError
 
-__all__ = ["VllmOpenAI", "frontend_args"]
+__all__ = ["VllmOpenAI", "frontend_args", "lora_requests"]
 
 _log = logging.getLogger(__name__)
 
@@ -45,12 +45,32 @@ _FIRST_OUTPUT: contextvars.ContextVar[asyncio.Event | None] = contextvars.Contex
 
 def frontend_args(model: ModelConfig, model_dir: Path) -> list[str]:
     """vLLM server arguments for ``model``'s OpenAI layer (its own parser reads them):
-    the served name, cached-token details in usage and the tool-call parser."""
+    the served name, cached-token details in usage, the tool-call parser and the LoRA
+    adapters. vLLM numbers the adapters 1, 2, ... in this order, as
+    :func:`lora_requests` does for the gateway's own path: both paths name the same
+    adapter by the same id."""
     args = ["--model", str(model_dir), "--served-model-name", model.name]
     args.append("--enable-prompt-tokens-details")
+    if model.lora_adapters:
+        args.append("--lora-modules")
+        args += [
+            json.dumps({"name": a.name, "path": a.path, "base_model_name": model.name})
+            for a in model.lora_adapters
+        ]
     if model.tool_call_parser is not None:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", model.tool_call_parser]
     return args
+
+
+def lora_requests(model: ModelConfig) -> dict[str, Any]:
+    """vLLM's ``LoRARequest`` of each of ``model``'s adapters, by name, numbered as vLLM's
+    OpenAI layer numbers the ``--lora-modules`` of :func:`frontend_args`."""
+    from vllm.lora.request import LoRARequest
+
+    return {
+        a.name: LoRARequest(lora_name=a.name, lora_int_id=i, lora_path=a.path)
+        for i, a in enumerate(model.lora_adapters, start=1)
+    }
 
 
 class _WatchedEngine:

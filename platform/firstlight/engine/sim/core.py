@@ -103,7 +103,9 @@ class SimCore:
         prompt = request.prompt_token_ids
         bs = self.profile.block_size
         if block_hashes is None:
-            block_hashes = hint_hashes(prompt, self.scheme, cache_salt=request.cache_salt)
+            block_hashes = hint_hashes(
+                prompt, self.scheme, cache_salt=request.cache_salt, lora=request.lora
+            )
         elif len(block_hashes) != len(prompt) // bs:
             raise InvalidRequestError(
                 f"{len(block_hashes)} block hashes given for a {len(prompt)}-token prompt "
