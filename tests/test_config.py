@@ -343,3 +343,17 @@ def test_an_adapter_name_must_be_free_and_its_path_absolute(
         parse_config(data, "test")
     assert field in str(caught.value)
     assert value in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("model", "field"),
+    [
+        ({"engine": "sim"}, "models[0].task = 'embed'"),
+        ({"tool_call_parser": "hermes"}, "models[0].tool_call_parser = 'hermes'"),
+        ({"lora_adapters": [{"name": "a", "path": "/a"}]}, "models[0].lora_adapters[0].name"),
+    ],
+)
+def test_an_embedding_model_is_real_and_plain(model: dict[str, object], field: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"models": [{"name": "e", "task": "embed", **model}]}, "test")
+    assert field in str(caught.value)

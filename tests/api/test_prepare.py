@@ -107,3 +107,88 @@ def test_an_adapter_is_prepared_for_its_models_replicas_with_its_own_block_hashe
     assert not set(adapted.routing.block_hashes) & set(plain.routing.block_hashes)
     with pytest.raises(ModelNotServedError, match="served models: base, tuned"):
         preparer.prepare("chat", _body("other"))
+
+
+EMBEDDING_CONFIG = parse_config(
+    {
+        "models": [
+            {"name": "gen"},
+            {"name": "emb", "task": "embed", "source": "/models/e", "max_model_len": 64},
+        ],
+        "gateway": {"max_prompt_tokens": 200},
+    },
+    "test",
+)
+
+
+def _embedding_preparer() -> RequestPreparer:
+    return RequestPreparer(
+        EMBEDDING_CONFIG,
+        {m.name: SimPromptEncoder() for m in EMBEDDING_CONFIG.models},
+        {m.name: HashScheme.for_model(m, EMBEDDING_CONFIG.hints) for m in EMBEDDING_CONFIG.models},
+    )
+
+
+def test_embeddings_are_routed_on_their_tokens_and_served_by_vllms_layer() -> None:
+    encoder = SimPromptEncoder()
+    for given, texts in [("one text", ["one text"]), (["a b", "c d e"], ["a b", "c d e"])]:
+        body = json.dumps({"model": "emb", "input": given, "dimensions": 8}).encode()
+        prepared = _embedding_preparer().prepare("embeddings", body, cache_salt="t")
+        assert prepared.kind == "embeddings"
+        assert prepared.model.name == "emb"
+        assert prepared.openai is not None
+        assert (prepared.openai.kind, prepared.openai.body) == ("embeddings", body)
+        assert prepared.openai.cache_salt == "t"
+        assert prepared.routing.prompt_tokens == sum(len(encoder.text(t)) for t in texts)
+        assert prepared.routing.block_hashes == ()
+        assert prepared.openai.request_id == prepared.generation.request_id
+    ids = json.dumps({"model": "emb", "input": [[1, 2, 3], [4]]}).encode()
+    assert _embedding_preparer().prepare("embeddings", ids).routing.prompt_tokens == 4
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "param", "fragment"),
+    [
+        ("embeddings", {"model": "gen", "input": "x"}, "model", "needs a model with task: embed"),
+        (
+            "chat",
+            {"model": "emb", "messages": [{"role": "user", "content": "x"}]},
+            "model",
+            "/v1/embeddings",
+        ),
+        ("embeddings", {"model": "emb", "input": ""}, "input", "at least 1"),
+        ("embeddings", {"model": "emb", "input": []}, "input", "at least 1 input"),
+        (
+            "embeddings",
+            {"model": "emb", "input": "w " * 100},
+            "input",
+            "maximum context length is 64",
+        ),
+        (
+            "embeddings",
+            {"model": "emb", "input": ["w " * 30] * 8},
+            "input",
+            "gateway.max_prompt_tokens",
+        ),
+        (
+            "embeddings",
+            {"model": "emb", "input": [[1, 10**9]]},
+            "input",
+            "outside the model's vocabulary",
+        ),
+        (
+            "embeddings",
+            {"model": "emb", "input": ["x"] * 2049},
+            "input",
+            "at most 2048 are accepted",
+        ),
+        ("embeddings", {"model": "emb"}, "input", "required"),
+    ],
+)
+def test_embedding_refusals_name_the_field(
+    kind: Any, body: dict[str, Any], param: str, fragment: str
+) -> None:
+    with pytest.raises(BadRequestError) as caught:
+        _embedding_preparer().prepare(kind, json.dumps(body).encode())
+    assert caught.value.param == param
+    assert fragment in str(caught.value)

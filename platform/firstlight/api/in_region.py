@@ -88,9 +88,13 @@ class LocalBackend(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
+    """A request ready for the region decision (made by ``RequestPreparer``)."""
+
     kind: Kind
     model: ModelConfig
     generation: GenerationRequest
+    """What the gateway's own path sends the engine; for a request vLLM's layer serves
+    (``openai``), its id (an embeddings request's carries no prompt)."""
     routing: RequestView
     stream: bool
     include_usage: bool

@@ -24,7 +24,12 @@ from firstlight.api.extended import NATIVE_FIELDS, extended_fields, routed_view
 from firstlight.api.in_region import Prepared
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.responses import Kind
-from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest, invalid_unicode_at
+from firstlight.api.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingsRequest,
+    invalid_unicode_at,
+)
 from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.protocol import GenerationRequest, OpenAICall, SamplingSettings
 from firstlight.errors import BadRequestError, ModelNotServedError
@@ -68,6 +73,8 @@ class RequestPreparer:
                 "\\ud800 has no UTF-8 encoding)",
                 param=invalid,
             )
+        if kind == "embeddings":
+            return self._embeddings(raw, body, cache_salt)
         extended = extended_fields(kind, raw) if isinstance(raw, dict) else ()
         schema = ChatCompletionRequest if kind == "chat" else CompletionRequest
         try:
@@ -75,19 +82,13 @@ class RequestPreparer:
                 routed_view(kind, raw) if extended else raw
             )
         except ValidationError as exc:
-            err = exc.errors()[0]
-            param = _param(err["loc"])
-            message = f"{param}: {err['msg']}" if param else err["msg"]
-            raise BadRequestError(message, param=param) from exc
-        served = self._models.get(parsed.model)
-        if served is None:
-            raise ModelNotServedError(
-                f"the model {parsed.model!r} does not exist here; "
-                f"served models: {', '.join(self._models)}",
-                param="model",
-                code="model_not_found",
-            )
+            raise _schema_error(exc) from exc
+        served = self._served(parsed.model)
         model, lora = served
+        if model.task == "embed":
+            raise BadRequestError(
+                f"{model.name!r} is an embedding model: it serves /v1/embeddings", param="model"
+            )
         if extended and model.engine == "sim":
             raise BadRequestError(
                 f"{extended[0]}: the simulated model {model.name!r} serves only the "
@@ -110,13 +111,7 @@ class RequestPreparer:
             prompt = encoder.text(parsed.prompt)
         else:
             prompt = tuple(parsed.prompt)
-            outside = next((t for t in prompt if not 0 <= t < encoder.vocabulary), None)
-            if outside is not None:
-                raise BadRequestError(
-                    f"prompt: token id {outside} is outside the model's vocabulary "
-                    f"(0 to {encoder.vocabulary - 1})",
-                    param="prompt",
-                )
+            _check_vocabulary(prompt, encoder, "prompt")
         if limits.max_prompt_tokens is not None and len(prompt) > limits.max_prompt_tokens:
             raise BadRequestError(
                 f"the prompt has {len(prompt)} tokens; at most {limits.max_prompt_tokens} are "
@@ -174,12 +169,98 @@ class RequestPreparer:
             OpenAICall(request_id, kind, body, cache_salt) if extended else None,
         )
 
+    def _served(self, name: str) -> tuple[ModelConfig, LoraKey | None]:
+        served = self._models.get(name)
+        if served is None:
+            raise ModelNotServedError(
+                f"the model {name!r} does not exist here; served models: {', '.join(self._models)}",
+                param="model",
+                code="model_not_found",
+            )
+        return served
+
+    def _embeddings(self, raw: object, body: bytes, cache_salt: str | None) -> Prepared:
+        """``POST /v1/embeddings``: the inputs tokenized and bounded for routing; vLLM's
+        OpenAI layer on the chosen replica computes the embeddings from the body."""
+        try:
+            parsed = EmbeddingsRequest.model_validate(raw)
+        except ValidationError as exc:
+            raise _schema_error(exc) from exc
+        model, lora = self._served(parsed.model)
+        if model.task != "embed" or lora is not None:
+            embedders = [m.name for m in self.config.models if m.task == "embed"]
+            raise BadRequestError(
+                f"{parsed.model!r} generates text: /v1/embeddings needs a model with "
+                f"task: embed (here: {', '.join(embedders) or 'none'})",
+                param="model",
+            )
+        encoder = self.encoders[model.name]
+        inputs = [
+            _check_vocabulary(tuple(item), encoder, "input")
+            if isinstance(item, list)
+            else encoder.text(item)
+            for item in parsed.inputs()
+        ]
+        longest = max(len(tokens) for tokens in inputs)
+        truncated = isinstance(raw, dict) and raw.get("truncate_prompt_tokens") is not None
+        if longest > model.max_model_len and not truncated:
+            raise BadRequestError(
+                f"an input has {longest} tokens; this model's maximum context length is "
+                f"{model.max_model_len} tokens",
+                param="input",
+                code="context_length_exceeded",
+            )
+        total = sum(len(tokens) for tokens in inputs)
+        limit = self.config.gateway.max_prompt_tokens
+        if limit is not None and total > limit:
+            raise BadRequestError(
+                f"the inputs have {total} tokens; at most {limit} are accepted "
+                "(gateway.max_prompt_tokens)",
+                param="input",
+                code="context_length_exceeded",
+            )
+        request_id = f"embd-{uuid.uuid4().hex}"
+        scheme = self._schemes[model.name]
+        return Prepared(
+            "embeddings",
+            model,
+            GenerationRequest(request_id, (), SamplingSettings(max_tokens=1)),
+            # Embedding models keep no prefix cache worth routing on: load only.
+            RequestView(request_id, total, (), scheme.block_size),
+            stream=False,
+            include_usage=False,
+            openai=OpenAICall(request_id, "embeddings", body, cache_salt),
+        )
+
+
+def _check_vocabulary(ids: tuple[int, ...], encoder: PromptEncoder, field: str) -> tuple[int, ...]:
+    """``ids``, or a 400 naming ``field`` when one is outside the model's vocabulary."""
+    outside = next((t for t in ids if not 0 <= t < encoder.vocabulary), None)
+    if outside is not None:
+        raise BadRequestError(
+            f"{field}: token id {outside} is outside the model's vocabulary "
+            f"(0 to {encoder.vocabulary - 1})",
+            param=field,
+        )
+    return ids
+
 
 _UNION_TAGS = frozenset({"str", "int", "float", "bool", "none"})
+
+
+def _schema_error(exc: ValidationError) -> BadRequestError:
+    """The 400 for a body its schema refused: the first problem, naming its field."""
+    err = exc.errors()[0]
+    param = _param(err["loc"])
+    return BadRequestError(f"{param}: {err['msg']}" if param else err["msg"], param=param)
 
 
 def _param(loc: tuple[int | str, ...]) -> str | None:
     """The request field a validation error is about (``messages.0.content``), without
     the union member pydantic tried (``str``, ``list[int]``); ``None`` for the body."""
-    parts = [str(p) for p in loc if not (isinstance(p, str) and (p in _UNION_TAGS or "[" in p))]
+    parts = [str(p) for p in loc if not (isinstance(p, str) and _is_union_tag(p))]
     return ".".join(parts) or None
+
+
+def _is_union_tag(part: str) -> bool:
+    return part in _UNION_TAGS or "[" in part or part.startswith("constrained-")

@@ -57,9 +57,10 @@ class PromptEncoder(Protocol):
 
 
 class HfPromptEncoder:
-    """The model's tokenizer and chat template (``transformers``, local files only)."""
+    """The model's tokenizer and chat template (``transformers``, local files only);
+    ``chat=False`` for an embedding model, which needs no template."""
 
-    def __init__(self, model_dir: Path) -> None:
+    def __init__(self, model_dir: Path, *, chat: bool = True) -> None:
         if not (model_dir / "tokenizer_config.json").is_file():
             raise ModelNotFoundError(
                 f"no tokenizer in {model_dir} (for the default model, run "
@@ -72,7 +73,7 @@ class HfPromptEncoder:
         # (some models pad their embedding past the tokenizer).
         config = json.loads((model_dir / "config.json").read_text())
         self.vocabulary: int = max(len(self._tokenizer), int(config.get("vocab_size", 0)))
-        if not self._tokenizer.chat_template:
+        if chat and not self._tokenizer.chat_template:
             raise ModelNotFoundError(f"the tokenizer in {model_dir} has no chat template")
 
     def chat(
@@ -119,4 +120,4 @@ def build_encoder(config: PlatformConfig, model: ModelConfig) -> PromptEncoder:
     folder has no usable tokenizer."""
     if model.engine == "sim":
         return SimPromptEncoder()
-    return HfPromptEncoder(config.model_dir(model))
+    return HfPromptEncoder(config.model_dir(model), chat=model.task == "generate")

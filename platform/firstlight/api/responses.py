@@ -27,7 +27,7 @@ __all__ = [
     "usage_body",
 ]
 
-Kind = Literal["chat", "text"]
+Kind = Literal["chat", "text", "embeddings"]
 DONE_EVENT = b"data: [DONE]\n\n"
 
 

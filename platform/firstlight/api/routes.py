@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from firstlight.api.gateway import GatewayCore
 from firstlight.api.responses import error_response
-from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest
+from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingsRequest
 from firstlight.dashboard import page
 from firstlight.errors import ApiError
 
@@ -39,6 +39,10 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
     @app.post("/v1/completions", openapi_extra=_json_body(CompletionRequest))
     async def completions(request: Request) -> Response:
         return await core.completions("text", request)
+
+    @app.post("/v1/embeddings", openapi_extra=_json_body(EmbeddingsRequest))
+    async def embeddings(request: Request) -> Response:
+        return await core.completions("embeddings", request)
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "ChatCompletionRequest",
     "ChatMessage",
     "CompletionRequest",
+    "EmbeddingsRequest",
     "StreamOptions",
     "TextPart",
     "invalid_unicode_at",
@@ -146,3 +147,41 @@ class CompletionRequest(_Sampling):
     @property
     def requested_max_tokens(self) -> int | None:
         return self.max_tokens
+
+
+MAX_EMBEDDING_INPUTS = 2048
+"""Most inputs in one embeddings request (OpenAI's own bound)."""
+
+
+class EmbeddingsRequest(BaseModel):
+    """``POST /v1/embeddings``: what the gateway parses to route it (the model and the
+    inputs). Every other field goes to vLLM's OpenAI layer with the body, which refuses a
+    field it does not define by name (:mod:`firstlight.engine.vllm_openai`)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    input: (
+        Annotated[str, Field(min_length=1)]
+        | list[Annotated[str, Field(min_length=1)]]
+        | list[Annotated[int, Field(ge=0)]]
+        | list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]]
+    )
+    """One text, several texts, one list of token ids or several (OpenAI's forms)."""
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _some_inputs(cls, value: object) -> object:
+        if isinstance(value, list) and not value:
+            raise ValueError("at least 1 input is needed")
+        if isinstance(value, list) and len(value) > MAX_EMBEDDING_INPUTS:
+            raise ValueError(f"{len(value)} inputs; at most {MAX_EMBEDDING_INPUTS} are accepted")
+        return value
+
+    def inputs(self) -> list[str | list[int]]:
+        """Each input on its own: a text or a list of token ids."""
+        if isinstance(self.input, str):
+            return [self.input]
+        if self.input and isinstance(self.input[0], int):
+            return [list(self.input)]
+        return list(self.input)  # type: ignore[arg-type]

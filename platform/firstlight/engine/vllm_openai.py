@@ -108,12 +108,14 @@ class _WatchedEngine:
 
 
 class VllmOpenAI:
-    """vLLM's chat and completion serving classes over one engine."""
+    """vLLM's chat, completion and embedding serving classes over one engine (those the
+    model's task has; the others are ``None``)."""
 
-    def __init__(self, chat: Any, completion: Any, chat_model: Any, completion_model: Any) -> None:
-        self._chat = chat
-        self._completion = completion
-        self._models = {"chat": chat_model, "text": completion_model}
+    def __init__(
+        self, chat: Any, completion: Any, embedding: Any, request_models: dict[str, Any]
+    ) -> None:
+        self._serving = {"chat": chat, "text": completion, "embeddings": embedding}
+        self._models = request_models
         self._fields = {kind: _field_names(m) for kind, m in self._models.items()}
 
     @classmethod
@@ -126,6 +128,7 @@ class VllmOpenAI:
         from vllm.entrypoints.launchers.cli_args import make_arg_parser
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
         from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+        from vllm.entrypoints.pooling.embed.protocol import EmbeddingCompletionRequest
         from vllm.utils.argparse_utils import FlexibleArgumentParser
 
         try:
@@ -139,16 +142,26 @@ class VllmOpenAI:
             raise EngineError(
                 f"model {model.name!r}: vLLM's OpenAI layer did not start: {exc}"
             ) from exc
-        chat = getattr(state, "openai_serving_chat", None)
-        completion = getattr(state, "openai_serving_completion", None)
-        return cls(chat, completion, ChatCompletionRequest, CompletionRequest)
+        return cls(
+            getattr(state, "openai_serving_chat", None),
+            getattr(state, "openai_serving_completion", None),
+            getattr(state, "serving_embedding", None),
+            {
+                "chat": ChatCompletionRequest,
+                "text": CompletionRequest,
+                "embeddings": EmbeddingCompletionRequest,
+            },
+        )
 
     async def serve(self, call: OpenAICall) -> AsyncIterator[RenderedChunk]:
         """Serve ``call`` (see :class:`~firstlight.engine.protocol.OpenAIServing`)."""
         request = self._request(call)
-        serving = self._chat if call.kind == "chat" else self._completion
+        serving = self._serving[call.kind]
         if serving is None:
-            raise InvalidRequestError(f"this model does not serve the {call.kind} API")
+            raise InvalidRequestError(f"this model does not serve the {_api(call.kind)} API")
+        if call.kind == "embeddings":
+            yield await self._embeddings(call, serving, request)
+            return
         create: Callable[[Any], Any] = (
             serving.create_chat_completion if call.kind == "chat" else serving.create_completion
         )
@@ -202,6 +215,14 @@ class VllmOpenAI:
             param = ".".join(str(p) for p in err["loc"] if not isinstance(p, int)) or None
             where = f"{param}: " if param else ""
             raise InvalidRequestError(f"{where}{err['msg']}", param=param) from exc
+
+    async def _embeddings(self, call: OpenAICall, serving: Any, request: Any) -> RenderedChunk:
+        """An embeddings request: vLLM's whole JSON answer in one chunk (an embedding
+        has no first token: the gateway times the answer itself)."""
+        response = await _result(asyncio.ensure_future(serving(request, None)))
+        body = bytes(response.body)
+        usage = json.loads(body).get("usage") or {}
+        return RenderedChunk(call.request_id, body, finished=True, usage=_usage(usage))
 
     async def _whole(
         self, call: OpenAICall, request: Any, task: asyncio.Future[Any], first: asyncio.Event
@@ -308,4 +329,4 @@ def _field_names(request_model: Any) -> set[str]:
 
 
 def _api(kind: str) -> str:
-    return "chat completions" if kind == "chat" else "completions"
+    return {"chat": "chat completions", "text": "completions"}.get(kind, kind)

@@ -51,7 +51,7 @@ __all__ = ["GatewayTelemetry", "RequestObservation"]
 
 UNKNOWN_MODEL = "unknown"
 """The ``model`` attribute of requests that named no served model (bounded labels)."""
-_OPERATION = {"chat": "chat", "text": "text_completion"}
+_OPERATION = {"chat": "chat", "text": "text_completion", "embeddings": "embeddings"}
 _DECISION_LOG = 30
 _HOP_HEADER = "x-firstlight-hop"  # firstlight.api.forward.HOP_HEADER (no import cycle)
 _SERVED_HERE = ("local", "from_peer")
