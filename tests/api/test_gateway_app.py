@@ -741,6 +741,25 @@ async def test_an_adapter_is_listed_served_under_its_name_and_cached_apart(
     assert {e["model"] for e in events} == {"tuned"}
 
 
+async def test_documents_are_cut_to_the_budget_before_routing(make_gateway: MakeGateway) -> None:
+    from firstlight_bench.rag_workload import rag_cases
+
+    gw = await make_gateway(gateway_config(replicas=1, model={"dynamic_context": {}}))
+    [case] = rag_cases(seed=5, questions=1, filler=3)
+
+    async def ask(**extension: Any) -> httpx.Response:
+        body = chat(case.question, max_tokens=2)
+        body["firstlight"] = {"documents": list(case.documents), **extension}
+        return await gw.client.post(CHAT, json=body)
+
+    every, cut = await ask(), await ask(context_budget_tokens=50)
+    assert every.status_code == cut.status_code == 200
+    assert every.headers["x-firstlight-context"].endswith(": 0,1,2,3,4")
+    assert cut.headers["x-firstlight-context"].endswith(f": {case.relevant}")
+    full = every.json()["usage"]["prompt_tokens"]
+    assert cut.json()["usage"]["prompt_tokens"] < full / 3
+
+
 async def test_healthz_answers_with_the_region(gw: FakeGateway) -> None:
     response = await gw.client.get("/healthz")
     assert response.status_code == 200

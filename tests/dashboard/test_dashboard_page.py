@@ -99,6 +99,34 @@ STATE: dict[str, Any] = {
             "(64 of 256 tokens cached) + overhead 10.0; runner-up b5e6: 190.0 ms",
         }
     ],
+    "outlier_factor": 10.0,
+    "outliers": [
+        {
+            "at": 1764479998.2,
+            "model": "smollm2-135m",
+            "kinds": ["ttft"],
+            "factor": 10.0,
+            "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736",
+            "route": "local",
+            "served_region": "us-east",
+            "peer_region": None,
+            "replica": "a1b2c3d4",
+            "explanation": "a1b2c3d4: 150.3 ms = rtt 0.0 + wait 35.0 + prefill 110.0",
+            "predicted_ttft_ms": 150.3,
+            "ttft_ms": 2412.0,
+            "dispatch_ttft_ms": 2400.5,
+            "median_ttft_ms": 180.2,
+            "e2e_ms": 2950.0,
+            "median_e2e_ms": 900.0,
+            "predicted_queue_wait_ms": 35.0,
+            "replica_queue_len": 9,
+            "cached_tokens": 64,
+            "runner_up": "b5e6",
+            "runner_up_ttft_ms": 190.0,
+            "input_tokens": 256,
+            "output_tokens": 40,
+        }
+    ],
 }
 
 
@@ -204,6 +232,18 @@ def test_page_renders_regions_models_replicas_and_decisions(
     assert _element_text(dom, "spill-rate-smollm2-135m") == "11.4%"  # 90 of 792
     assert 'data-replica="a1b2c3d4"' in dom
     assert STATE["decisions"][0]["explanation"] in dom
+    assert _element_text(dom, "outlier-factor") == "10"
+    outlier = re.search(r'<tr[^>]*data-outlier="0"[^>]*>(.*?)</tr>', dom, re.DOTALL)
+    assert outlier
+    assert 'data-kinds="ttft"' in outlier.group(0)
+    assert 'data-trace="4bf92f3577b34da6a3ce929d0e0e4736"' in outlier.group(0)
+    row = outlier.group(1)
+    assert ">2,412 / 180<" in row  # TTFT against the median
+    assert ">2,950 / 900<" in row
+    for shown in (">35<", ">9<", ">64<", ">4bf92f3577b34da6a3ce929d0e0e4736<"):
+        assert shown in row  # predicted wait, queue, cached tokens, trace id
+    assert "us-east / a1b2c3d4" in row
+    assert re.search(r'<div id="outliers-empty"[^>]*\bhidden\b', dom)
     assert re.search(r'<span id="sim-badge"[^>]*\bhidden\b', dom)  # not simulated
     assert re.search(r'<div id="conn-banner"[^>]*\bhidden\b', dom)
     assert re.search(r'<div id="render-error"[^>]*\bhidden\b', dom)
@@ -214,11 +254,13 @@ def test_data_is_escaped_not_interpreted(server: _Server, tmp_path: Path) -> Non
     state["simulated"] = True
     state["decisions"][0]["explanation"] = f"winner {XSS} done"
     state["decisions"][0]["model"] = "<script>alert(2)</script>"
+    state["outliers"][0]["explanation"] = f"slow {XSS} here"
 
     dom = _dump_dom(_serve(server, state), tmp_path / "profile")
 
     assert "<img" not in dom.lower()
     assert "winner &lt;img src=x onerror=alert(1)&gt; done" in dom
+    assert "slow &lt;img src=x onerror=alert(1)&gt; here" in dom
     assert "<script>alert(2)" not in dom
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in dom
     assert not re.search(r'<span id="sim-badge"[^>]*\bhidden\b', dom)  # simulated: shown

@@ -47,6 +47,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 
 from firstlight.api.auth import ApiKeys
+from firstlight.api.context import ContextLoader, Ranker
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
 from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
 from firstlight.api.in_region import LocalBackend, LocalServer, Prepared
@@ -55,6 +56,7 @@ from firstlight.api.migration import Attempts
 from firstlight.api.plumbing import ClosingStream, closed_after, once, read_body
 from firstlight.api.prepare import RequestPreparer
 from firstlight.api.prompts import PromptEncoder
+from firstlight.api.ranker import EmbeddingRanker
 from firstlight.api.responses import (
     Kind,
     error_response,
@@ -63,6 +65,7 @@ from firstlight.api.streams import (
     ReplicaFailedError,
 )
 from firstlight.config import PlatformConfig
+from firstlight.config.sections import DEFAULT_EMBEDDING_PACKAGE, packaged_model_dir
 from firstlight.dashboard import dashboard_state
 from firstlight.errors import (
     ApiError,
@@ -95,6 +98,7 @@ class GatewayCore:
         client: httpx.AsyncClient,
         telemetry: GatewayTelemetry,
         limits: KeyLimits | None = None,
+        ranker: Ranker | None = None,
     ) -> None:
         self.config = config
         self.telemetry = telemetry
@@ -112,6 +116,11 @@ class GatewayCore:
         )
         self._local = LocalServer(config, region, backend, telemetry, self._schemes, self._hot)
         self._preparer = RequestPreparer(config, encoders, self._schemes)
+        if ranker is None and any(m.dynamic_context is not None for m in config.models):
+            embedding_ranker = EmbeddingRanker(packaged_model_dir(DEFAULT_EMBEDDING_PACKAGE))
+            embedding_ranker.warm()
+            ranker = embedding_ranker
+        self._context = ContextLoader(config.models, encoders, ranker)
         self._created = int(time.time())
         gateway = config.gateway
         self._limits = limits or KeyLimits(
@@ -152,12 +161,17 @@ class GatewayCore:
         response: Response | None = None
         try:
             body = await read_body(request, self.config.gateway.max_body_bytes)
+            context = None
+            if kind == "chat":
+                body, context = await self._context.apply(body)
             prepared = self._preparer.prepare(kind, body, caller.cache_salt)
             obs.model = prepared.model.name
             obs.request_id = prepared.generation.request_id
             obs.input_tokens = prepared.routing.prompt_tokens
             hop = request.headers.get(HOP_HEADER) is not None
             response = await self._dispatch(prepared, body, request, hop, obs)
+            if context is not None:
+                response.headers["x-firstlight-context"] = context.header()
         except ApiError as exc:
             response = error_response(exc)
         except asyncio.CancelledError:

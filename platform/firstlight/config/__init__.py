@@ -27,6 +27,7 @@ from firstlight.config.loading import (
 from firstlight.config.model import (
     DEFAULT_MODEL_NAME,
     Dtype,
+    DynamicContextSettings,
     EngineName,
     LoraAdapter,
     ModelConfig,
@@ -57,6 +58,7 @@ __all__ = [
     "ApiKeyRef",
     "AuthConfig",
     "Dtype",
+    "DynamicContextSettings",
     "EngineName",
     "FieldValueError",
     "GatewayConfig",

@@ -13,6 +13,7 @@ __all__ = [
     "DEFAULT_MODEL_NAME",
     "AutoscalingSettings",
     "Dtype",
+    "DynamicContextSettings",
     "EngineName",
     "KvCacheDtype",
     "LoraAdapter",
@@ -133,6 +134,17 @@ class LoraAdapter(Section):
         return self
 
 
+class DynamicContextSettings(Section):
+    """Dynamic context loading for a chat model: a request may send its retrieved
+    documents in ``firstlight.documents``; the gateway keeps the most relevant ones within
+    ``firstlight.context_budget_tokens`` and writes them after the system prompt
+    (docs/context.md)."""
+
+    default_budget_tokens: Annotated[int | None, Field(ge=1, le=1_048_576)] = None
+    """Budget of a request that sends documents without ``context_budget_tokens``;
+    ``null``: such a request keeps every document."""
+
+
 class AutoscalingSettings(Section):
     """Ray Serve autoscaling of one model's replicas in each region, on requests in
     flight per replica (Serve's ``autoscaling_config``); in Kubernetes the chart's KubeRay
@@ -226,6 +238,10 @@ class ModelConfig(Section):
     ``sim``."""
     vllm: VllmSettings = VllmSettings()
     """Further vLLM engine arguments (parallelism, memory, batch limits, ...)."""
+    dynamic_context: DynamicContextSettings | None = None
+    """Let chat requests send documents for the gateway to choose from (ranked with the
+    packaged all-MiniLM-L6-v2 at the gateway); ``null``: a request with
+    ``firstlight.documents`` is refused naming the field."""
     lora_adapters: tuple[LoraAdapter, ...] = ()
     """LoRA adapters on this model: each is served under its own name by the model's
     replicas, on the gateway's own path and vLLM's OpenAI layer alike, and routed on its
@@ -248,7 +264,7 @@ class ModelConfig(Section):
             raise FieldValueError(
                 "task", self.task, "the simulator simulates text generation only (engine: sim)"
             )
-        for name in ("speculative", "tool_call_parser"):
+        for name in ("speculative", "tool_call_parser", "dynamic_context"):
             if getattr(self, name) is not None:
                 raise FieldValueError(name, getattr(self, name), "not used by task 'embed'")
         if self.lora_adapters:

@@ -246,6 +246,27 @@ class TelemetryConfig(Section):
     """OpenTelemetry ``service.name``."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of Firstlight's own loggers."""
+    outlier_factor: Annotated[float, Field(gt=1, le=1000)] = 10.0
+    """A successful request whose time to first token or end-to-end time exceeds this
+    many times its model's rolling median is an outlier: logged in full on the
+    ``firstlight.outliers`` logger, counted in ``firstlight_outliers_total`` and listed
+    on the built-in dashboard (docs/observability.md, "Outliers")."""
+    outlier_min_samples: Annotated[int, Field(ge=1, le=100_000)] = 50
+    """Successful requests of a model a gateway must have seen before it judges any
+    (no outliers while the median is still forming, e.g. at warm-up)."""
+    outlier_window_samples: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    """How many of a model's latest successful requests the rolling median covers, per
+    gateway; at least ``outlier_min_samples``."""
+
+    @model_validator(mode="after")
+    def _outlier_window_holds_min_samples(self) -> Self:
+        if self.outlier_window_samples < self.outlier_min_samples:
+            raise FieldValueError(
+                "outlier_window_samples",
+                self.outlier_window_samples,
+                f"must be at least outlier_min_samples ({self.outlier_min_samples})",
+            )
+        return self
 
 
 class GatewayConfig(Section):

@@ -12,12 +12,14 @@ offline), which polls the JSON.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from firstlight.telemetry.outliers import OutlierRecord, record_json
 from firstlight.telemetry.rolling import percentile
 from firstlight.telemetry.windows import MergedModel, merge_windows
 
@@ -51,7 +53,8 @@ def dashboard_state(
 ) -> dict[str, Any]:
     """The JSON the dashboard page renders (schema in ``docs/observability.md``).
     ``windows``: every live gateway's rolling windows, this one's included; ``None``:
-    this gateway's alone (named ``local``)."""
+    this gateway's alone (named ``local``). The outliers are the ones this gateway
+    captured, newest first."""
     now = time.time()
     names = [m.name for m in config.models]
     merged = merge_windows(
@@ -85,7 +88,19 @@ def dashboard_state(
             }
             for d in merged.decisions
         ],
+        "outlier_factor": config.telemetry.outlier_factor,
+        "outliers": [_outlier(o) for o in telemetry.outliers],
     }
+
+
+def _outlier(record: OutlierRecord) -> dict[str, Any]:
+    """One captured outlier (this gateway's: :attr:`GatewayTelemetry.outliers`) with
+    every field of its log line but the request id: the dashboard needs no API key, so
+    it names no request (the trace id leads to it where traces are kept). Non-finite
+    numbers are ``null`` (strict JSON)."""
+    out: dict[str, Any] = json.loads(record_json(record))
+    del out["request_id"]
+    return out
 
 
 def _local_region(region: str, summary: RegionSummary) -> dict[str, Any]:

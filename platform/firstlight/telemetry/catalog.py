@@ -13,11 +13,11 @@ and ``_total`` to counters: :attr:`MetricSpec.prometheus_name`.
 
 Attributes are bounded: ``region``, ``model`` (a configured model name, or ``unknown``),
 ``replica`` (a Ray replica id), ``peer`` (a configured region), ``route``, ``reason``,
-``policy``, ``state``, ``direction``, ``outcome``, ``error.type`` (an HTTP status) and the GenAI
-conventions' ``gen_ai.operation.name``, ``gen_ai.request.model`` (the same value as
-``model``, so generic GenAI dashboards work while Firstlight's own join on ``model``),
-``gen_ai.provider.name`` (:data:`GEN_AI_PROVIDER`) and ``gen_ai.token.type``. Never a
-request id, a prompt or an API key.
+``policy``, ``state``, ``direction``, ``outcome``, ``kind``, ``error.type`` (an HTTP
+status) and the GenAI conventions' ``gen_ai.operation.name``, ``gen_ai.request.model``
+(the same value as ``model``, so generic GenAI dashboards work while Firstlight's own
+join on ``model``), ``gen_ai.provider.name`` (:data:`GEN_AI_PROVIDER`) and
+``gen_ai.token.type``. Never a request id, a prompt or an API key.
 """
 
 from __future__ import annotations
@@ -270,6 +270,15 @@ CATALOG: tuple[MetricSpec, ...] = (
         "the first token), resumed (a stream continued mid-way), gave_up (no attempt or "
         "no healthy replica left: the request failed over or ended with an error).",
         ("region", "model", "outcome"),
+    ),
+    MetricSpec(
+        "firstlight.outliers",
+        "counter",
+        "{request}",
+        "Successful requests whose time to first token (kind=ttft) or end-to-end time "
+        "(kind=e2e) exceeded telemetry.outlier_factor times their model's rolling median "
+        "at this gateway; each is logged in full on the firstlight.outliers logger.",
+        ("region", "model", "kind"),
     ),
     MetricSpec(
         "firstlight.gateway.asyncio_tasks",

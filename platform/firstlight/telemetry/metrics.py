@@ -17,9 +17,10 @@ region. The names and attributes are those of :mod:`firstlight.telemetry.catalog
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -33,6 +34,15 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from firstlight.config import PlatformConfig
 from firstlight.telemetry.catalog import CATALOG, GEN_AI_PROVIDER, MetricSpec
 from firstlight.telemetry.observers import ScrapeObservers
+from firstlight.telemetry.outliers import (
+    OUTLIER_KINDS,
+    OutlierDetector,
+    OutlierRecord,
+    RouteFacts,
+    outlier_record,
+    record_json,
+    route_facts,
+)
 from firstlight.telemetry.replicas import PER_REPLICA, ReplicaCollector
 from firstlight.telemetry.rolling import (
     CounterRatio,
@@ -53,6 +63,8 @@ UNKNOWN_MODEL = "unknown"
 """The ``model`` attribute of requests that named no served model (bounded labels)."""
 _OPERATION = {"chat": "chat", "text": "text_completion", "embeddings": "embeddings"}
 _DECISION_LOG = 30
+_OUTLIER_LOG = 50
+_outlier_log = logging.getLogger("firstlight.outliers")
 _HOP_HEADER = "x-firstlight-hop"  # firstlight.api.forward.HOP_HEADER (no import cycle)
 _SERVED_HERE = ("local", "from_peer")
 MIGRATION_OUTCOMES = ("retried", "resumed", "gave_up")
@@ -88,6 +100,11 @@ class RequestObservation:
     status: int = 200
     route_span: trace.Span | None = None
     finished: bool = False
+    route_facts: RouteFacts | None = None
+    """The in-region decision's terms, taken at the first token of a locally served
+    request (read only if the request turns out an outlier)."""
+    on_first_token: Callable[[RequestObservation], None] | None = field(default=None, repr=False)
+    """Called by :meth:`first_token` (the telemetry takes :attr:`route_facts`)."""
 
     def first_token(self) -> None:
         """The first output token left for the client (ends the route span)."""
@@ -97,6 +114,8 @@ class RequestObservation:
         if self.route_span is not None:
             self.route_span.end()
             self.route_span = None
+        if self.on_first_token is not None:
+            self.on_first_token(self)
 
 
 class GatewayTelemetry:
@@ -117,6 +136,7 @@ class GatewayTelemetry:
         self.region = region
         self.enabled = config.telemetry.metrics_enabled
         self._wall = wall_clock
+        self._states = states
         self._policy = config.router.policy
         self.tracer = tracer or build_tracer(config.telemetry, region, "gateway")
         self.registry = CollectorRegistry(auto_describe=True)
@@ -158,6 +178,21 @@ class GatewayTelemetry:
         """The last routing decisions, newest first (the dashboard lists them)."""
         self.decisions_kept = _DECISION_LOG
         """How many decisions :attr:`decisions` keeps (and the dashboard lists)."""
+        self.outlier_detector = OutlierDetector(
+            config.telemetry.outlier_factor,
+            config.telemetry.outlier_min_samples,
+            config.telemetry.outlier_window_samples,
+        )
+        self.outliers: list[OutlierRecord] = []
+        """The last outliers this gateway captured, newest first (the dashboard lists
+        them)."""
+        self.outliers_kept = _OUTLIER_LOG
+        """How many outliers :attr:`outliers` keeps."""
+        if self.enabled:  # every series from 0, so the first outlier shows in increase()
+            for model in config.models:
+                for kind in OUTLIER_KINDS:
+                    attrs = {"region": region, "model": model.name, "kind": kind}
+                    self._instruments["firstlight.outliers"].add(0, attrs)
 
     def observed_window_s(self) -> float:
         """The rolling window, or less while this gateway is younger than it (rates)."""
@@ -177,7 +212,9 @@ class GatewayTelemetry:
         span = self.tracer.start_span(operation, context=parent, kind=trace.SpanKind.SERVER)
         span.set_attribute("gen_ai.operation.name", operation)
         span.set_attribute("firstlight.region", self.region)
-        return RequestObservation(operation, time.monotonic(), span)
+        return RequestObservation(
+            operation, time.monotonic(), span, on_first_token=self._take_route_facts
+        )
 
     def begin_route(self, obs: RequestObservation, route: str) -> trace.Span:
         """The region decision chose ``route``; the route span covers the time until the
@@ -241,6 +278,8 @@ class GatewayTelemetry:
                 self.ttft[obs.model].add(ttft_s * 1000.0)
             if tpot_s is not None:
                 self.itl[obs.model].add(tpot_s * 1000.0)
+            if obs.status < 400 and route is not None:
+                self._judge_outlier(obs, route, ttft_s, now - obs.started)
         if not self.enabled:
             return
         attrs = {
@@ -326,6 +365,40 @@ class GatewayTelemetry:
         )
         self.decisions.insert(0, record)
         del self.decisions[_DECISION_LOG:]
+
+    def _take_route_facts(self, obs: RequestObservation) -> None:
+        # At the first token: the router's route of the request is gone by its end.
+        if obs.request_id is None:
+            return
+        state = self._states().get(obs.model)
+        route = None if state is None else state.route_of(obs.request_id)
+        if state is not None and route is not None and route.chosen is not None:
+            obs.route_facts = route_facts(route, state.replicas.get(route.chosen.replica_id))
+
+    def _judge_outlier(
+        self, obs: RequestObservation, route: str, ttft_s: float | None, e2e_s: float
+    ) -> None:
+        ttft_ms = None if ttft_s is None else ttft_s * 1000.0
+        exceeded = self.outlier_detector.observe(obs.model, ttft_ms, e2e_s * 1000.0)
+        if not exceeded:
+            return
+        record = outlier_record(
+            obs,
+            self.outlier_detector,
+            exceeded,
+            region=self.region,
+            route=route,
+            at=self._wall(),
+            ttft_ms=ttft_ms,
+            e2e_ms=e2e_s * 1000.0,
+        )
+        self.outliers.insert(0, record)
+        del self.outliers[self.outliers_kept :]
+        _outlier_log.warning("%s", record_json(record))
+        if self.enabled:
+            counter = self._instruments["firstlight.outliers"]
+            for kind in record.kinds:
+                counter.add(1, {"region": self.region, "model": obs.model, "kind": kind})
 
     def window(self, gateway: str) -> GatewayWindow:
         """This gateway's rolling windows as one record (the dashboard merges every

@@ -1,0 +1,290 @@
+"""Dynamic context loading measured: prompt tokens and time to first token of a RAG
+workload with and without a context budget, on one local region with the real default
+model, and whether the right document was kept.
+
+Run ``firstlight bench rag`` (``python -m firstlight_bench.rag``; options ``--questions 40
+--budget 700 --seed 0 --max-tokens 16 --out FOLDER --page PAGE``). The workload is
+:func:`~firstlight_bench.rag_workload.rag_cases`: each question comes with five documents
+of some 620 tokens, one of which holds the answer. Each question is asked twice through
+the official ``openai`` client, streamed, greedy: once sending every document
+(``firstlight.documents``, no budget: all five are written into the prompt) and once with
+``context_budget_tokens`` (the gateway ranks the documents and keeps what fits). The
+order of the two alternates from question to question (A B, B A, ...), and the two arms
+use different system prompts, so neither reuses the other's cached blocks.
+
+Reported per arm: prompt tokens (the engine's usage) and client-side TTFT (p50, p90),
+the share of questions whose kept documents include the one holding the answer (from
+the ``x-firstlight-context`` header), and the share of answers that contain the expected
+fact (this 135M model often answers wrong even with the right document; the measure is
+reported, not a goal). The reductions compare the two arms' p50s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from firstlight._ports import free_port
+from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
+from firstlight.telemetry.rolling import percentile
+from firstlight_bench.engine import emit
+from firstlight_bench.rag_workload import RagCase, rag_cases
+from firstlight_bench.results import cpu_model, git_commit, short_commit
+from firstlight_bench.suite import replace_tables
+
+__all__ = ["ArmSummary", "main", "render", "summarize"]
+
+RAG_BEGIN = (
+    "<!-- rag:begin (generated from docs/benchmarks/rag-vllm-cpu/results.json; do not edit) -->"
+)
+RAG_END = "<!-- rag:end -->"
+_REGION = "rag"
+_SYSTEM = {
+    "all": "Answer the question from the documents, in a few words.",
+    "budget": "Using the documents, answer the question in a few words.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One request's outcome."""
+
+    arm: str
+    question: int
+    prompt_tokens: int
+    ttft_ms: float
+    kept: tuple[int, ...]
+    relevant: int
+    correct: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ArmSummary:
+    """One arm's figures."""
+
+    arm: str
+    requests: int
+    prompt_tokens_p50: float
+    ttft_p50_ms: float
+    ttft_p90_ms: float
+    right_document_share: float
+    correct_answer_share: float
+
+
+def summarize(asked: Sequence[Asked]) -> list[ArmSummary]:
+    """Per arm (``all``, ``budget``): the medians and shares of the report."""
+    out = []
+    for arm in ("all", "budget"):
+        mine = [a for a in asked if a.arm == arm]
+        if not mine:
+            continue
+        ttfts = [a.ttft_ms for a in mine]
+        out.append(
+            ArmSummary(
+                arm,
+                len(mine),
+                _quantile([float(a.prompt_tokens) for a in mine], 0.5),
+                _quantile(ttfts, 0.5),
+                _quantile(ttfts, 0.9),
+                sum(a.relevant in a.kept for a in mine) / len(mine),
+                sum(a.correct for a in mine) / len(mine),
+            )
+        )
+    return out
+
+
+def _quantile(values: list[float], q: float) -> float:
+    value = percentile(sorted(values), q)
+    assert value is not None  # only called with values
+    return value
+
+
+def _config(port: int, cache_dir: Path | None) -> PlatformConfig:
+    data: dict[str, Any] = {
+        "mode": "local",
+        "regions": [{"name": _REGION, "peers": []}],
+        "models": [
+            {
+                "name": DEFAULT_MODEL_NAME,
+                "dtype": "float32",
+                "max_model_len": 4096,
+                "kv_cache_gib": 1,
+                "dynamic_context": {},
+                "resources": {"num_cpus": 0},
+            }
+        ],
+        "auth": {"enabled": False},
+        "gateway": {"host": "127.0.0.1", "port": port},
+        "hints": {"key_prefix": "firstlight:rag:"},
+    }
+    if cache_dir is not None:
+        data["cache_dir"] = str(cache_dir)
+    return parse_config(data, "firstlight bench rag")
+
+
+def _ask(client: Any, case: RagCase, index: int, arm: str, budget: int, max_tokens: int) -> Asked:
+    extension: dict[str, Any] = {"documents": list(case.documents)}
+    if arm == "budget":
+        extension["context_budget_tokens"] = budget
+    started = time.perf_counter()
+    raw = client.chat.completions.with_raw_response.create(
+        model=DEFAULT_MODEL_NAME,
+        messages=[
+            {"role": "system", "content": _SYSTEM[arm]},
+            {"role": "user", "content": case.question},
+        ],
+        temperature=0,
+        max_tokens=max_tokens,
+        stream=True,
+        stream_options={"include_usage": True},
+        extra_body={"firstlight": extension},
+    )
+    header = raw.headers.get("x-firstlight-context", "")
+    ttft_ms: float | None = None
+    text, prompt_tokens = [], 0
+    for chunk in raw.parse():
+        if chunk.choices and chunk.choices[0].delta.content:
+            if ttft_ms is None:
+                ttft_ms = (time.perf_counter() - started) * 1000.0
+            text.append(chunk.choices[0].delta.content)
+        if chunk.usage is not None:
+            prompt_tokens = chunk.usage.prompt_tokens
+    if ttft_ms is None or not prompt_tokens or not header:
+        raise RuntimeError(f"question {index} ({arm}): no text, usage or context header")
+    kept = tuple(int(i) for i in header.rsplit(": ", 1)[1].split(","))
+    answer = "".join(text)
+    return Asked(
+        arm,
+        index,
+        prompt_tokens,
+        ttft_ms,
+        kept,
+        case.relevant,
+        case.answer.lower() in answer.lower(),
+    )
+
+
+def _measure(args: argparse.Namespace, endpoint: str) -> list[Asked]:
+    import openai
+
+    cases = rag_cases(args.seed, args.questions + 2)
+    asked = []
+    with openai.OpenAI(base_url=f"{endpoint}/v1", api_key="local", max_retries=0) as client:
+        for i, case in enumerate(cases[:2]):  # warm-up: each arm's system prompt cached
+            for arm in ("all", "budget"):
+                _ask(client, case, -1 - i, arm, args.budget, args.max_tokens)
+        for i, case in enumerate(cases[2:]):
+            arms = ("all", "budget") if i % 2 == 0 else ("budget", "all")
+            for arm in arms:
+                asked.append(_ask(client, case, i, arm, args.budget, args.max_tokens))
+    return asked
+
+
+def render(report: dict[str, Any]) -> str:
+    """The docs' table of a stored report."""
+    arms = {a["arm"]: a for a in report["arms"]}
+    full, cut = arms["all"], arms["budget"]
+    lines = [
+        RAG_BEGIN,
+        "",
+        f"Measured at {short_commit(report['git_commit'])} (`{report['command']}`): one local "
+        f"region, the default model on vLLM-CPU, {report['questions']} questions with "
+        f"{report['documents']} documents each, budget {report['budget']} tokens.",
+        "",
+        "| arm | requests | prompt tokens p50 | TTFT p50 | TTFT p90 | right document kept "
+        "| answer contains the fact |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    names = {"all": "every document", "budget": "context budget"}
+    for a in (full, cut):
+        lines.append(
+            f"| {names[a['arm']]} | {a['requests']} | {a['prompt_tokens_p50']:.0f} "
+            f"| {a['ttft_p50_ms']:.0f} ms | {a['ttft_p90_ms']:.0f} ms "
+            f"| {a['right_document_share']:.0%} | {a['correct_answer_share']:.0%} |"
+        )
+    tokens = 1 - cut["prompt_tokens_p50"] / full["prompt_tokens_p50"]
+    ttft = 1 - cut["ttft_p50_ms"] / full["ttft_p50_ms"]
+    lines += [
+        "",
+        f"With the budget, prompt tokens p50 fell by {tokens:.0%} and TTFT p50 by {ttft:.0%}; "
+        f"the right document was kept for {cut['right_document_share']:.0%} of the questions.",
+        "",
+        RAG_END,
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """``firstlight bench rag``; returns the report (``None`` with ``--tables-only``)."""
+    parser = argparse.ArgumentParser(prog="firstlight bench rag", description=__doc__)
+    parser.add_argument("--questions", type=int, default=40)
+    parser.add_argument("--budget", type=int, default=700)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--page", type=Path, default=None)
+    parser.add_argument("--tables-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.tables_only:
+        if args.page is None or args.out is None:
+            parser.error("--tables-only needs --out (the stored report) and --page")
+        _rewrite(args.page, _read(args.out))
+        return None
+    if args.questions < 2:
+        parser.error(f"--questions {args.questions}: at least 2")
+    import ray
+
+    from firstlight.serve.local_mode import start_local, stop_local
+
+    running = start_local(_config(free_port(), args.cache_dir), timeout_s=600)
+    try:
+        asked = _measure(args, running.endpoints[_REGION])
+    finally:
+        stop_local(running)
+        ray.shutdown()
+    report = {
+        "command": "firstlight bench rag " + shlex.join(list(argv or sys.argv[1:])),
+        "git_commit": git_commit(),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+        "simulated": False,
+        "questions": args.questions,
+        "documents": 5,
+        "budget": args.budget,
+        "arms": [asdict(s) for s in summarize(asked)],
+        "asked": [asdict(a) for a in asked],
+    }
+    emit(report, args.out / "results.json" if args.out else None)
+    print(render(report))
+    if args.page is not None:
+        _rewrite(args.page, report)
+    return report
+
+
+def _read(out: Path) -> dict[str, Any]:
+    import json
+
+    data: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return data
+
+
+def _rewrite(page: Path, report: dict[str, Any]) -> None:
+    page.write_text(replace_tables(page.read_text(), render(report), begin=RAG_BEGIN, end=RAG_END))
+
+
+if __name__ == "__main__":
+    main()

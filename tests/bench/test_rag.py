@@ -1,0 +1,46 @@
+"""The RAG benchmark's workload and report (``firstlight_bench.rag``,
+``firstlight_bench.rag_workload``), and the stored run the docs show."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from firstlight_bench.rag import Asked, render, summarize
+from firstlight_bench.rag_workload import rag_cases
+
+
+def test_the_workload_is_seeded_and_each_answer_is_in_its_document_only() -> None:
+    cases = rag_cases(seed=3, questions=30)
+    assert cases == rag_cases(seed=3, questions=30)
+    assert cases != rag_cases(seed=4, questions=30)
+    for case in cases:
+        assert len(case.documents) == 5
+        assert case.answer in case.documents[case.relevant]
+        name = case.question.split(" the ")[1].split()[0]
+        assert [name in d for d in case.documents].count(True) == 1
+        assert name in case.documents[case.relevant]
+
+
+def test_the_summary_and_the_table() -> None:
+    asked = [
+        Asked("all", 0, 3000, 1000.0, (0, 1, 2, 3, 4), 2, True),
+        Asked("budget", 0, 700, 300.0, (2,), 2, True),
+        Asked("all", 1, 3200, 1200.0, (0, 1, 2, 3, 4), 0, False),
+        Asked("budget", 1, 650, 200.0, (3,), 0, False),
+    ]
+    [full, cut] = summarize(asked)
+    assert (full.prompt_tokens_p50, cut.prompt_tokens_p50) == (3100.0, 675.0)
+    assert (full.ttft_p50_ms, cut.ttft_p50_ms) == (1100.0, 250.0)
+    assert (full.right_document_share, cut.right_document_share) == (1.0, 0.5)
+    assert cut.correct_answer_share == 0.5
+    report = {
+        "git_commit": "0" * 40,
+        "command": "firstlight bench rag",
+        "questions": 2,
+        "documents": 5,
+        "budget": 700,
+        "arms": [asdict(full), asdict(cut)],
+    }
+    text = render(report)
+    assert "prompt tokens p50 fell by 78% and TTFT p50 by 77%" in text
+    assert "| context budget | 2 | 675 | 250 ms | 290 ms | 50% | 50% |" in text
