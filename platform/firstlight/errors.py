@@ -7,6 +7,7 @@ translated at the boundary that calls the library, with ``raise ... from exc``::
     FirstlightError
     ├── ConfigError               configuration file, value or environment override is invalid
     ├── ModelPreparationError     the default model cannot be located, converted or verified
+    ├── ProfilingError            ``firstlight profile`` cannot start or profile anything
     ├── HintsError                prefix-cache hints: a bad argument to a hints component
     │   ├── InvalidBlockEventError    a block event is malformed (hash out of range, bad epoch)
     │   ├── HintPublishError          a batch of block events could not be written to Redis
@@ -50,6 +51,7 @@ __all__ = [
     "ModelNotServedError",
     "ModelPreparationError",
     "NoCapacityError",
+    "ProfilingError",
     "PromptTooLongError",
     "RateLimitedError",
     "RequestTooLargeError",
@@ -96,6 +98,13 @@ class ConfigError(FirstlightError):
         head = f"invalid configuration in {source}" if source else "invalid configuration"
         lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"{head}:\n{lines}")
+
+
+class ProfilingError(FirstlightError):
+    """``firstlight profile`` cannot start: no Ray cluster answers, the region is not
+    running there or has no live replica, py-spy is not installed, the output folder
+    cannot be written, or no process of the region could be profiled. The message is
+    one line, for the CLI to print as it is."""
 
 
 class ModelPreparationError(FirstlightError):
