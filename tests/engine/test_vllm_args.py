@@ -30,6 +30,7 @@ GPU_MODEL = ModelConfig.model_validate(
             "enable_chunked_prefill": True,
             "kv_cache_dtype": "fp8",
             "trust_remote_code": True,
+            "kv_offloading_gib": 64,
         },
         "resources": {"num_cpus": 8, "num_gpus": 4},
     }
@@ -55,6 +56,7 @@ def test_every_gpu_setting_reaches_async_engine_args() -> None:
     assert args.enable_chunked_prefill is True
     assert args.kv_cache_dtype == "fp8"
     assert args.trust_remote_code is True
+    assert args.kv_offloading_size == 64
     assert args.kv_cache_memory_bytes == 40 * 2**30
     assert args.quantization == "fp8"
     assert args.served_model_name == "llama-70b-fp8"
@@ -67,7 +69,12 @@ def test_unset_settings_keep_vllms_defaults() -> None:
 
     args = _engine_args(ModelConfig(name="m"), "cpu")
     defaults = AsyncEngineArgs(model="/models/m")
-    for name in ("gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens"):
+    for name in (
+        "gpu_memory_utilization",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "kv_offloading_size",
+    ):
         assert getattr(args, name) == getattr(defaults, name), name
     assert args.tensor_parallel_size == 1
     assert args.distributed_executor_backend == defaults.distributed_executor_backend
@@ -91,6 +98,7 @@ def test_kv_cache_gib_on_the_cpu_is_whole_gib_of_vllm_cpu_kvcache_space(
         ({"tensor_parallel_size": 2}, "vllm.tensor_parallel_size 2"),
         ({"pipeline_parallel_size": 2}, "vllm.pipeline_parallel_size 2"),
         ({"gpu_memory_utilization": 0.5}, "vllm.gpu_memory_utilization 0.5"),
+        ({"kv_offloading_gib": 8}, "vllm.kv_offloading_gib 8"),
     ],
 )
 def test_gpu_only_settings_are_refused_on_the_cpu_by_name(

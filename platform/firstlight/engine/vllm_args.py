@@ -80,6 +80,7 @@ def engine_arguments(
         "max_num_seqs": settings.max_num_seqs,
         "max_num_batched_tokens": settings.max_num_batched_tokens,
         "enable_chunked_prefill": settings.enable_chunked_prefill,
+        "kv_offloading_size": settings.kv_offloading_gib,
     }
     args.update({k: v for k, v in optional.items() if v is not None})
     if settings.tensor_parallel_size * settings.pipeline_parallel_size > 1:

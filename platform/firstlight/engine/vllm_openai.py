@@ -155,7 +155,7 @@ class VllmOpenAI:
 
     async def serve(self, call: OpenAICall) -> AsyncIterator[RenderedChunk]:
         """Serve ``call`` (see :class:`~firstlight.engine.protocol.OpenAIServing`)."""
-        request = self._request(call)
+        request, wants_usage = self._request(call)
         serving = self._serving[call.kind]
         if serving is None:
             raise InvalidRequestError(f"this model does not serve the {_api(call.kind)} API")
@@ -177,7 +177,7 @@ class VllmOpenAI:
                     yield chunk
                 return
             result = await _result(task)
-            async for chunk in self._events(call, result, _wants_usage(call.body)):
+            async for chunk in self._events(call, result, wants_usage):
                 yield chunk
         finally:
             if not task.done():
@@ -185,9 +185,10 @@ class VllmOpenAI:
                 with contextlib.suppress(BaseException):
                     await task
 
-    def _request(self, call: OpenAICall) -> Any:
+    def _request(self, call: OpenAICall) -> tuple[Any, bool]:
         """vLLM's request model of ``call``'s body, with the gateway's request id and
-        tenant salt; raises :class:`InvalidRequestError` naming the field."""
+        tenant salt, and whether the client asked for streamed usage (vLLM is always
+        asked); raises :class:`InvalidRequestError` naming the field."""
         try:
             data = json.loads(call.body)
         except ValueError as exc:
@@ -204,12 +205,13 @@ class VllmOpenAI:
         data["request_id"] = call.request_id.split("-", 1)[-1]
         if call.cache_salt is not None:
             data["cache_salt"] = call.cache_salt
+        options = data.get("stream_options")
+        wants_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         if data.get("stream"):
-            options = data.get("stream_options")
             data["stream_options"] = {**(options if isinstance(options, dict) else {})}
             data["stream_options"]["include_usage"] = True
         try:
-            return self._models[call.kind].model_validate(data)
+            return self._models[call.kind].model_validate(data), wants_usage
         except ValidationError as exc:
             err = exc.errors()[0]
             param = ".".join(str(p) for p in err["loc"] if not isinstance(p, int)) or None
@@ -311,12 +313,6 @@ def _event_usage(event: str | None) -> Usage | None:
     if not isinstance(usage, dict) or data.get("choices"):
         return None
     return _usage(usage)
-
-
-def _wants_usage(body: bytes) -> bool:
-    data = json.loads(body)
-    options = data.get("stream_options")
-    return isinstance(options, dict) and bool(options.get("include_usage"))
 
 
 def _field_names(request_model: Any) -> set[str]:

@@ -11,7 +11,7 @@ as Ray Serve LLM places its engines. Pure: no Ray import.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from firstlight.config import ModelConfig
@@ -29,7 +29,7 @@ class ReplicaPlacement:
     autoscaling_config: dict[str, float] | None = None
     placement_group_bundles: list[dict[str, float]] | None = None
     placement_group_strategy: str | None = None
-    shards: int = field(default=1)
+    shards: int = 1
 
     def deployment_options(self) -> dict[str, Any]:
         """As keyword arguments of ``Deployment.options``."""
