@@ -90,14 +90,18 @@ def test_tables_only_rewrites_the_section_from_the_stored_report(tmp_path: Path)
     assert page.read_text() == f"# P\n\n{render(_report())}\n\nafter\n"
 
 
-def test_the_serving_page_shows_the_stored_run_and_no_request_failed() -> None:
+@pytest.mark.parametrize(("folder", "simulated"), [("autoscale", True)])
+def test_the_serving_page_shows_the_stored_run_and_no_request_failed(
+    folder: str, simulated: bool
+) -> None:
     import json
 
     repo = Path(__file__).resolve().parents[2]
-    stored = json.loads((repo / "docs/benchmarks/autoscale/results.json").read_text())
+    stored = json.loads((repo / f"docs/benchmarks/{folder}/results.json").read_text())
+    assert stored["simulated"] is simulated
     assert render(stored) in (repo / "docs/serving.md").read_text(), (
         "docs/serving.md is stale: firstlight bench autoscale --tables-only "
-        "--out docs/benchmarks/autoscale --page docs/serving.md"
+        f"--out docs/benchmarks/{folder} --page docs/serving.md"
     )
     # The demonstration: 1 -> 2 -> 1 replicas with no failed request.
     assert stored["failed"] == 0

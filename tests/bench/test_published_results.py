@@ -18,8 +18,10 @@ RUNS = sorted(
     for pattern in ("*/results.json", "suite/*/results.json")
     for p in BENCHMARKS.glob(pattern)
     # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
-    if p.parent.name not in ("decision", "route-share", "autoscale")
-    and not p.parent.name.startswith(("serving-", "peers-", "engine-", "features-"))
+    if p.parent.name not in ("decision", "route-share")
+    and not p.parent.name.startswith(
+        ("serving-", "peers-", "engine-", "features-", "autoscale", "rag-")
+    )
 )
 
 

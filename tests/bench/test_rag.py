@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
+from pathlib import Path
 
 from firstlight_bench.rag import Asked, render, summarize
 from firstlight_bench.rag_workload import rag_cases
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_workload_is_seeded_and_each_answer_is_in_its_document_only() -> None:
@@ -44,3 +48,14 @@ def test_the_summary_and_the_table() -> None:
     text = render(report)
     assert "prompt tokens p50 fell by 78% and TTFT p50 by 77%" in text
     assert "| context budget | 2 | 675 | 250 ms | 290 ms | 50% | 50% |" in text
+
+
+def test_the_context_page_shows_the_stored_run_and_the_goals() -> None:
+    stored = json.loads((REPO / "docs/benchmarks/rag-vllm-cpu/results.json").read_text())
+    assert render(stored) in (REPO / "docs/context.md").read_text(), (
+        "docs/context.md is stale: firstlight bench rag --tables-only "
+        "--out docs/benchmarks/rag-vllm-cpu --page docs/context.md"
+    )
+    arms = {a["arm"]: a for a in stored["arms"]}
+    assert arms["budget"]["right_document_share"] >= 0.95
+    assert stored["questions"] >= 40
