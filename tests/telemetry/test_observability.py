@@ -248,6 +248,7 @@ def test_no_high_cardinality_labels(traffic: LocalPlatform) -> None:
         "state",
         "direction",
         "outcome",
+        "kind",  # firstlight_outliers_total: ttft or e2e
         "error_type",
         "gen_ai_operation_name",
         "gen_ai_request_model",
