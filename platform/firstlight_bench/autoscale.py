@@ -27,15 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
-import shlex
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +37,7 @@ from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.engine import emit
-from firstlight_bench.results import cpu_model, git_commit, short_commit
+from firstlight_bench.results import read_report, run_header, short_commit
 from firstlight_bench.steady import Answer, SteadyLoad
 from firstlight_bench.suite import replace_tables
 
@@ -254,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     if args.tables_only:
         if args.page is None or args.out is None:
             parser.error("--tables-only needs --out (the stored report) and --page")
-        _rewrite(args.page, _read(args.out))
+        _rewrite(args.page, read_report(args.out))
         return None
     if args.step_clients < 1:
         parser.error(f"--step-clients {args.step_clients}: at least 1")
@@ -270,14 +264,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         stop_local(running)
         ray.shutdown()
     report = {
-        "command": "firstlight bench autoscale " + shlex.join(list(argv or sys.argv[1:])),
-        "git_commit": git_commit(),
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-        },
+        **run_header("autoscale", argv),
         "simulated": args.engine == "sim",
         "step_clients": args.step_clients,
         "target_ongoing": args.target_ongoing,
@@ -288,11 +275,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     if args.page is not None:
         _rewrite(args.page, report)
     return report
-
-
-def _read(out: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((out / "results.json").read_text())
-    return data
 
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:

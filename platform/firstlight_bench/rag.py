@@ -22,14 +22,9 @@ reported, not a goal). The reductions compare the two arms' p50s.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import shlex
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +33,7 @@ from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.engine import emit
 from firstlight_bench.rag_workload import RagCase, rag_cases
-from firstlight_bench.results import cpu_model, git_commit, short_commit
+from firstlight_bench.results import read_report, run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = ["ArmSummary", "main", "render", "summarize"]
@@ -238,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     if args.tables_only:
         if args.page is None or args.out is None:
             parser.error("--tables-only needs --out (the stored report) and --page")
-        _rewrite(args.page, _read(args.out))
+        _rewrite(args.page, read_report(args.out))
         return None
     if args.questions < 2:
         parser.error(f"--questions {args.questions}: at least 2")
@@ -253,14 +248,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         stop_local(running)
         ray.shutdown()
     report = {
-        "command": "firstlight bench rag " + shlex.join(list(argv or sys.argv[1:])),
-        "git_commit": git_commit(),
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "python": platform.python_version(),
-        },
+        **run_header("rag", argv),
         "simulated": False,
         "questions": args.questions,
         "documents": 5,
@@ -273,13 +261,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     if args.page is not None:
         _rewrite(args.page, report)
     return report
-
-
-def _read(out: Path) -> dict[str, Any]:
-    import json
-
-    data: dict[str, Any] = json.loads((out / "results.json").read_text())
-    return data
 
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:

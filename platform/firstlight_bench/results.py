@@ -42,10 +42,16 @@ denominator), never NaN: JSON has no NaN.
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import platform
+import shlex
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +67,8 @@ __all__ = [
     "Slo",
     "cpu_model",
     "git_commit",
+    "read_report",
+    "run_header",
     "short_commit",
     "slo_key",
     "summarize",
@@ -274,6 +282,27 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
         if line.startswith("model name"):
             return line.partition(":")[2].strip()
     return "unknown"
+
+
+def run_header(tool: str, argv: Sequence[str] | None) -> dict[str, Any]:
+    """The head of a small tool's stored report: the command as typed (``firstlight bench
+    TOOL ...``), the commit (:func:`git_commit`), the time and the machine."""
+    return {
+        "command": f"firstlight bench {tool} " + shlex.join(list(argv or sys.argv[1:])),
+        "git_commit": git_commit(),
+        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+    }
+
+
+def read_report(out: Path) -> dict[str, Any]:
+    """The report a tool stored in ``out/results.json`` (for ``--tables-only``)."""
+    data: dict[str, Any] = json.loads((out / "results.json").read_text())
+    return data
 
 
 def short_commit(commit: str) -> str:

@@ -51,10 +51,10 @@ class EmbeddingRanker:
         with self._lock:
             self._load()
             keys = [hashlib.blake2b(d.encode(), digest_size=16).digest() for d in documents]
-            missing = [d for k, d in zip(keys, documents, strict=True) if k not in self._cache]
-            fresh = self._embed([query, *missing])
-            for text, vector in zip(missing, fresh[1:], strict=True):
-                self._remember(hashlib.blake2b(text.encode(), digest_size=16).digest(), vector)
+            missing = {k: d for k, d in zip(keys, documents, strict=True) if k not in self._cache}
+            fresh = self._embed([query, *missing.values()])
+            for key, vector in zip(missing, fresh[1:], strict=True):
+                self._remember(key, vector)
             vectors = [self._cache[k] for k in keys]
             return [float(fresh[0] @ v) for v in vectors]
 
