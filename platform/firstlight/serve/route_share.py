@@ -150,7 +150,7 @@ class RouteShare:
                 await asyncio.gather(listen, publish, return_exceptions=True)
         finally:
             with contextlib.suppress(*REDIS_ERRORS):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
 
     async def _listen(self, pubsub: PubSub) -> None:
         async for message in pubsub.listen():
