@@ -305,10 +305,12 @@ def gateway_config(
     gateway: Mapping[str, Any] | None = None,
     router: Mapping[str, Any] | None = None,
     model: Mapping[str, Any] | None = None,
+    auth: Mapping[str, Any] | None = None,
 ) -> PlatformConfig:
     """A local-mode config of one region (:data:`REGION`, no peers) serving one ``sim``
     model (:data:`MODEL`), with its own Redis key prefix; ``gateway``, ``router`` and
-    ``model`` are merged into their sections, ``key_file`` turns auth on."""
+    ``model`` are merged into their sections, ``key_file`` turns auth on (``auth``: the
+    whole section instead)."""
     data: dict[str, Any] = {
         "mode": "local",
         "regions": [{"name": REGION}],
@@ -319,6 +321,8 @@ def gateway_config(
     }
     if key_file is not None:
         data["auth"] = {"enabled": True, "api_keys": [{"file": str(key_file)}]}
+    if auth is not None:
+        data["auth"] = dict(auth)
     return parse_config(data, "test")
 
 

@@ -127,3 +127,12 @@ def test_isolation_can_be_forced_on_for_keys_without_tenants(tmp_path: Path) -> 
     assert a != b  # each key its own tenant
     off = _keys(tmp_path, KEY_A, tenants=("acme",), isolate=False)
     assert off.check(f"Bearer {KEY_A}").cache_salt is None
+
+
+def test_a_callers_group_is_its_tenant_else_its_key(tmp_path: Path) -> None:
+    keys = _keys(tmp_path, KEY_A, KEY_B, KEY_C, tenants=("acme", "acme", None))
+    a, b, c = (keys.check(f"Bearer {k}") for k in (KEY_A, KEY_B, KEY_C))
+    assert a.group == b.group == "acme"
+    assert c.tenant is None
+    assert c.group == c.identity != a.identity
+    assert KEY_C not in c.group

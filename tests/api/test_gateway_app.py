@@ -307,6 +307,52 @@ async def test_auth_accepts_the_configured_key(make_gateway: MakeGateway, key_fi
     assert (await gw.client.get("/readyz")).status_code == 200
 
 
+async def test_the_advisor_shows_a_tenant_its_own_cache_hostile_prefix(
+    make_gateway: MakeGateway, tmp_path: Path
+) -> None:
+    keys = {"acme": "sk-acme-0123456789abcdef", "globex": "sk-globex-0123456789abcdef"}
+    refs = []
+    for tenant, key in keys.items():
+        (tmp_path / tenant).write_text(key)
+        refs.append({"file": str(tmp_path / tenant), "tenant": tenant})
+    gw = await make_gateway(gateway_config(auth={"enabled": True, "api_keys": refs}))
+    static = " ".join(f"Rule {i}: answer in plain words about topic {i * 7}." for i in range(30))
+
+    def as_(tenant: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {keys[tenant]}"}
+
+    for i in range(6):  # a request id before the static system prompt: no prefix hit
+        system = f"Request {i:04d} on day {i + 3}.\n{static}"
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
+        response = await gw.client.post(
+            CHAT, json={"model": MODEL, "messages": messages, "max_tokens": 1}, headers=as_("acme")
+        )
+        assert response.status_code == 200, response.text
+    ok = await gw.client.post(CHAT, json=chat(max_tokens=1), headers=as_("globex"))
+    assert ok.status_code == 200, ok.text
+
+    mine = await gw.client.get("/v1/firstlight/advisor", headers=as_("acme"))
+    assert mine.status_code == 200, mine.text
+    assert mine.headers["cache-control"] == "no-store"
+    body = mine.json()
+    assert (body["object"], body["region"]) == ("list", REGION)
+    (row,) = body["data"]  # globex's row is not acme's to see
+    assert (row["group"], row["model"], row["requests"]) == ("acme", MODEL, 6)
+    (finding,) = row["findings"]
+    assert finding["kind"] == "variable_prefix"
+    assert finding["requests"] == 5
+    assert finding["tokens_per_request"] > 5 / 6 * 0.6 * len(static)
+    assert finding["saving_ms_per_request"] > 0
+    theirs = (await gw.client.get("/v1/firstlight/advisor", headers=as_("globex"))).json()
+    assert [(r["group"], r["findings"]) for r in theirs["data"]] == [("globex", [])]
+    assert_openai_error(
+        await gw.client.get("/v1/firstlight/advisor"),
+        401,
+        "authentication_error",
+        "invalid_api_key",
+    )
+
+
 # --- request bounds ---------------------------------------------------------------------
 
 

@@ -2,7 +2,9 @@
 
 A tiny threaded ``http.server`` on 127.0.0.1 serves the static page at
 ``/us-east/dashboard`` and a state fixture at ``/us-east/dashboard/api/state``; Chromium
-loads the page with a virtual time budget and dumps the DOM after a few polls.
+loads the page with a virtual time budget and dumps the DOM after a few polls. The
+state is a fixture, except for the advisor's test, which serves a real
+:func:`~firstlight.dashboard.dashboard_state` of a telemetry that observed real prompts.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, FakeClock
+from tests.dashboard.test_state import ADVISOR_GROUP, Gateway, variable_prefix_samples
+from tests.telemetry.test_metrics import MODEL
 
 PAGE = REPO_ROOT / "platform" / "firstlight" / "dashboard" / "static" / "index.html"
 CHROMIUM = "/usr/bin/chromium"
@@ -127,6 +131,7 @@ STATE: dict[str, Any] = {
             "output_tokens": 40,
         }
     ],
+    "advisor": [],
 }
 
 
@@ -244,6 +249,11 @@ def test_page_renders_regions_models_replicas_and_decisions(
         assert shown in row  # predicted wait, queue, cached tokens, trace id
     assert "us-east / a1b2c3d4" in row
     assert re.search(r'<div id="outliers-empty"[^>]*\bhidden\b', dom)
+    empty = re.search(r'<div id="advisor-empty"([^>]*)>([^<]*)<', dom)
+    assert empty
+    assert "hidden" not in empty.group(1)
+    assert empty.group(2) == "no requests served here yet"
+    assert "data-advisor=" not in dom
     assert re.search(r'<span id="sim-badge"[^>]*\bhidden\b', dom)  # not simulated
     assert re.search(r'<div id="conn-banner"[^>]*\bhidden\b', dom)
     assert re.search(r'<div id="render-error"[^>]*\bhidden\b', dom)
@@ -255,15 +265,94 @@ def test_data_is_escaped_not_interpreted(server: _Server, tmp_path: Path) -> Non
     state["decisions"][0]["explanation"] = f"winner {XSS} done"
     state["decisions"][0]["model"] = "<script>alert(2)</script>"
     state["outliers"][0]["explanation"] = f"slow {XSS} here"
+    state["advisor"] = [
+        {
+            "group": XSS,
+            "model": "smollm2-135m",
+            "requests": 3,
+            "prompt_tokens": 900,
+            "cached_tokens": 0,
+            "cached_share": 0.0,
+            "shared_prefix_tokens_p50": 0,
+            "prefill_ms_per_100_tokens": 20.0,
+            "findings": [
+                {
+                    "kind": "evicted",
+                    "requests": 2,
+                    "tokens_per_request": 128.0,
+                    "saving_ms_per_request": 25.6,
+                    "advice": f"evicted {XSS} early",
+                    "diverge_at_token": None,
+                    "agree_from_token": None,
+                }
+            ],
+        }
+    ]
 
     dom = _dump_dom(_serve(server, state), tmp_path / "profile")
 
     assert "<img" not in dom.lower()
     assert "winner &lt;img src=x onerror=alert(1)&gt; done" in dom
     assert "slow &lt;img src=x onerror=alert(1)&gt; here" in dom
+    assert "evicted &lt;img src=x onerror=alert(1)&gt; early" in dom
     assert "<script>alert(2)" not in dom
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in dom
     assert not re.search(r'<span id="sim-badge"[^>]*\bhidden\b', dom)  # simulated: shown
+
+
+def _number(text: str) -> float:
+    """A number as the page prints it ("1,234", "12.5")."""
+    return float(text.replace(",", ""))
+
+
+def test_page_renders_the_advisor_rows_of_a_real_state(server: _Server, tmp_path: Path) -> None:
+    gateway = Gateway(FakeClock())
+    try:
+        for sample in variable_prefix_samples():
+            gateway.telemetry.advisor.observe(sample)
+        state = gateway.poll()
+    finally:
+        gateway.telemetry.shutdown()
+    (row,) = state["advisor"]
+    (finding,) = row["findings"]
+    assert finding["kind"] == "variable_prefix"
+
+    dom = _dump_dom(_serve(server, state), tmp_path / "profile")
+
+    assert 'data-conn="ok"' in dom
+    assert re.search(r'<div id="render-error"[^>]*\bhidden\b', dom)
+    assert re.search(r'<div id="advisor-empty"[^>]*\bhidden\b', dom)
+    found = re.search(
+        rf'<tr[^>]*data-advisor="{re.escape(ADVISOR_GROUP)}/{re.escape(MODEL)}"[^>]*>(.*?)</tr>',
+        dom,
+        re.DOTALL,
+    )
+    assert found, "no advisor row for the group and model"
+    cells = dict(re.findall(r'<td[^>]*data-field="([a-z]+)"[^>]*>([^<]*)<', found.group(1)))
+    assert cells == {
+        "group": ADVISOR_GROUP,
+        "model": MODEL,
+        "requests": "20",
+        "cached": "0.0%",
+        "shared": "0",
+        "prefill": "50",
+    }
+    shown = re.search(
+        r'<div[^>]*data-kind="variable_prefix"[^>]*>(.*?)</div></div>', found.group(1), re.DOTALL
+    )
+    assert shown, "the variable_prefix finding is not rendered"
+    fields = dict(re.findall(r'data-field="([a-z]+)"[^>]*>([^<]*)<', shown.group(0)))
+    assert fields["kind"] == "variable_prefix"
+    assert _number(fields["tokens"]) == pytest.approx(finding["tokens_per_request"], abs=0.5)
+    assert _number(fields["tokens"]) > 0
+    assert _number(fields["saving"]) == pytest.approx(finding["saving_ms_per_request"], abs=0.5)
+    assert fields["at"] == (
+        f"diverges at token {finding['diverge_at_token']}, "
+        f"agrees from token {finding['agree_from_token']}"
+    )
+    assert fields["advice"] == finding["advice"]
+    assert not re.search(r'<div[^>]*data-field="at"[^>]*\bhidden\b', shown.group(0))
+    assert re.search(r'<span[^>]*data-field="no-findings"[^>]*\bhidden\b', found.group(1))
 
 
 def test_failed_poll_shows_the_disconnected_banner(server: _Server, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from firstlight.advisor import PromptSample
 from firstlight.dashboard import dashboard_state
 from firstlight.region.state import RouterState
 from firstlight.regions.peers import PeerTable
@@ -33,6 +34,39 @@ from tests.telemetry.test_metrics import (
 )
 
 NO_SAMPLES = {"p50": None, "p95": None, "p99": None, "count": 0}
+ADVISOR_GROUP = "team-a"
+BLOCK_SIZE = 32
+STATIC_TOKENS = tuple((t * 7919) % 50_000 + 1 for t in range(400))
+"""A static system prompt's 400 tokens."""
+VARYING_TOKENS = 12
+
+
+def variable_prefix_samples(
+    count: int = 20, *, group: str = ADVISOR_GROUP, model: str = MODEL
+) -> list[PromptSample]:
+    """``count`` prompts of a first line that differs in each (``VARYING_TOKENS`` tokens:
+    a date, a request id) before the same static tokens, as the gateway would sample them:
+    each prompt's chained block hashes differ from every other's from the first block on,
+    nothing was cached or held by any replica, prefill costs 0.5 ms per token."""
+    samples = []
+    for i in range(count):
+        tokens = tuple(60_000 + i * VARYING_TOKENS + j for j in range(VARYING_TOKENS))
+        tokens += STATIC_TOKENS
+        blocks = tuple(1_000_000 * (i + 1) + b for b in range(len(tokens) // BLOCK_SIZE))
+        samples.append(
+            PromptSample(
+                group=group,
+                model=model,
+                token_ids=tokens,
+                block_hashes=blocks,
+                block_size=BLOCK_SIZE,
+                prompt_tokens=len(tokens),
+                cached_tokens=0,
+                held_tokens=0,
+                ms_per_token=0.5,
+            )
+        )
+    return samples
 
 
 class Gateway:
@@ -83,6 +117,7 @@ def test_top_level(gateway: Gateway) -> None:
     assert state["generated_at"] == pytest.approx(time.time(), abs=60)
     assert [m["name"] for m in state["models"]] == [MODEL, IDLE_MODEL]
     assert state["decisions"] == []
+    assert state["advisor"] == []
 
 
 def test_state_is_plain_json(gateway: Gateway) -> None:
@@ -281,3 +316,61 @@ def test_the_region_view_merges_every_gateways_windows(gateway: Gateway) -> None
 
 def test_a_gateway_alone_says_so(gateway: Gateway) -> None:
     assert gateway.poll()["gateways"] == ["local"]
+
+
+def test_advisor_rows_come_from_this_gateways_ledger(gateway: Gateway) -> None:
+    serve(gateway.telemetry)  # a request without a prompt sample teaches the advisor nothing
+    assert gateway.poll()["advisor"] == []
+    for sample in variable_prefix_samples():
+        gateway.telemetry.advisor.observe(sample)
+    other = variable_prefix_samples(1, group="team-b")[0]  # a prompt of its own
+    gateway.telemetry.advisor.observe(
+        replace(other, token_ids=tuple(range(1, 413)), block_hashes=tuple(range(-12, 0)))
+    )
+
+    state = gateway.poll()
+    assert json.loads(json.dumps(state, allow_nan=False)) == state  # findings a JSON list
+    # Every caller group (the API shows a caller its own), most to recover first.
+    assert [(r["group"], r["model"]) for r in state["advisor"]] == [
+        (ADVISOR_GROUP, MODEL),
+        ("team-b", MODEL),
+    ]
+    row, quiet = state["advisor"]
+    prompt = VARYING_TOKENS + len(STATIC_TOKENS)
+    assert (row["requests"], row["prompt_tokens"], row["cached_tokens"]) == (20, 20 * prompt, 0)
+    assert row["cached_share"] == 0.0
+    assert row["shared_prefix_tokens_p50"] == 0  # no block in common
+    assert row["prefill_ms_per_100_tokens"] == pytest.approx(50.0)  # 0.5 ms per token
+    kinds = [f["kind"] for f in row["findings"]]
+    assert kinds == ["variable_prefix"]
+    finding = row["findings"][0]
+    assert finding["requests"] == 19  # the first prompt had nothing to repeat
+    assert 0 < finding["tokens_per_request"] <= len(STATIC_TOKENS)
+    assert finding["saving_ms_per_request"] == pytest.approx(
+        finding["tokens_per_request"] * 0.5, abs=0.01
+    )
+    assert finding["diverge_at_token"] == 0
+    assert VARYING_TOKENS <= finding["agree_from_token"] < prompt - BLOCK_SIZE
+    assert "move the part that changes" in finding["advice"]
+    assert (quiet["requests"], quiet["findings"]) == (1, [])
+    # Exactly what the ledger reports (GET /v1/firstlight/advisor's rows).
+    assert state["advisor"] == json.loads(
+        json.dumps([r.to_json() for r in gateway.telemetry.advisor.report()])
+    )
+
+
+def test_advisor_is_this_gateways_even_when_windows_are_merged(gateway: Gateway) -> None:
+    for sample in variable_prefix_samples(5):
+        gateway.telemetry.advisor.observe(sample)
+    other = GatewayWindow("gw-b", 60.0, {MODEL: ModelWindow((100.0,), (), {})}, ())
+    state = dashboard_state(
+        gateway.config,
+        "r1",
+        gateway.states,
+        gateway.peers,
+        gateway.summary,
+        gateway.telemetry,
+        [gateway.telemetry.window("gw-a"), other],
+    )
+    assert state["advisor"] == gateway.poll()["advisor"]
+    assert [r["requests"] for r in state["advisor"]] == [5]

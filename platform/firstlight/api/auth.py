@@ -31,6 +31,14 @@ class Caller:
 
     identity: str
     cache_salt: str | None = None
+    tenant: str | None = None
+    """The tenant its key names, if any."""
+
+    @property
+    def group(self) -> str:
+        """How the prefix-cache advisor groups this caller's requests: its tenant, else
+        its key's identity."""
+        return self.tenant or self.identity
 
 
 class ApiKeys:
@@ -39,8 +47,8 @@ class ApiKeys:
     def __init__(self, config: AuthConfig) -> None:
         self.enabled = config.enabled
         isolate = config.isolates_tenants
-        self._keys: tuple[tuple[bytes, str | None], ...] = tuple(
-            (digest, _salt(ref.tenant or digest.hex()) if isolate else None)
+        self._keys: tuple[tuple[bytes, str | None, str | None], ...] = tuple(
+            (digest, _salt(ref.tenant or digest.hex()) if isolate else None, ref.tenant)
             for ref in config.api_keys
             for digest in (_digest(ref.resolve()),)
         )
@@ -64,9 +72,9 @@ class ApiKeys:
             )
         candidate = _digest(token)
         found: Caller | None = None
-        for digest, salt in self._keys:  # every key compared: constant time
+        for digest, salt, tenant in self._keys:  # every key compared: constant time
             if hmac.compare_digest(candidate, digest):
-                found = Caller(candidate.hex()[:16], salt)
+                found = Caller(candidate.hex()[:16], salt, tenant)
         if found is None:
             raise AuthenticationError("incorrect API key provided", code="invalid_api_key")
         return found

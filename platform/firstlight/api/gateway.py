@@ -46,7 +46,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 
-from firstlight.api.auth import ApiKeys
+from firstlight.api.auth import ApiKeys, Caller
 from firstlight.api.context import ContextLoader, Ranker
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
 from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
@@ -165,6 +165,7 @@ class GatewayCore:
             if kind == "chat":
                 body, context = await self._context.apply(body)
             prepared = self._preparer.prepare(kind, body, caller.cache_salt)
+            obs.group = caller.group
             obs.model = prepared.model.name
             obs.request_id = prepared.generation.request_id
             obs.input_tokens = prepared.routing.prompt_tokens
@@ -260,6 +261,15 @@ class GatewayCore:
         if self.exposition_share is not None:
             return await self.exposition_share.collect()
         return self.telemetry.render()[0]
+
+    def advice(self, caller: Caller) -> dict[str, Any]:
+        """``GET /v1/firstlight/advisor``: the prefix-cache advisor's rows of this gateway
+        (:mod:`firstlight.advisor`). With API keys on, a caller sees its own group only;
+        the operator's dashboard shows every group."""
+        rows = self.telemetry.advisor.report()
+        if self.keys.enabled:
+            rows = tuple(row for row in rows if row.group == caller.group)
+        return {"object": "list", "region": self.region, "data": [row.to_json() for row in rows]}
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """Ready when every model has a healthy local replica."""

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from firstlight.api.advice import prompt_sample, with_usage
 from firstlight.api.migration import Attempts, continuation, merged_usage
 from firstlight.api.rendered import rendered_body, rendered_events
 from firstlight.api.responses import (
@@ -195,6 +196,8 @@ class LocalServer:
         # no TTFT metric, and no calibration of the router from it.
         timed = not isinstance(first, RenderedChunk) or first.timed
         self._observe_first_token(obs, info, routed, ttft_ms if timed else None)
+        if prepared.kind != "embeddings":
+            obs.prompt_sample = prompt_sample(prepared, obs.group, routed, state)
         if state is not None and timed:
             state.first_token(request_id, ttft_ms)
         self._hot[name].add(prepared.routing.block_hashes)
@@ -384,6 +387,7 @@ class LocalServer:
         if attempts.used > 1:
             usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
         obs.output_tokens = usage.completion_tokens if usage else len(generated)
+        obs.prompt_sample = with_usage(obs.prompt_sample, usage)
         return completion_body(
             prepared.kind,
             prepared.generation.request_id,
@@ -426,6 +430,7 @@ class LocalServer:
                     chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
             if attempts.used > 1:
                 usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
+            obs.prompt_sample = with_usage(obs.prompt_sample, usage)
             if prepared.include_usage and usage is not None:
                 yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
         except Exception as exc:  # after the headers went out: an error event, then DONE

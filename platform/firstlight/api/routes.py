@@ -84,6 +84,14 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
             return error_response(exc)
         return JSONResponse(core.summary().to_json())
 
+    @app.get("/v1/firstlight/advisor")
+    async def advisor(request: Request) -> Response:
+        try:
+            caller = core.keys.check(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
+        return JSONResponse(core.advice(caller), headers={"cache-control": "no-store"})
+
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version="1", routes=app.routes)

@@ -5,7 +5,8 @@ page): it reads what the gateway already holds — the model routers' state (rep
 their last routing stats), the peer table, this region's summary — and the rolling
 windows of every gateway of the region, which the caller fetched
 (:meth:`~firstlight.telemetry.gateways.ExpositionShare.windows`) and it merges
-(:func:`~firstlight.telemetry.windows.merge_windows`); it does no I/O. :func:`page`
+(:func:`~firstlight.telemetry.windows.merge_windows`), and this gateway's own outliers
+and prefix-cache advisor ledger (:mod:`firstlight.advisor`); it does no I/O. :func:`page`
 returns the static page shipped in the package (``static/index.html``: no CDN, works
 offline), which polls the JSON.
 """
@@ -54,7 +55,10 @@ def dashboard_state(
     """The JSON the dashboard page renders (schema in ``docs/observability.md``).
     ``windows``: every live gateway's rolling windows, this one's included; ``None``:
     this gateway's alone (named ``local``). The outliers are the ones this gateway
-    captured, newest first."""
+    captured, newest first; ``advisor`` holds the rows of this gateway's prefix-cache
+    advisor ledger (:attr:`GatewayTelemetry.advisor`, the requests it served; not merged
+    over the region's gateways), every caller group's, the row with most to recover per
+    request first."""
     now = time.time()
     names = [m.name for m in config.models]
     merged = merge_windows(
@@ -90,6 +94,7 @@ def dashboard_state(
         ],
         "outlier_factor": config.telemetry.outlier_factor,
         "outliers": [_outlier(o) for o in telemetry.outliers],
+        "advisor": [row.to_json() for row in telemetry.advisor.report()],
     }
 
 

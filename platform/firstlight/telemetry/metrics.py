@@ -31,7 +31,9 @@ from opentelemetry.sdk.resources import Resource
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from firstlight.advisor import PrefixAdvisor, PromptSample
 from firstlight.config import PlatformConfig
+from firstlight.routing.predicted_ttft import FirstlightParams
 from firstlight.telemetry.catalog import CATALOG, GEN_AI_PROVIDER, MetricSpec
 from firstlight.telemetry.observers import ScrapeObservers
 from firstlight.telemetry.outliers import (
@@ -105,6 +107,11 @@ class RequestObservation:
     request (read only if the request turns out an outlier)."""
     on_first_token: Callable[[RequestObservation], None] | None = field(default=None, repr=False)
     """Called by :meth:`first_token` (the telemetry takes :attr:`route_facts`)."""
+    group: str = "anonymous"
+    """The caller's group for the prefix-cache advisor (tenant, else key identity)."""
+    prompt_sample: PromptSample | None = field(default=None, repr=False)
+    """What the prefix-cache advisor learns from a request served here: set at its first
+    token, its cached tokens updated from the engine's usage at the end."""
 
     def first_token(self) -> None:
         """The first output token left for the client (ends the route span)."""
@@ -188,6 +195,9 @@ class GatewayTelemetry:
         them)."""
         self.outliers_kept = _OUTLIER_LOG
         """How many outliers :attr:`outliers` keeps."""
+        self.advisor = PrefixAdvisor(1000.0 / FirstlightParams().prefill_tokens_per_s)
+        """The prefix-cache advisor's ledger of the requests served here
+        (:mod:`firstlight.advisor`); the dashboard and ``/v1/firstlight/advisor`` read it."""
         if self.enabled:  # every series from 0, so the first outlier shows in increase()
             for model in config.models:
                 for kind in OUTLIER_KINDS:
@@ -280,6 +290,8 @@ class GatewayTelemetry:
                 self.itl[obs.model].add(tpot_s * 1000.0)
             if obs.status < 400 and route is not None:
                 self._judge_outlier(obs, route, ttft_s, now - obs.started)
+            if obs.status < 400 and obs.prompt_sample is not None and ttft_s is not None:
+                self.advisor.observe(obs.prompt_sample)
         if not self.enabled:
             return
         attrs = {
