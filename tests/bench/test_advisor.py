@@ -1,0 +1,98 @@
+"""The advisor benchmark (``firstlight_bench.advisor``): its workload, its comparison of
+the predicted and the measured saving, and the stored run the docs show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from firstlight_bench.advisor import Asked, markers, prompts, render, static_prompt, summarize
+
+REPO = Path(__file__).resolve().parents[2]
+STORED = REPO / "docs/benchmarks/advisor-vllm-cpu/results.json"
+
+
+def test_the_arms_put_the_same_parts_in_opposite_orders() -> None:
+    static = static_prompt(0)
+    assert static == static_prompt(0) != static_prompt(1)
+    first = prompts("variable-first", 3, static)[0]["content"]
+    last = prompts("static-first", 3, static)[0]["content"]
+    assert first.endswith(static)
+    assert last.startswith(static)
+    assert sorted(first.split("\n")) == sorted(last.split("\n"))
+    # Every request's variable line differs from every other's.
+    lines = {prompts("static-first", i, static)[0]["content"].rsplit("\n", 1)[1] for i in range(99)}
+    assert len(lines) == 99
+
+
+def _row(group: str, requests: int, findings: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"group": group, "requests": requests, "findings": findings}
+
+
+def test_the_prediction_is_scaled_to_the_requests_it_affected() -> None:
+    asked = [
+        Asked("variable-first", 1, 640, 0, 300.0),
+        Asked("static-first", 1, 640, 608, 110.0),
+        Asked("variable-first", 2, 640, 0, 320.0),
+        Asked("static-first", 2, 640, 608, 130.0),
+    ]
+    finding = {
+        "kind": "variable_prefix",
+        "requests": 2,
+        "tokens_per_request": 400.0,
+        "saving_ms_per_request": 120.0,
+    }
+    rows = {
+        "variable-first": [_row("variable-first", 3, [finding])],
+        "static-first": [_row("static-first", 3, [])],
+    }
+    summary = summarize(asked, rows)
+    assert summary["predicted_tokens"] == pytest.approx(600.0)
+    assert summary["predicted_saving_ms"] == pytest.approx(180.0)
+    assert summary["measured_saving_ms"] == pytest.approx(190.0)
+    assert summary["relative_error"] == pytest.approx(10 / 190)
+    assert summary["static_first_flagged"] is False
+    report = {**summary, "simulated": True, "git_commit": "0" * 40, "command": "c", "requests": 2}
+    text = render(report)
+    assert text.startswith(markers(True)[0])
+    assert text.endswith(markers(True)[1])
+    assert "| static-first | 640 | 608 | 120.0 ms | 120.0 ms |" in text
+    assert "600 tokens per request" in text
+    assert "an error of 5.3%, within the 20 % goal" in text
+    assert "For the static-first arm the advisor had none." in text
+
+
+def test_a_missing_or_false_finding_is_reported_as_such() -> None:
+    asked = [Asked(arm, 1, 640, 0, 100.0) for arm in ("variable-first", "static-first")]
+    false = {
+        "kind": "variable_prefix",
+        "requests": 1,
+        "tokens_per_request": 9.0,
+        "saving_ms_per_request": 1.0,
+    }
+    rows = {
+        "variable-first": [_row("variable-first", 2, [])],
+        "static-first": [_row("static-first", 2, [false])],
+    }
+    summary = summarize(asked, rows)
+    assert summary["predicted_saving_ms"] is None
+    assert summary["static_first_flagged"] is True
+    report = {**summary, "simulated": False, "git_commit": "0" * 40, "command": "c", "requests": 1}
+    text = render(report)
+    assert "reported no `variable_prefix` finding" in text
+    assert "flagged it (a false finding)" in text
+
+
+@pytest.mark.skipif(not STORED.exists(), reason="no stored vLLM advisor run in this checkout")
+def test_the_advisor_page_shows_the_stored_run() -> None:
+    stored = json.loads(STORED.read_text())
+    assert stored["simulated"] is False
+    assert render(stored) in (REPO / "docs/prefix-advisor.md").read_text(), (
+        "docs/prefix-advisor.md is stale: firstlight bench advisor --tables-only "
+        "--out docs/benchmarks/advisor-vllm-cpu --page docs/prefix-advisor.md"
+    )
+    assert stored["requests"] >= 40
+    assert not stored["static_first_flagged"]
