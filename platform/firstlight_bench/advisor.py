@@ -285,7 +285,10 @@ def render(report: dict[str, Any]) -> str:
         lines.append(
             f"The advisor's `variable_prefix` finding for the variable-first arm: "
             f"{report['predicted_tokens']:.0f} tokens per request would be served from cache, "
-            f"saving {report['predicted_saving_ms']:.1f} ms; moving the variable line to the "
+            f"saving {report['predicted_saving_ms']:.1f} ms (at "
+            f"{report['advisor_row']['prefill_ms_per_100_tokens']:.1f} ms per 100 tokens, "
+            f"{_SOURCES[report['advisor_row'].get('price_source', 'cost_model')]}); "
+            "moving the variable line to the "
             f"end measured {report['measured_saving_ms']:.1f} ms saved (mean TTFT "
             f"difference): an error of {_percent(error)}, {verdict} the 20 % goal."
         )
@@ -296,6 +299,13 @@ def render(report: dict[str, Any]) -> str:
         end,
     ]
     return "\n".join(lines)
+
+
+_SOURCES = {
+    "measured": "the slope of the TTFT the gateway observed over uncached tokens",
+    "cost_model": "the cost model's calibrated prefill rate",
+    "default": "the cost model's default prefill rate",
+}
 
 
 def _percent(value: float | None) -> str:

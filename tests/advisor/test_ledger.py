@@ -29,6 +29,7 @@ def _sample(
     group: str = "acme",
     model: str = "m",
     ms: float | None = MS_PER_TOKEN,
+    ttft: float | None = None,
 ) -> PromptSample:
     return PromptSample(
         group=group,
@@ -40,6 +41,7 @@ def _sample(
         cached_tokens=cached,
         held_tokens=held,
         ms_per_token=ms,
+        ttft_ms=ttft,
     )
 
 
@@ -67,6 +69,7 @@ def test_a_variable_first_line_before_a_static_prompt_is_found_and_priced() -> N
     assert finding.agree_from_token is not None
     assert 12 <= finding.agree_from_token <= 12 + 100
     assert row.prefill_ms_per_100_tokens == 100 * MS_PER_TOKEN
+    assert row.price_source == "cost_model"
 
 
 def test_static_first_prompts_served_from_cache_have_nothing_to_fix() -> None:
@@ -158,3 +161,37 @@ def test_memory_is_bounded_least_recently_used_first() -> None:
 def test_a_non_positive_default_rate_is_refused() -> None:
     with pytest.raises(ValueError, match="default_ms_per_token"):
         PrefixAdvisor(0.0)
+
+
+def test_the_price_is_the_measured_slope_of_ttft_over_uncached_tokens() -> None:
+    advisor = PrefixAdvisor(1.0)
+    static = _tokens(600)
+    noise = random.Random(5)
+    for i in range(30):  # hits and misses: 2.7 ms per computed token, 40 ms fixed, noise
+        miss = i % 2 == 0
+        cached = 0 if miss or i == 1 else _full_blocks(600)
+        ids = _tokens(12) + static if miss else static + _tokens(12)
+        uncached = len(ids) - cached
+        ttft = 40.0 + 2.7 * uncached + noise.uniform(-30, 30)
+        advisor.observe(_sample(ids, cached=cached, held=cached, ttft=ttft))
+
+    (row,) = advisor.report()
+    assert row.price_source == "measured"
+    assert row.prefill_ms_per_100_tokens == pytest.approx(270.0, rel=0.05)
+    price, samples = advisor.price("m")
+    assert samples == 30
+    assert price == pytest.approx(2.7, rel=0.05)
+    variable = next(f for f in row.findings if f.kind == "variable_prefix")
+    assert variable.saving_ms_per_request == pytest.approx(
+        variable.tokens_per_request * row.prefill_ms_per_100_tokens / 100, rel=0.01
+    )
+
+
+def test_without_spread_in_uncached_tokens_the_cost_models_rate_is_used() -> None:
+    advisor = PrefixAdvisor(1.0)
+    for _ in range(20):  # every request the same size: a slope means nothing
+        advisor.observe(_sample(_tokens(300), ttft=500.0))
+    (row,) = advisor.report()
+    assert row.price_source == "cost_model"
+    assert advisor.price("m") == (None, 20)
+    assert row.prefill_ms_per_100_tokens == 100 * MS_PER_TOKEN

@@ -29,7 +29,13 @@ def test_the_arms_put_the_same_parts_in_opposite_orders() -> None:
 
 
 def _row(group: str, requests: int, findings: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"group": group, "requests": requests, "findings": findings}
+    return {
+        "group": group,
+        "requests": requests,
+        "findings": findings,
+        "prefill_ms_per_100_tokens": 30.0,
+        "price_source": "measured",
+    }
 
 
 def test_the_prediction_is_scaled_to_the_requests_it_affected() -> None:
@@ -61,6 +67,7 @@ def test_the_prediction_is_scaled_to_the_requests_it_affected() -> None:
     assert text.endswith(markers(True)[1])
     assert "| static-first | 640 | 608 | 120.0 ms | 120.0 ms |" in text
     assert "600 tokens per request" in text
+    assert "180.0 ms (at 30.0 ms per 100 tokens, the slope of the TTFT" in text
     assert "an error of 5.3%, within the 20 % goal" in text
     assert "For the static-first arm the advisor had none." in text
 

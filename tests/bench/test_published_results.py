@@ -18,9 +18,9 @@ RUNS = sorted(
     for pattern in ("*/results.json", "suite/*/results.json")
     for p in BENCHMARKS.glob(pattern)
     # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
-    if p.parent.name not in ("decision", "route-share")
+    if p.parent.name not in ("decision", "route-share", "offload-sim")
     and not p.parent.name.startswith(
-        ("serving-", "peers-", "engine-", "features-", "autoscale", "rag-")
+        ("serving-", "peers-", "engine-", "features-", "autoscale", "rag-", "advisor")
     )
 )
 

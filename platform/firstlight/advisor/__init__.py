@@ -17,6 +17,7 @@ from firstlight.advisor.ledger import (
     Finding,
     FindingKind,
     PrefixAdvisor,
+    PriceSource,
     PromptSample,
 )
 
@@ -27,6 +28,7 @@ __all__ = [
     "Finding",
     "FindingKind",
     "PrefixAdvisor",
+    "PriceSource",
     "PromptSample",
     "content_chunks",
 ]

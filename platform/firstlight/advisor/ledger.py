@@ -3,8 +3,7 @@ was served from cache, why the rest was not, and what a fix would save.
 
 Each request a gateway served in its region becomes one :class:`PromptSample`. The
 ledger sorts the tokens that were computed again although this gateway had seen them
-before into causes, each a :class:`Finding` priced in milliseconds at the chosen
-replica's calibrated prefill cost (the cost model's ``prefill_ms / uncached_tokens``):
+before into causes, each a :class:`Finding` priced in milliseconds per token (below):
 
 ``variable_prefix``
     The prompt's first blocks differ from every earlier prompt, but a run of its later
@@ -25,6 +24,15 @@ replica's calibrated prefill cost (the cost model's ``prefill_ms / uncached_toke
 The row also gives the median of the leading tokens prompts share with earlier ones
 (``shared_prefix_tokens_p50``) and the price of 100 prefill tokens, which is what
 shortening a system prompt saves on each miss.
+
+The price of a token is *measured* where the requests allow it: per model, the slope of
+the observed time to first token over the uncached prompt tokens of the last
+``fit_samples`` requests served here (least squares), once they number at least
+``_FIT_MIN_SAMPLES`` and their uncached tokens spread by at least ``_FIT_MIN_SPREAD``
+(standard deviation) — what one more computed token has cost here, contention included.
+Otherwise it is the cost model's calibrated rate (the chosen replica's ``prefill_ms /
+uncached_tokens``, averaged over the row), else ``default_ms_per_token``. Each row says
+which (``price_source``).
 
 Who calls what: :class:`~firstlight.telemetry.GatewayTelemetry` owns one
 :class:`PrefixAdvisor`, calls :meth:`PrefixAdvisor.observe` once per successful request
@@ -48,10 +56,12 @@ __all__ = [
     "Finding",
     "FindingKind",
     "PrefixAdvisor",
+    "PriceSource",
     "PromptSample",
 ]
 
 FindingKind = Literal["variable_prefix", "evicted", "held_elsewhere", "not_reused"]
+PriceSource = Literal["measured", "cost_model", "default"]
 FINDING_KINDS: tuple[FindingKind, ...] = (
     "variable_prefix",
     "evicted",
@@ -81,6 +91,9 @@ _ADVICE: dict[FindingKind, str] = {
     ),
 }
 _RECENT = 256
+_FIT_MIN_SAMPLES = 8
+_FIT_MIN_SPREAD = 32.0
+"""Uncached tokens' standard deviation below which the slope is noise, tokens."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +116,8 @@ class PromptSample:
     model's hint lookup); ``None`` where the policy does not tell."""
     ms_per_token: float | None
     """The chosen replica's calibrated prefill cost, ms per token; ``None``: unknown."""
+    ttft_ms: float | None = None
+    """The time to first token observed at the gateway (the measured price's data)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +153,10 @@ class AdvisorRow:
     """Median number of leading tokens a prompt shares with an earlier one."""
     prefill_ms_per_100_tokens: float
     """The price of 100 uncached prompt tokens here (what a shorter prompt saves)."""
+    price_source: PriceSource
+    """Where the price comes from: ``measured`` (the slope of observed TTFT over uncached
+    tokens for this model), ``cost_model`` (the replicas' calibrated prefill rate) or
+    ``default``."""
     findings: tuple[Finding, ...]
     """Causes worth fixing (at least ``min_share`` of the prompt tokens), largest first."""
 
@@ -179,6 +198,7 @@ class PrefixAdvisor:
         max_groups: int = 256,
         chunk_memory: int = 8192,
         block_memory: int = 65536,
+        fit_samples: int = _RECENT,
     ) -> None:
         if default_ms_per_token <= 0:
             raise ValueError(f"default_ms_per_token = {default_ms_per_token!r}: must be > 0")
@@ -189,6 +209,8 @@ class PrefixAdvisor:
         self._block_memory = block_memory
         self._rows: dict[tuple[str, str], _Row] = {}
         self._blocks: dict[str, OrderedDict[int, None]] = {}
+        self._fit_samples = fit_samples
+        self._timings: dict[str, deque[tuple[int, float]]] = {}
 
     def observe(self, sample: PromptSample) -> None:
         """Account for one served request, then remember its blocks and chunks."""
@@ -208,6 +230,9 @@ class PrefixAdvisor:
         row.shared_prefix.append(seen)
         if sample.ms_per_token is not None and sample.ms_per_token > 0:
             row.ms_per_token.append(sample.ms_per_token)
+        if sample.ttft_ms is not None:
+            timings = self._timings.setdefault(sample.model, deque(maxlen=self._fit_samples))
+            timings.append((sample.prompt_tokens - cached, sample.ttft_ms))
         # Seen here before, yet computed again: why.
         if sample.held_tokens is None:
             self._count(row, "not_reused", seen - cached)
@@ -246,8 +271,29 @@ class PrefixAdvisor:
             row.tokens[kind] += tokens
             row.affected[kind] += 1
 
+    def price(self, model: str) -> tuple[float | None, int]:
+        """The measured price of one uncached prompt token of ``model`` (ms; ``None``
+        while the requests do not allow a fit: see the module docstring) and the number
+        of requests it was fitted on."""
+        timings = self._timings.get(model, ())
+        if len(timings) < _FIT_MIN_SAMPLES:
+            return None, len(timings)
+        xs = [float(x) for x, _ in timings]
+        ys = [y for _, y in timings]
+        if statistics.pstdev(xs) < _FIT_MIN_SPREAD:
+            return None, len(timings)
+        slope = statistics.linear_regression(xs, ys).slope
+        return (slope if slope > 0 else None), len(timings)
+
     def _report_row(self, group: str, model: str, row: _Row) -> AdvisorRow:
-        ms = statistics.fmean(row.ms_per_token) if row.ms_per_token else self._default_ms
+        measured, _ = self.price(model)
+        source: PriceSource
+        if measured is not None:
+            ms, source = measured, "measured"
+        elif row.ms_per_token:
+            ms, source = statistics.fmean(row.ms_per_token), "cost_model"
+        else:
+            ms, source = self._default_ms, "default"
         findings = []
         for kind in FINDING_KINDS:
             tokens = row.tokens[kind]
@@ -278,6 +324,7 @@ class PrefixAdvisor:
             else 0.0,
             shared_prefix_tokens_p50=_median(row.shared_prefix) or 0,
             prefill_ms_per_100_tokens=round(100 * ms, 2),
+            price_source=source,
             findings=tuple(findings),
         )
 

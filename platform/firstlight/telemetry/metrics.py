@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -291,7 +291,7 @@ class GatewayTelemetry:
             if obs.status < 400 and route is not None:
                 self._judge_outlier(obs, route, ttft_s, now - obs.started)
             if obs.status < 400 and obs.prompt_sample is not None and ttft_s is not None:
-                self.advisor.observe(obs.prompt_sample)
+                self.advisor.observe(replace(obs.prompt_sample, ttft_ms=ttft_s * 1000.0))
         if not self.enabled:
             return
         attrs = {
