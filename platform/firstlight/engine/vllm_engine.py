@@ -111,11 +111,18 @@ class _StatsRecorder:
             now = iteration.iteration_timestamp
             itl = iteration.inter_token_latencies_iter
             last = self._last_iteration_at
+            computed = iteration.prompt_token_stats.computed
             if last is not None and now > last:
                 # An iteration's duration is the gap since the previous one while the
                 # engine is busy (vLLM reports only iterations with outputs).
-                computed = iteration.prompt_token_stats.computed
                 self.steps.record(computed, len(itl), now - last)
+            elif last is None and computed and iteration.time_to_first_tokens_iter:
+                # The first iteration after an idle gap has no previous one; the request
+                # that woke the engine waited for nothing, so its time to first token
+                # (from its arrival) is the prefill's duration, a slight overestimate.
+                # Without this, sequential traffic never measures a prefill and the
+                # router prices every prompt at the configured default rate.
+                self.steps.record(computed, len(itl), min(iteration.time_to_first_tokens_iter))
             self._last_iteration_at = now
             if itl:
                 mean_ms = 1000 * sum(itl) / len(itl)
