@@ -234,6 +234,8 @@ def summarize(asked: Sequence[Asked], rows: dict[str, list[dict[str, Any]]]) -> 
         predicted = finding["saving_ms_per_request"] * scale
         tokens = finding["tokens_per_request"] * scale
     measured = arms["variable-first"]["ttft_mean_ms"] - arms["static-first"]["ttft_mean_ms"]
+    modelled = row.get("cost_model_ms_per_100_tokens")
+    at_cost_model = tokens * modelled / 100 if tokens is not None and modelled else None
     (control,) = rows["static-first"]
     return {
         "arms": arms,
@@ -246,6 +248,10 @@ def summarize(asked: Sequence[Asked], rows: dict[str, list[dict[str, Any]]]) -> 
         if predicted is not None and measured > 0
         else None,
         "static_first_flagged": any(f["kind"] == "variable_prefix" for f in control["findings"]),
+        "cost_model_saving_ms": at_cost_model,
+        "cost_model_relative_error": abs(at_cost_model - measured) / measured
+        if at_cost_model is not None and measured > 0
+        else None,
     }
 
 
@@ -291,6 +297,14 @@ def render(report: dict[str, Any]) -> str:
             "moving the variable line to the "
             f"end measured {report['measured_saving_ms']:.1f} ms saved (mean TTFT "
             f"difference): an error of {_percent(error)}, {verdict} the 20 % goal."
+        )
+    if report.get("cost_model_saving_ms") is not None:
+        lines.append(
+            f"Priced at the cost model's rate instead "
+            f"({report['advisor_row']['cost_model_ms_per_100_tokens']:.1f} ms per 100 tokens, "
+            f"what the router predicts with), the same tokens would save "
+            f"{report['cost_model_saving_ms']:.1f} ms: an error of "
+            f"{_percent(report['cost_model_relative_error'])}."
         )
     flagged = "flagged it (a false finding)" if report["static_first_flagged"] else "had none"
     lines += [

@@ -119,6 +119,7 @@ def test_tokens_are_priced_at_the_default_rate_until_a_replica_rate_is_seen() ->
     advisor.observe(_sample(prompt, ms=None))
     advisor.observe(_sample(prompt, ms=None))
     (row,) = advisor.report()
+    assert (row.price_source, row.cost_model_ms_per_100_tokens) == ("default", None)
     assert row.prefill_ms_per_100_tokens == 200.0
     assert row.findings[0].saving_ms_per_request == pytest.approx(
         row.findings[0].tokens_per_request * 2.0
@@ -177,6 +178,7 @@ def test_the_price_is_the_measured_slope_of_ttft_over_uncached_tokens() -> None:
 
     (row,) = advisor.report()
     assert row.price_source == "measured"
+    assert row.cost_model_ms_per_100_tokens == 100 * MS_PER_TOKEN  # reported beside it
     assert row.prefill_ms_per_100_tokens == pytest.approx(270.0, rel=0.05)
     price, samples = advisor.price("m")
     assert samples == 30

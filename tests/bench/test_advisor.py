@@ -35,6 +35,7 @@ def _row(group: str, requests: int, findings: list[dict[str, Any]]) -> dict[str,
         "findings": findings,
         "prefill_ms_per_100_tokens": 30.0,
         "price_source": "measured",
+        "cost_model_ms_per_100_tokens": 10.0,
     }
 
 
@@ -61,6 +62,8 @@ def test_the_prediction_is_scaled_to_the_requests_it_affected() -> None:
     assert summary["measured_saving_ms"] == pytest.approx(190.0)
     assert summary["relative_error"] == pytest.approx(10 / 190)
     assert summary["static_first_flagged"] is False
+    assert summary["cost_model_saving_ms"] == pytest.approx(60.0)  # 600 tokens at 0.1 ms
+    assert summary["cost_model_relative_error"] == pytest.approx(130 / 190)
     report = {**summary, "simulated": True, "git_commit": "0" * 40, "command": "c", "requests": 2}
     text = render(report)
     assert text.startswith(markers(True)[0])
@@ -70,6 +73,8 @@ def test_the_prediction_is_scaled_to_the_requests_it_affected() -> None:
     assert "180.0 ms (at 30.0 ms per 100 tokens, the slope of the TTFT" in text
     assert "an error of 5.3%, within the 20 % goal" in text
     assert "For the static-first arm the advisor had none." in text
+    assert "(10.0 ms per 100 tokens, what the router predicts with)" in text
+    assert "would save 60.0 ms: an error of 68.4%." in text
 
 
 def test_a_missing_or_false_finding_is_reported_as_such() -> None:

@@ -157,6 +157,10 @@ class AdvisorRow:
     """Where the price comes from: ``measured`` (the slope of observed TTFT over uncached
     tokens for this model), ``cost_model`` (the replicas' calibrated prefill rate) or
     ``default``."""
+    cost_model_ms_per_100_tokens: float | None
+    """The cost model's calibrated price of 100 uncached tokens for this row's requests
+    (what the router predicts with), whatever the source of the price above; ``None``
+    while no routed request said."""
     findings: tuple[Finding, ...]
     """Causes worth fixing (at least ``min_share`` of the prompt tokens), largest first."""
 
@@ -294,6 +298,7 @@ class PrefixAdvisor:
             ms, source = statistics.fmean(row.ms_per_token), "cost_model"
         else:
             ms, source = self._default_ms, "default"
+        modelled = statistics.fmean(row.ms_per_token) if row.ms_per_token else None
         findings = []
         for kind in FINDING_KINDS:
             tokens = row.tokens[kind]
@@ -325,6 +330,7 @@ class PrefixAdvisor:
             shared_prefix_tokens_p50=_median(row.shared_prefix) or 0,
             prefill_ms_per_100_tokens=round(100 * ms, 2),
             price_source=source,
+            cost_model_ms_per_100_tokens=None if modelled is None else round(100 * modelled, 2),
             findings=tuple(findings),
         )
 
