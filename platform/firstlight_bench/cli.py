@@ -388,6 +388,7 @@ _TOOLS = {
     "engine": "Engine: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.",
     "features": "Which OpenAI / vLLM request features each server accepts and honours.",
     "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
+    "offload": "KV offload tiers, simulated: host-tier hits credited, missed or free.",
     "quantization": "bf16 vs INT8 W8A8 on the same engine.",
     "rag": "Dynamic context loading: prompt tokens and TTFT with and without a budget.",
     "route-share": "How fast one gateway's routes reach another over Redis, and the cost.",

@@ -51,6 +51,9 @@ class ClusterSpec:
     profile: str = "h100-llama-8b"
     kv_cache_blocks: int | None = None
     """Per replica; ``None`` keeps the profile's."""
+    host_kv_blocks: int = 0
+    """Per replica: the host tier of its KV cache (vLLM's KV offloading, simulated at the
+    profile's ``reload_ms_per_token``); 0, the default, keeps the profile's (none)."""
     rtt_ms: tuple[tuple[float, ...], ...] = ()
     """``rtt_ms[a][b]``: round trip between regions a and b; empty means 0 everywhere."""
     spill_over_margin_ms: float = 50.0
@@ -77,8 +80,11 @@ class ClusterSpec:
 
     def build_profile(self, name: str | None = None) -> SimProfile:
         """Profile ``name`` (default: the cluster's reference ``profile``) with the KV
-        cache set to ``kv_cache_blocks``, never above the device's own capacity."""
+        cache set to ``kv_cache_blocks``, never above the device's own capacity, and a
+        host tier of ``host_kv_blocks`` when set."""
         profile = get_profile(name or self.profile)
+        if self.host_kv_blocks:
+            profile = dataclasses.replace(profile, host_kv_blocks=self.host_kv_blocks)
         if self.kv_cache_blocks is not None:
             blocks = min(self.kv_cache_blocks, profile.kv_cache_blocks)
             # A smaller cache also caps the longest request it can hold.

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from firstlight.engine.sim import SimCore, VirtualSim
+from firstlight.engine.sim import SimCacheEvent, SimCore, VirtualSim
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.region import ReplicaStats, RouteEvent, RouterState, with_shared_rates
 from firstlight.regions.summary import HotPrefixes, ModelSummary
@@ -168,9 +168,23 @@ class SimRegion:
         return replica, decision_us
 
     def learn_cache_events(self, replica: str) -> None:
-        """Feed the replica's cache events since the last call to the hint mirror."""
+        """Feed the replica's cache events since the last call to the hint mirror, with
+        their host-tier changes (a replica with KV offloading emits
+        :class:`~firstlight.engine.sim.SimCacheEvent`)."""
         for event in self.sims[replica].core.drain_cache_events():
-            self.mirror.apply(BlockEvent(replica, 1, event.stored, event.removed, event.cleared))
+            if isinstance(event, SimCacheEvent):
+                block_event = BlockEvent(
+                    replica,
+                    1,
+                    event.stored,
+                    event.removed,
+                    event.cleared,
+                    event.offloaded,
+                    event.offload_removed,
+                )
+            else:
+                block_event = BlockEvent(replica, 1, event.stored, event.removed, event.cleared)
+            self.mirror.apply(block_event)
 
     def refresh_stats(self, now: float) -> None:
         """Every replica reports its stats (Ray's controller relays them)."""

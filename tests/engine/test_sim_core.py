@@ -7,8 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from firstlight.engine.protocol import GenerationRequest, SamplingSettings
-from firstlight.engine.sim import PROFILES, SimCore, SimProfile, VirtualSim
+from firstlight.engine.protocol import CacheEvent, GenerationRequest, SamplingSettings
+from firstlight.engine.sim import (
+    PROFILES,
+    SimCacheEvent,
+    SimCore,
+    SimProfile,
+    TrueCacheView,
+    VirtualSim,
+)
 from firstlight.errors import InvalidRequestError, PromptTooLongError
 from firstlight.prefix import HashScheme, hint_hashes
 
@@ -200,6 +207,95 @@ def test_events_replayed_in_order_equal_the_cache_contents() -> None:
         mirror |= set(event.stored)
     assert mirror == core.cache_contents()
     assert len(mirror) <= TINY.kv_cache_blocks
+
+
+# --- the host tier (KV offloading) --------------------------------------------------------
+
+OFFLOADING = replace(TINY, host_kv_blocks=16, reload_ms_per_token=0.1)
+"""TINY with a host tier of 16 blocks, reloading a token in 0.1 ms (prefill: 1 ms)."""
+
+
+def replay_tiers(events: list[CacheEvent]) -> tuple[set[int], set[int]]:
+    """Device and host contents from cache events, in BlockEvent's order."""
+    device: set[int] = set()
+    host: set[int] = set()
+    for event in events:
+        if event.cleared:
+            device.clear()
+            host.clear()
+        device -= set(event.removed)
+        if isinstance(event, SimCacheEvent):
+            device -= set(event.offloaded)
+            host |= set(event.offloaded)
+            host -= set(event.offload_removed)
+        device |= set(event.stored)
+        host -= set(event.stored)
+    return device, host
+
+
+def test_an_offloaded_block_is_reloaded_at_the_reload_rate_not_prefilled() -> None:
+    core = SimCore(OFFLOADING)  # 32 device blocks: four 8-block prompts
+    blocks = fill(core, "a", "b", "c", "d", "e")  # e pushes a out to the host tier
+    assert core.host_contents() == frozenset(blocks["a"])
+    assert core.cached_prefix_blocks(blocks["a"]) == 0
+    assert core.host_prefix_blocks(blocks["a"], 0) == 8
+    core.drain_cache_events()
+    # 32 tokens: 7 blocks (28 tokens) reloaded, the last block's 4 tokens computed.
+    ttft = run_alone(core, req("a-again", prompt_of("a")))
+    assert ttft == pytest.approx((10 + 4 * 1.0 + 28 * 0.1) / 1000)
+    blind = SimCore(TINY)
+    fill(blind, "a", "b", "c", "d", "e")
+    assert run_alone(blind, req("a-again", prompt_of("a"))) == pytest.approx((10 + 32) / 1000)
+    # Reloaded blocks are device blocks again, announced stored; making room for them
+    # offloaded b's.
+    assert core.cached_prefix_blocks(blocks["a"]) == 8
+    assert not core.host_contents() & set(blocks["a"])
+    events = core.drain_cache_events()
+    assert any(isinstance(e, SimCacheEvent) and set(e.offloaded) & set(blocks["b"]) for e in events)
+    assert set(blocks["a"][:7]) <= {h for e in events for h in e.stored}
+    assert core.stats().prefix_cache_hits == 28
+
+
+def test_the_host_tier_is_an_lru_of_bounded_size() -> None:
+    core = SimCore(replace(OFFLOADING, host_kv_blocks=8))
+    blocks = fill(core, "a", "b", "c", "d", "e")
+    assert core.host_contents() == frozenset(blocks["a"])
+    core.drain_cache_events()
+    fill(core, "f")  # offloads b: a, the least recently offloaded, leaves the host tier
+    assert core.host_contents() == frozenset(blocks["b"])
+    events = core.drain_cache_events()
+    assert {h for e in events if isinstance(e, SimCacheEvent) for h in e.offload_removed} == set(
+        blocks["a"]
+    )
+    ttft = run_alone(core, req("a-again", prompt_of("a")))
+    assert ttft == pytest.approx((10 + 32) / 1000), "dropped from both tiers: recomputed"
+
+
+def test_cache_events_replayed_by_tier_equal_both_tiers() -> None:
+    core = SimCore(replace(OFFLOADING, host_kv_blocks=12))
+    fill(core, "a", "b", "c", "d", "e", "f", "a", "g", "b", "h", "c")
+    device, host = replay_tiers(core.drain_cache_events())
+    assert device == core.cache_contents()
+    assert host == core.host_contents()
+    assert len(host) <= 12
+    assert not device & host
+
+
+def test_the_true_cache_view_reads_the_host_tier_after_the_device_run() -> None:
+    core = SimCore(OFFLOADING)
+    blocks = fill(core, "a", "b", "c", "d", "e")
+    view = TrueCacheView({"r": core})
+    chain = blocks["a"]
+    assert view.longest_prefix(chain) == {}
+    assert view.host_prefix(chain, {}) == {"r": 8}
+    assert view.host_prefix(blocks["e"], view.longest_prefix(blocks["e"])) == {}
+
+
+def test_without_a_host_tier_events_stay_plain() -> None:
+    core = SimCore(TINY)
+    fill(core, "a", "b", "c", "d", "e")
+    assert not any(isinstance(e, SimCacheEvent) for e in core.drain_cache_events())
+    assert core.host_contents() == frozenset()
 
 
 # --- abort, preemption, stop strings -----------------------------------------------------

@@ -282,6 +282,17 @@ def test_for_model_takes_block_size_context_and_hash_seed_from_the_config() -> N
     assert engine.model_name == "sim/llama"
 
 
+def test_for_model_gives_the_simulator_the_models_host_tier() -> None:
+    model = ModelConfig(name="llama", engine="sim", block_size=32, sim_host_kv_blocks=640)
+    engine = SimEngine.for_model(model, HintsConfig(), profile="h100-llama-8b")
+    assert engine.core.profile.host_kv_blocks == 640
+    assert engine.core.profile.reload_ms_per_token == pytest.approx(131_072 / 25e6)
+    plain = SimEngine.for_model(
+        ModelConfig(name="m", engine="sim"), HintsConfig(), profile="h100-llama-8b"
+    )
+    assert plain.core.profile.host_kv_blocks == 0, "off by default"
+
+
 def test_for_profile_fits_the_profile_to_the_gateways_hash_scheme() -> None:
     engine = SimEngine.for_profile("cpu-smollm2-135m", model_name="m", scheme=HashScheme(64, 9))
     assert engine.core.scheme == HashScheme(64, 9)

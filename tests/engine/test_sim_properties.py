@@ -1,6 +1,7 @@
-"""SimCore invariants under hypothesis: random profiles, arrivals, shared prefixes, salts
-and aborts. The token budget, max_num_seqs and KV capacity always hold; cache events
-replay to the true cache contents; every request gets exactly its tokens."""
+"""SimCore invariants under hypothesis: random profiles (with and without a KV host tier),
+arrivals, shared prefixes, salts and aborts. The token budget, max_num_seqs and KV
+capacity (both tiers) always hold; cache events replay to the true contents of each
+tier; every request gets exactly its tokens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings
-from firstlight.engine.sim import SimCore, SimProfile, VirtualSim, VirtualStep
+from firstlight.engine.sim import SimCacheEvent, SimCore, SimProfile, VirtualSim, VirtualStep
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ def scenarios(draw: st.DrawFn) -> tuple[SimProfile, list[Arrival]]:
         block_size=block_size,
         kv_cache_blocks=draw(st.integers(min_blocks, min_blocks + 24)),
         max_model_len=max_model_len,
+        host_kv_blocks=draw(st.sampled_from([0, 0, 2, 12])),
+        reload_ms_per_token=0.05,
     )
     arrivals = []
     for i in range(draw(st.integers(1, 14))):
@@ -70,6 +73,7 @@ class Checker:
     def __init__(self, core: SimCore) -> None:
         self.core = core
         self.mirror: set[int] = set()
+        self.host: set[int] = set()
         self.tokens: dict[str, int] = {}
         self.first: set[str] = set()
         self.finished: dict[str, tuple[str, int]] = {}
@@ -85,7 +89,14 @@ class Checker:
                 profile.step_ms(result.prefill_tokens, result.decode_seqs, result.prefill_context)
                 / 1000
             )
-            assert abs(step.end_s - step.start_s - expected_s) < 1e-9
+            # A step that reloads host-tier blocks also takes their reload time: whole
+            # blocks at the stated rate.
+            reload_s = step.end_s - step.start_s - expected_s
+            per_block_s = profile.block_size * profile.reload_ms_per_token / 1000
+            assert reload_s > -1e-9
+            assert abs(reload_s - round(reload_s / per_block_s) * per_block_s) < 1e-9
+            if not profile.host_kv_blocks:
+                assert abs(reload_s) < 1e-9
             for request_id in result.first_token_ids:
                 assert request_id not in self.first
                 self.first.add(request_id)
@@ -99,9 +110,18 @@ class Checker:
         for event in core.drain_cache_events():
             assert not set(event.removed) - self.mirror
             self.mirror -= set(event.removed)
+            if isinstance(event, SimCacheEvent):
+                assert profile.host_kv_blocks
+                assert not set(event.offloaded) - self.mirror, "only device blocks offload"
+                self.mirror -= set(event.offloaded)
+                self.host |= set(event.offloaded)
+                self.host -= set(event.offload_removed)
             self.mirror |= set(event.stored)
+            self.host -= set(event.stored)
         assert self.mirror == core.cache_contents()
+        assert self.host == core.host_contents()
         assert len(self.mirror) <= profile.kv_cache_blocks
+        assert len(self.host) <= profile.host_kv_blocks
 
 
 @settings(max_examples=150, deadline=None)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from firstlight.errors import HintsError
+from firstlight.errors import HintsError, InvalidBlockEventError
 from firstlight.hints import MAX_BLOCK_HASH, BlockEvent, HintKeys
 from firstlight.hints._codec import (
     MalformedEntryError,
@@ -47,6 +47,62 @@ def test_feed_entries_round_trip(
     event = BlockEvent(replica, epoch, stored, removed, cleared)
     fields = {k.encode(): v for k, v in encode_feed_fields(event, at).items()}
     assert decode_feed_entry(fields) == (event, at)
+
+
+@given(
+    st.integers(0, 2**40),
+    block_hashes,
+    block_hashes,
+    block_hashes,
+    block_hashes,
+    st.floats(0, 4e9),
+)
+def test_feed_entries_round_trip_the_host_tier(
+    epoch: int,
+    stored: tuple[int, ...],
+    removed: tuple[int, ...],
+    offloaded: tuple[int, ...],
+    offload_removed: tuple[int, ...],
+    at: float,
+) -> None:
+    event = BlockEvent("r1", epoch, stored, removed, False, offloaded, offload_removed)
+    fields = {k.encode(): v for k, v in encode_feed_fields(event, at).items()}
+    assert decode_feed_entry(fields) == (event, at)
+    # Empty host-tier tuples are left out, so entries without them stay as they were.
+    assert (b"offloaded" in fields) == bool(offloaded)
+    assert (b"offload_removed" in fields) == bool(offload_removed)
+
+
+def test_entries_written_before_the_host_tier_decode_with_no_host_changes() -> None:
+    old = {
+        b"v": b"1",
+        b"replica": b"r1",
+        b"epoch": b"3",
+        b"at": b"12.5",
+        b"cleared": b"0",
+        b"stored": pack_hashes((1, 2)),
+        b"removed": pack_hashes((3,)),
+    }
+    event, at = decode_feed_entry(old)
+    assert event == BlockEvent("r1", 3, (1, 2), (3,))
+    assert event.offloaded == ()
+    assert event.offload_removed == ()
+    assert at == 12.5
+
+
+@pytest.mark.parametrize("field", [b"offloaded", b"offload_removed"])
+def test_a_badly_packed_host_tier_field_is_malformed(field: bytes) -> None:
+    fields = _valid()
+    fields[field] = b"\x00" * 7
+    with pytest.raises(MalformedEntryError, match="multiple of 8"):
+        decode_feed_entry(fields)
+
+
+def test_host_tier_hashes_are_validated_like_the_others() -> None:
+    with pytest.raises(InvalidBlockEventError, match="offloaded"):
+        BlockEvent("r1", 0, (), (), offloaded=(2**64,))
+    with pytest.raises(InvalidBlockEventError, match="offload_removed"):
+        BlockEvent("r1", 0, (), (), offload_removed=[1])  # type: ignore[arg-type]
 
 
 def _valid() -> dict[bytes, bytes]:
@@ -120,7 +176,16 @@ def test_key_layout() -> None:
 
 
 def test_scan_pattern_escapes_glob_characters() -> None:
-    assert HintKeys("p*[x]?:", "m").replica_set_pattern == "p\\*\\[x\\]\\?:hints:m:r:*"
+    assert HintKeys("p*[x]?:", "m").replica_set_pattern == "p\\*\\[x\\]\\?:hints:m:[rh]:*"
+
+
+def test_host_tier_sets_are_keyed_apart_and_name_their_replica() -> None:
+    keys = HintKeys("firstlight:", "SmolLM2")
+    assert keys.replica_host_set("a/b") == "firstlight:hints:SmolLM2:h:a/b"
+    assert keys.replica_host_set("a/b") != keys.replica_set("a/b")
+    assert keys.replica_of_set_key(b"firstlight:hints:SmolLM2:h:a/b") == "a/b"
+    with pytest.raises(MalformedEntryError):
+        keys.replica_of_set_key(b"firstlight:hints:SmolLM2:h:")
 
 
 def test_model_must_be_named() -> None:

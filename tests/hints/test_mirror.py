@@ -217,6 +217,156 @@ def test_load_snapshot_replaces_the_content() -> None:
     assert mirror.longest_prefix([3]) == {}, "a snapshot member keeps its age"
 
 
+# --- the host tier (KV offloading) --------------------------------------------------------
+
+
+def off(
+    replica: str,
+    offloaded: tuple[int, ...] = (),
+    offload_removed: tuple[int, ...] = (),
+    *,
+    stored: tuple[int, ...] = (),
+    epoch: int = 1,
+) -> BlockEvent:
+    return BlockEvent(
+        replica, epoch, stored, (), offloaded=offloaded, offload_removed=offload_removed
+    )
+
+
+def test_a_block_moves_between_the_tiers_and_leaves_the_host_tier_when_evicted_there() -> None:
+    mirror = mirror_with(ev("a", (1, 2, 3)))
+    chain = [1, 2, 3]
+    assert mirror.tiered_prefix(chain) == {"a": (3, 0)}
+    mirror.apply(off("a", (2, 3)))  # the device evicted 2 and 3 to host memory
+    assert mirror.longest_prefix(chain) == {"a": 1}
+    assert mirror.tiered_prefix(chain) == {"a": (1, 2)}
+    assert mirror.host_entries() == 2
+    mirror.apply(ev("a", (2,)))  # 2 reloaded: a device block again, out of the host tier
+    assert mirror.tiered_prefix(chain) == {"a": (2, 1)}
+    assert mirror.host_entries() == 1
+    mirror.apply(off("a", offload_removed=(3,)))  # the host tier evicted 3
+    assert mirror.tiered_prefix(chain) == {"a": (2, 0)}
+    assert mirror.host_entries() == 0
+    assert len(mirror) == 2
+
+
+def test_a_lookup_gives_device_blocks_then_the_host_blocks_right_after_them() -> None:
+    mirror = mirror_with(
+        ev("a", (1, 2)),
+        off("a", (3, 4, 6)),  # 5 is nowhere: the host run stops at it
+        ev("b", (1,)),
+        off("b", (2,)),
+        off("c", (1, 2, 3)),  # no device block at all: reload from the first block on
+        ev("d", (1, 2, 3, 4, 5, 6)),  # all on device
+        off("e", (2, 3)),  # host blocks, but not leading ones
+        ev("f", (1,)),
+        off("f", (3,)),  # a host block that does not follow the device run
+    )
+    chain = [1, 2, 3, 4, 5, 6]
+    assert mirror.tiered_prefix(chain) == {
+        "a": (2, 2),
+        "b": (1, 1),
+        "c": (0, 3),
+        "d": (6, 0),
+        "f": (1, 0),
+    }
+    assert mirror.longest_prefix(chain) == {"a": 2, "b": 1, "d": 6, "f": 1}
+    assert mirror.host_prefix(chain, mirror.longest_prefix(chain)) == {"a": 2, "b": 1, "c": 3}
+    assert mirror.host_prefix([], {}) == {}
+
+
+def test_without_offloading_the_host_lookup_is_empty() -> None:
+    mirror = mirror_with(ev("a", (1, 2)))
+    assert mirror.host_prefix([1, 2, 3], {"a": 2}) == {}
+    assert mirror.host_entries() == 0
+
+
+def test_host_tier_entries_expire_and_are_pruned_like_device_ones() -> None:
+    clock = FakeClock()
+    mirror = mirror_with(ev("a", (1,)), clock=clock)
+    clock.advance(5)
+    mirror.apply(off("a", (2, 3)))
+    clock.advance(6)  # the device block is 11 s old, the host blocks 6 s
+    assert mirror.tiered_prefix([1, 2, 3]) == {}, "the host run starts after the device's"
+    assert mirror.host_prefix([2, 3], {}) == {"a": 2}
+    clock.advance(5)
+    assert mirror.host_prefix([2, 3], {}) == {}
+    assert mirror.prune() == 3
+    assert len(mirror) == 0
+
+
+def test_epochs_clears_and_drops_reach_the_host_tier() -> None:
+    mirror = mirror_with(ev("a", (1,)), off("a", (2,)), off("b", (1,)))
+    mirror.apply(ev("a", (7,), epoch=2))  # a restart: both tiers of "a" are gone
+    assert mirror.tiered_prefix([1, 2]) == {"b": (0, 1)}
+    mirror.apply(ev("b", cleared=True))
+    assert mirror.tiered_prefix([1, 2]) == {}
+    mirror.apply(off("c", (1, 2)))
+    assert mirror.replicas() == {"a", "c"}, "a replica with only host blocks is known"
+    assert mirror.drop_replica("c") == 2
+    assert mirror.host_entries() == 0
+
+
+def test_snapshots_carry_the_host_tier() -> None:
+    clock = FakeClock()
+    mirror = mirror_with(off("gone", (1,)), clock=clock)
+    mirror.load_snapshot(
+        {
+            "a": ReplicaSnapshot(1, [(1, 0.0)], offloaded=[(2, 1.0), (3, TTL_S + 1)]),
+            "h": ReplicaSnapshot(1, [], offloaded=[(1, 0.0)]),
+        }
+    )
+    assert mirror.replicas() == {"a", "h"}
+    assert mirror.tiered_prefix([1, 2, 3]) == {"a": (1, 1), "h": (0, 1)}
+
+
+_small_hashes = st.lists(st.integers(0, 7), max_size=5).map(tuple)
+_tier_events = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c"]),
+        _small_hashes,
+        _small_hashes,
+        _small_hashes,
+        _small_hashes,
+        st.booleans(),
+    ),
+    max_size=30,
+)
+
+
+@given(_tier_events, st.lists(st.integers(0, 7), max_size=8))
+def test_tiered_lookups_match_a_naive_model_of_the_two_tiers(
+    events: list[
+        tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...], bool]
+    ],
+    chain: list[int],
+) -> None:
+    mirror = HintMirror(TTL_S, FakeClock())
+    device: dict[str, set[int]] = {}
+    host: dict[str, set[int]] = {}
+    for replica, stored, removed, offloaded, dropped, cleared in events:
+        mirror.apply(BlockEvent(replica, 1, stored, removed, cleared, offloaded, dropped))
+        on, off_ = device.setdefault(replica, set()), host.setdefault(replica, set())
+        if cleared:
+            on.clear()
+            off_.clear()
+        on -= set(removed) | set(offloaded)
+        off_ |= set(offloaded)
+        off_ -= set(dropped) | set(stored)
+        on |= set(stored)
+    expected = {}
+    for replica in device:
+        d = 0
+        while d < len(chain) and chain[d] in device[replica]:
+            d += 1
+        h = 0
+        while d + h < len(chain) and chain[d + h] in host[replica]:
+            h += 1
+        if d or h:
+            expected[replica] = (d, h)
+    assert mirror.tiered_prefix(chain) == expected
+
+
 # --- validation ----------------------------------------------------------------------------
 
 

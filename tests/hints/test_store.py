@@ -148,6 +148,42 @@ async def test_redis_layout(redis: Redis, key_prefix: str) -> None:
     assert unpack_hashes(second[b"removed"]) == (9,)
 
 
+async def test_the_host_tier_moves_through_redis_and_survives_a_bootstrap(
+    redis: Redis, key_prefix: str, spawn: Spawn
+) -> None:
+    keys = HintKeys(key_prefix, MODEL)
+    publisher = await started_publisher(redis, key_prefix, "r1")
+    live = HintMirror(TTL_S)
+    live_sub = subscriber(key_prefix, live)
+    spawn(live_sub.run())
+    await eventually(lambda: live_sub.status.connected)
+    chain = [1, 2, 3, 4]
+    await publisher.publish(BlockEvent("r1", 1, (1, 2, 3, 4), ()))
+    await publisher.publish(BlockEvent("r1", 1, (), (), offloaded=(3, 4)))
+    await eventually(lambda: live.tiered_prefix(chain) == {"r1": (2, 2)})
+    assert sorted(await redis.zrange(keys.replica_set("r1"), 0, -1)) == [b"1", b"2"]
+    assert sorted(await redis.zrange(keys.replica_host_set("r1"), 0, -1)) == [b"3", b"4"]
+    assert 0 < await redis.pttl(keys.replica_host_set("r1")) <= TTL_S * 1000
+
+    await publisher.publish(BlockEvent("r1", 1, (3,), (), offload_removed=(4,)))
+    await eventually(lambda: live.tiered_prefix(chain) == {"r1": (3, 0)})
+    assert await redis.zrange(keys.replica_host_set("r1"), 0, -1) == []
+    await publisher.publish(BlockEvent("r1", 1, (), (1, 2, 3), offloaded=(1, 2)))
+    await eventually(lambda: live.tiered_prefix(chain) == {"r1": (0, 2)})
+    assert await redis.exists(keys.replica_set("r1")) == 0, "no device block left"
+
+    late = HintMirror(TTL_S)
+    late_sub = subscriber(key_prefix, late)
+    spawn(late_sub.run())
+    await eventually(lambda: late_sub.status.connected)
+    assert late.tiered_prefix(chain) == {"r1": (0, 2)}, "found by its host-tier set alone"
+    assert late_sub.status.events_applied == 0
+
+    await publisher.start_epoch()  # cleared: both sets go
+    await eventually(lambda: live.tiered_prefix(chain) == {})
+    assert await redis.exists(keys.replica_host_set("r1")) == 0
+
+
 async def test_an_epoch_bump_drops_stale_blocks_in_a_running_mirror(
     redis: Redis, key_prefix: str, spawn: Spawn
 ) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -54,6 +56,35 @@ def test_worked_example_term_by_term() -> None:
     assert terms.overhead_ms == pytest.approx(6.0)
     assert terms.total_ms == pytest.approx(80 + 350 + 192 + 6)
     assert terms.service_ms == pytest.approx(350 + 192 + 6)
+
+
+def test_host_tier_tokens_cost_the_reload_rate_instead_of_prefill() -> None:
+    # 320 tokens: 2 blocks (64 tokens) on device, the next 5 blocks (160) in host memory,
+    # 96 recomputed; reload at 0.1 ms per token against 1 ms to prefill one.
+    rates = dataclasses.replace(RATES, reload_ms_per_token=0.1)
+    common = {"rtt_ms": 0.0, "reserved_tokens": 0, "correction": 2.0, "rates": rates}
+    terms = predict_ttft(_request(), _replica(), cached_blocks=2, host_blocks=5, **common)  # type: ignore[arg-type]
+    assert (terms.cached_tokens, terms.host_tokens, terms.uncached_tokens) == (64, 160, 96)
+    assert terms.prefill_ms == pytest.approx(96 * 1.0 * 2.0)
+    assert terms.reload_ms == pytest.approx(160 * 0.1 * 2.0), "corrected like the rest"
+    assert terms.total_ms == pytest.approx(192 + 32 + terms.overhead_ms)
+    miss = predict_ttft(_request(), _replica(), cached_blocks=2, **common)  # type: ignore[arg-type]
+    assert (miss.host_tokens, miss.reload_ms, miss.uncached_tokens) == (0, 0.0, 256)
+    assert terms.total_ms < miss.total_ms
+    # A prompt all in host memory still computes its last token, as a device hit does.
+    whole = predict_ttft(_request(), _replica(), cached_blocks=0, host_blocks=10, **common)  # type: ignore[arg-type]
+    assert (whole.host_tokens, whole.uncached_tokens) == (319, 1)
+    # Host blocks beyond the prompt are not reloaded.
+    assert (
+        predict_ttft(
+            _request(),
+            _replica(),
+            cached_blocks=9,
+            host_blocks=5,
+            **common,  # type: ignore[arg-type]
+        ).host_tokens
+        == 31
+    )
 
 
 def test_queue_length_stands_in_for_unreported_prefill_work() -> None:

@@ -30,6 +30,20 @@ class FixedCache:
         return {r: min(n, len(block_hashes)) for r, n in self.held.items()}
 
 
+class TieredCache(FixedCache):
+    """A fake of the tiered cache view: device-tier answers, and host-tier blocks right
+    after them."""
+
+    def __init__(self, held: Mapping[str, int], host: Mapping[str, int]) -> None:
+        super().__init__(held)
+        self.host = dict(host)
+
+    def host_prefix(
+        self, block_hashes: Sequence[int], device: Mapping[str, int]
+    ) -> Mapping[str, int]:
+        return {r: min(n, len(block_hashes) - device.get(r, 0)) for r, n in self.host.items() if n}
+
+
 PARAMS = FirstlightParams(
     prefill_tokens_per_s=1000,
     step_overhead_ms=5,
@@ -186,6 +200,7 @@ def test_decision_explains_every_term() -> None:
 @given(
     queued=st.lists(st.integers(0, 5000) | st.none(), min_size=1, max_size=8),
     cached=st.lists(st.integers(0, 30), min_size=8, max_size=8),
+    host=st.lists(st.integers(0, 30), min_size=8, max_size=8),
     running=st.integers(0, 50),
     rate=st.none() | st.floats(100, 100_000),
     capacity=st.none() | st.integers(50, 1000),
@@ -197,6 +212,7 @@ def test_decision_explains_every_term() -> None:
 def test_fast_scores_equal_the_cost_model_terms(
     queued: list[int | None],
     cached: list[int],
+    host: list[int],
     running: int,
     rate: float | None,
     capacity: int | None,
@@ -214,8 +230,16 @@ def test_fast_scores_equal_the_cost_model_terms(
                     kv_cache_usage=usage, kv_cache_blocks=capacity, stats_at=stats_at)
         for i, q in enumerate(queued)
     ]  # fmt: skip
-    cache = FixedCache({f"r{i}": c for i, c in enumerate(cached)})
-    policy = _policy(params=PARAMS.model_copy(update={"memory_signal": signal}))
+    cache = TieredCache(
+        {f"r{i}": c for i, c in enumerate(cached)},
+        {
+            f"r{i}": min(h, max(20 - c, 0))
+            for i, (c, h) in enumerate(zip(cached, host, strict=True))
+        },
+    )
+    policy = _policy(
+        params=PARAMS.model_copy(update={"memory_signal": signal, "reload_ms_per_token": 0.3})
+    )
     for n, (replica, tokens) in enumerate(sent):
         earlier = RequestView(f"s{n}", tokens, tuple(range(n, n + tokens // 32)), 32)
         policy.on_routed(earlier, Candidate(f"r{replica}", "us-east", 0.0))
@@ -225,6 +249,53 @@ def test_fast_scores_equal_the_cost_model_terms(
     for candidate in explained:
         assert candidate.terms is not None
         assert candidate.score == pytest.approx(candidate.terms.total_ms)
+
+
+def test_a_host_tier_hit_is_credited_at_the_reload_rate() -> None:
+    # Two idle replicas; "h" holds 16 of the prompt's 20 blocks in host memory (512
+    # tokens), "m" nothing. Reloading at 0.05 ms a token (25.6 ms) beats computing 512
+    # tokens at 1 ms each.
+    params = PARAMS.model_copy(update={"reload_ms_per_token": 0.05})
+    replicas = [_replica("m"), _replica("h")]
+    cache = TieredCache({}, {"h": 16})
+    decision = _policy(params=params).choose(RoutingInput(REQUEST, replicas, cache))
+    win = decision.winner
+    assert win.replica_id == "h"
+    assert win.terms is not None
+    assert (win.terms.cached_tokens, win.terms.host_tokens, win.terms.uncached_tokens) == (
+        0,
+        512,
+        128,
+    )
+    assert win.terms.reload_ms == pytest.approx(25.6)
+    assert win.terms.total_ms == pytest.approx(128 + 25.6 + 5)
+    assert "reload 25.6 (512 host-tier)" in decision.explain()
+    # Unseen (today's router: the host tier is not read) it is a miss, a near-tie.
+    blind = params.model_copy(update={"host_tier": False})
+    decision = _policy(params=blind).choose(RoutingInput(REQUEST, replicas, cache))
+    assert decision.reason == "near-tie"
+    assert all(c.terms is not None and c.terms.host_tokens == 0 for c in decision.ranked)
+    assert "reload" not in decision.explain()
+
+
+def test_device_blocks_beat_the_same_blocks_in_host_memory() -> None:
+    params = PARAMS.model_copy(update={"reload_ms_per_token": 0.05})
+    replicas = [_replica("h"), _replica("d")]
+    cache = TieredCache({"d": 16, "h": 4}, {"h": 12})
+    decision = _policy(params=params).choose(RoutingInput(REQUEST, replicas, cache))
+    assert decision.winner.replica_id == "d"
+    host = next(c for c in decision.ranked if c.replica_id == "h")
+    assert host.terms is not None
+    assert (host.terms.cached_tokens, host.terms.host_tokens) == (128, 384)
+    assert host.score - decision.winner.score == pytest.approx(384 * 0.05)
+
+
+def test_a_reload_is_reserved_as_no_prefill_work() -> None:
+    policy = _policy(params=PARAMS.model_copy(update={"reload_ms_per_token": 0.05}))
+    replicas = [_replica("h")]
+    decision = policy.choose(RoutingInput(REQUEST, replicas, TieredCache({}, {"h": 16})))
+    policy.on_routed(REQUEST, decision.winner)
+    assert policy.reservations.amount_after("h", -1.0) == 128
 
 
 def test_affinity_penalty_keeps_a_request_with_its_prefix_holder() -> None:

@@ -203,6 +203,12 @@ class ModelConfig(Section):
     """Simulator profile of an ``engine: sim`` model: ``cpu-smollm2-135m`` (the default
     model on a CPU), ``h100-llama-8b`` or ``instant`` (near-zero cost, for measuring the
     platform's own overhead). Ignored by ``vllm``."""
+    sim_host_kv_blocks: Annotated[int, Field(ge=0, le=100_000_000)] = 0
+    """Host tier of an ``engine: sim`` model's KV cache, in blocks of ``block_size``:
+    the simulator's counterpart of ``vllm.kv_offloading_gib`` (blocks evicted from the
+    device are kept in host memory, least recently offloaded dropped first, and a
+    prefix hit on them costs the profile's reload rate instead of prefill; simulated,
+    a stated rate, not a measurement). ``0``: no host tier. Ignored by ``vllm``."""
     dtype: Dtype = "bfloat16"
     """Weight and activation dtype. ``auto``: the model folder's, except for INT8 W8A8
     (``compressed-tensors``) on the CPU, where it is the dtype the processor's INT8

@@ -5,6 +5,9 @@ One key space per ``(key_prefix, model)``; ``P`` = ``{key_prefix}hints:{model}``
     P:r:{replica_id}      sorted set: member = block hash (decimal), score = wall-clock
                           time it was last stored; PEXPIRE ttl; members older than
                           ttl trimmed on every publish
+    P:h:{replica_id}      sorted set of the replica's host-tier blocks (KV offloading),
+                          same form: score = time it was last offloaded; only while the
+                          replica has any
     P:epoch:{replica_id}  string: the replica's current epoch (decimal); PX ttl
     P:feed                stream (MAXLEN ~ bound; PEXPIRE ttl) of block events, fields:
                             v        format version, b"1"
@@ -14,7 +17,12 @@ One key space per ``(key_prefix, model)``; ``P`` = ``{key_prefix}hints:{model}``
                             cleared  b"1" or b"0"
                             stored   block hashes, 8-byte big-endian unsigned, concatenated
                             removed  same packing
+                            offloaded        same packing; absent when empty
+                            offload_removed  same packing; absent when empty
 
+The two host-tier fields were added without a new format version: an entry without
+them decodes as before (no host-tier changes), and a reader that predates them ignores
+them (it then misses only that an offloaded block left the device tier).
 Used by the publisher (which writes all of it in one Lua script) and the subscriber
 (which reads it back). Decoding never trusts the stream: anything unexpected raises
 :class:`MalformedEntryError`, which the subscriber counts and skips.
@@ -80,23 +88,31 @@ class HintKeys:
         """The sorted set of ``replica_id``'s blocks."""
         return f"{self.base}r:{replica_id}"
 
+    def replica_host_set(self, replica_id: str) -> str:
+        """The sorted set of ``replica_id``'s host-tier (offloaded) blocks."""
+        return f"{self.base}h:{replica_id}"
+
     def replica_epoch(self, replica_id: str) -> str:
         """The key holding ``replica_id``'s current epoch."""
         return f"{self.base}epoch:{replica_id}"
 
     @property
     def replica_set_pattern(self) -> str:
-        """SCAN ``MATCH`` pattern of every replica set of this model."""
+        """SCAN ``MATCH`` pattern of every replica set of this model, device-tier
+        (``r:``) and host-tier (``h:``) alike: a replica whose blocks all moved to its
+        host tier has no device set left."""
         escaped = "".join(f"\\{c}" if c in _GLOB_SPECIAL else c for c in self.base)
-        return f"{escaped}r:*"
+        return f"{escaped}[rh]:*"
 
     def replica_of_set_key(self, key: bytes | str) -> str:
-        """The replica id in a replica-set key; raises :class:`MalformedEntryError`."""
+        """The replica id in a replica-set key (either tier); raises
+        :class:`MalformedEntryError`."""
         text = _text(key, "key")
-        head = f"{self.base}r:"
-        if not text.startswith(head) or len(text) == len(head):
-            raise MalformedEntryError(f"{text!r} is not a replica set key of {self.base!r}")
-        return text[len(head) :]
+        for tier in ("r:", "h:"):
+            head = f"{self.base}{tier}"
+            if text.startswith(head) and len(text) > len(head):
+                return text[len(head) :]
+        raise MalformedEntryError(f"{text!r} is not a replica set key of {self.base!r}")
 
 
 def pack_hashes(hashes: Sequence[int]) -> bytes:
@@ -136,7 +152,7 @@ def encode_feed_fields(event: BlockEvent, at: float) -> dict[str, bytes]:
     The publisher sends the same values as script arguments; this form is for tests and
     tools that write the feed directly.
     """
-    return {
+    fields = {
         "v": FEED_FORMAT_VERSION,
         "replica": event.replica_id.encode(),
         "epoch": str(event.epoch).encode(),
@@ -145,6 +161,11 @@ def encode_feed_fields(event: BlockEvent, at: float) -> dict[str, bytes]:
         "stored": pack_hashes(event.stored),
         "removed": pack_hashes(event.removed),
     }
+    if event.offloaded:
+        fields["offloaded"] = pack_hashes(event.offloaded)
+    if event.offload_removed:
+        fields["offload_removed"] = pack_hashes(event.offload_removed)
+    return fields
 
 
 def decode_feed_entry(fields: Mapping[bytes, bytes]) -> tuple[BlockEvent, float]:
@@ -163,6 +184,8 @@ def decode_feed_entry(fields: Mapping[bytes, bytes]) -> tuple[BlockEvent, float]
         cleared_raw = fields[b"cleared"]
         stored = unpack_hashes(fields[b"stored"])
         removed = unpack_hashes(fields[b"removed"])
+        offloaded = unpack_hashes(fields.get(b"offloaded", b""))
+        offload_removed = unpack_hashes(fields.get(b"offload_removed", b""))
     except KeyError as exc:
         raise MalformedEntryError(f"missing field {exc.args[0]!r}") from None
     except ValueError as exc:  # includes MalformedEntryError, float() and UTF-8 errors
@@ -172,7 +195,9 @@ def decode_feed_entry(fields: Mapping[bytes, bytes]) -> tuple[BlockEvent, float]
     if not math.isfinite(at):
         raise MalformedEntryError(f"at = {at!r} is not a finite time")
     try:
-        event = BlockEvent(replica, epoch, stored, removed, cleared_raw == b"1")
+        event = BlockEvent(
+            replica, epoch, stored, removed, cleared_raw == b"1", offloaded, offload_removed
+        )
     except InvalidBlockEventError as exc:
         raise MalformedEntryError(str(exc)) from None
     return event, at

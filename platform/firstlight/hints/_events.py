@@ -6,6 +6,12 @@ events and handed to :meth:`~firstlight.hints.HintPublisher.publish`; subscriber
 the same events from the Redis feed and apply them to a
 :class:`~firstlight.hints.HintMirror`. A :class:`ReplicaSnapshot` is what a subscriber
 reads from Redis when it bootstraps.
+
+Blocks live in one of two tiers of a replica: the *device* tier (GPU memory, or the
+CPU engine's KV cache) and, with KV offloading (``models[].vllm.kv_offloading_gib``), the
+*host* tier: blocks evicted from the device and copied to host memory, which a later
+prefix hit reloads instead of recomputing. ``stored`` and ``removed`` are device-tier
+changes, ``offloaded`` and ``offload_removed`` host-tier ones.
 """
 
 from __future__ import annotations
@@ -26,9 +32,13 @@ as unsigned integers."""
 class BlockEvent:
     """One batch of KV-cache changes of one replica.
 
-    Applied in this order: ``cleared`` (drop every block of the replica), then ``removed``,
-    then ``stored``. A batch builder that saw a block stored and then evicted should put
-    it in ``removed`` only (and vice versa), so the two tuples are disjoint in practice.
+    Applied in this order: ``cleared`` (drop every block of the replica, in both tiers),
+    then ``removed`` (gone from the device tier), ``offloaded`` (gone from the device
+    tier, now held in the host tier), ``offload_removed`` (gone from the host tier), and
+    last ``stored`` (held in the device tier, and no longer in the host tier: a reloaded
+    or recomputed block is a device block again). A batch builder that saw a block go
+    through several of these should name it once, in the tuple of its final state, so the
+    tuples are disjoint in practice.
 
     Raises :class:`InvalidBlockEventError` when the replica id is empty, the epoch is
     negative, or a hash is outside ``[0, 2**64)``.
@@ -45,6 +55,11 @@ class BlockEvent:
     """Block hashes the replica evicted."""
     cleared: bool = False
     """The replica dropped all its blocks (vLLM's ``AllBlocksCleared``, or a new epoch)."""
+    offloaded: tuple[int, ...] = ()
+    """Block hashes that left the device tier and are held in the host tier (KV
+    offloading); a prefix hit on them costs a reload, not a recompute."""
+    offload_removed: tuple[int, ...] = ()
+    """Block hashes the replica dropped from its host tier (evicted there too)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.replica_id, str) or not self.replica_id:
@@ -58,6 +73,8 @@ class BlockEvent:
             )
         _check_hashes("stored", self.stored, self.replica_id)
         _check_hashes("removed", self.removed, self.replica_id)
+        _check_hashes("offloaded", self.offloaded, self.replica_id)
+        _check_hashes("offload_removed", self.offload_removed, self.replica_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +87,11 @@ class ReplicaSnapshot:
     epoch: int
     """The replica's current epoch."""
     blocks: Sequence[tuple[int, float]]
-    """``(block hash, age in seconds)`` of every block the replica holds; the age is how
-    long ago the block was last seen stored."""
+    """``(block hash, age in seconds)`` of every block the replica holds in its device
+    tier; the age is how long ago the block was last seen stored."""
+    offloaded: Sequence[tuple[int, float]] = ()
+    """``(block hash, age in seconds)`` of every block the replica holds in its host tier
+    (KV offloading); the age is how long ago the block was last seen offloaded."""
 
 
 def _check_hashes(field: str, hashes: tuple[int, ...], replica_id: str) -> None:

@@ -17,7 +17,10 @@ __all__ = ["BlockEventSink", "PrefixHintSource"]
 
 
 class PrefixHintSource(Protocol):
-    """Answers which replicas hold a prompt's leading KV-cache blocks."""
+    """Answers which replicas hold a prompt's leading KV-cache blocks (in their device
+    tier; the host tier of KV offloading is asked separately, through
+    :meth:`~firstlight.hints.HintMirror.host_prefix`, which the routing layer's
+    ``TieredCacheView`` names)."""
 
     def longest_prefix(self, block_hashes: Sequence[int]) -> dict[str, int]:
         """For each replica holding the chain's first block, how many leading blocks it

@@ -9,6 +9,19 @@ Nothing here does I/O.
 The mirror is a cache: an entry not refreshed for ``ttl_s`` seconds (by the injected
 clock) is absent from lookups at once and its memory is reclaimed by :meth:`prune`. It is
 not thread-safe: use it from the thread of the event loop that runs its subscriber.
+
+**Tiers.** With KV offloading a replica holds blocks in two tiers: its device memory and
+host memory (blocks the device evicted, reloaded on a prefix hit instead of recomputed).
+vLLM reuses a prefix as one chain — device blocks, then host blocks reloaded, then the
+rest recomputed — so a lookup has two steps: :meth:`HintMirror.longest_prefix` (device
+tier, what every policy reads, unchanged) and :meth:`HintMirror.host_prefix` (how many
+further leading blocks each replica holds in its host tier right after its device run),
+or both at once with :meth:`HintMirror.tiered_prefix`. The host tier is a second,
+private mirror of the same class inside this one, created by the first host-tier
+change, so a model without offloading pays nothing for it: ``offloaded`` moves a block
+from the device mirror to the host mirror, ``stored`` moves it back, ``offload_removed``
+drops it from the host mirror; epochs, ``cleared``, snapshots, expiry and pruning apply
+to both.
 """
 
 from __future__ import annotations
@@ -31,9 +44,10 @@ class MirrorStats:
     """A snapshot of a mirror's counters, for metrics and logs."""
 
     entries: int
-    """(replica, block) entries held, including expired ones not yet pruned."""
+    """(replica, block) entries held, of both tiers, including expired ones not yet
+    pruned."""
     replicas: int
-    """Replicas holding at least one entry."""
+    """Replicas holding at least one entry (in either tier)."""
     ignored_stale_epoch: int
     """Events and snapshots dropped because their epoch was older than the replica's."""
     malformed_skipped: int
@@ -67,6 +81,8 @@ class HintMirror:
         self._ignored_stale_epoch = 0
         self._malformed_skipped = 0
         self._last_event_at: float | None = None
+        # The host tier (KV offloading): created by the first host-tier change.
+        self._host: HintMirror | None = None
 
     @property
     def ttl_s(self) -> float:
@@ -112,14 +128,77 @@ class HintMirror:
             counts[replica] = depth
         return counts
 
+    def host_prefix(self, block_hashes: Sequence[int], device: Mapping[str, int]) -> dict[str, int]:
+        """For each replica, how many leading blocks of ``block_hashes`` it holds in its
+        host tier (unexpired) right after its device-tier run: a replica in ``device``
+        (:meth:`longest_prefix`'s answer) starts at its device count, any other replica at
+        the chain's first block. Replicas with no such block are absent.
+
+        Called by the ``firstlight`` policy once per request after :meth:`longest_prefix`;
+        returns ``{}`` at once when no replica holds a host-tier block (no offloading), so
+        the hot path costs nothing more then. Otherwise time is linear in the longest run
+        walked. Never raises.
+        """
+        host = self._host
+        if host is None or not host._holders or not block_hashes:
+            return {}
+        holders_of = host._holders
+        cutoff = self._clock() - self._ttl_s
+        n = len(block_hashes)
+        starts: dict[int, list[str]] = {}
+        for replica, depth in device.items():
+            if depth < n:
+                starts.setdefault(depth, []).append(replica)
+        first = holders_of.get(block_hashes[0])
+        if first:
+            starts.setdefault(0, []).extend(r for r in first if device.get(r, 0) == 0)
+        pending = sorted(starts, reverse=True)
+        counts: dict[str, int] = {}
+        active: dict[str, int] = {}  # replica -> block its host run started at
+        i = 0
+        while i < n:
+            if not active:
+                if not pending:
+                    break
+                i = pending[-1]
+            holders = holders_of.get(block_hashes[i])
+            if active:
+                if holders is None:
+                    for replica, start in active.items():
+                        counts[replica] = i - start
+                    active = {}
+                else:
+                    for replica in [r for r in active if holders.get(r, _NEVER) < cutoff]:
+                        counts[replica] = i - active.pop(replica)
+            if pending and pending[-1] == i:
+                pending.pop()
+                if holders is not None:
+                    for replica in starts[i]:
+                        if holders.get(replica, _NEVER) >= cutoff:
+                            active[replica] = i
+            i += 1
+        for replica, start in active.items():
+            counts[replica] = n - start
+        return counts
+
+    def tiered_prefix(self, block_hashes: Sequence[int]) -> dict[str, tuple[int, int]]:
+        """For each replica holding any of the chain's leading blocks: ``(device blocks,
+        host blocks right after them)`` — :meth:`longest_prefix` and :meth:`host_prefix`
+        in one answer, for tools and tests. Never raises."""
+        device = self.longest_prefix(block_hashes)
+        host = self.host_prefix(block_hashes, device)
+        return {r: (device.get(r, 0), host.get(r, 0)) for r in device.keys() | host.keys()}
+
     # --- updates -----------------------------------------------------------------------
 
     def apply(self, event: BlockEvent, *, age_s: float = 0.0) -> None:
         """Apply one batch of a replica's changes: an older epoch than the replica's known
         one is ignored (and counted); a newer epoch first drops all the replica's blocks;
-        then ``cleared``, ``removed`` and ``stored`` apply in that order. Stored blocks are
-        stamped ``clock() - age_s`` (``age_s`` is how long ago the batch was published;
-        a batch older than ``ttl_s`` stores nothing).
+        then ``cleared``, ``removed``, ``offloaded`` (device tier → host tier),
+        ``offload_removed`` (out of the host tier) and ``stored`` (into the device tier,
+        out of the host tier) apply in that order. Stored and offloaded blocks are stamped
+        ``clock() - age_s`` (``age_s`` is how long ago the batch was published; a batch
+        older than ``ttl_s`` stores nothing, though its blocks still leave their tiers).
 
         Called by the subscriber for each feed entry, and by tests. Never raises.
         """
@@ -132,19 +211,34 @@ class HintMirror:
             self._drop_blocks(replica)
         for block_hash in event.removed:
             self._remove(replica, block_hash)
-        if event.stored and age_s <= self._ttl_s:
-            seen = now - max(age_s, 0.0)
+        seen = now - max(age_s, 0.0)
+        fresh = age_s <= self._ttl_s
+        host = self._host
+        if event.offloaded or event.offload_removed:
+            if host is None:
+                host = self._host = HintMirror(self._ttl_s, self._clock)
+            for block_hash in event.offloaded:
+                self._remove(replica, block_hash)
+            if fresh:
+                host._store(replica, ((block_hash, seen) for block_hash in event.offloaded))
+            for block_hash in event.offload_removed:
+                host._remove(replica, block_hash)
+        if host is not None and event.stored and replica in host._blocks_of:
+            for block_hash in event.stored:
+                host._remove(replica, block_hash)
+        if event.stored and fresh:
             self._store(replica, ((block_hash, seen) for block_hash in event.stored))
 
     def load_snapshot(self, snapshot: Mapping[str, ReplicaSnapshot]) -> None:
         """Replace the mirror's content with ``snapshot`` (replica id -> what Redis holds):
-        replicas absent from it are dropped, every other replica's blocks are replaced. A
+        replicas absent from it are dropped, every other replica's blocks (both tiers)
+        are replaced. A
         snapshot older than the replica's known epoch is ignored (and counted), and the
         replica's blocks are dropped since Redis no longer vouches for them.
 
         Called by the subscriber when it (re)bootstraps from Redis. Never raises.
         """
-        for replica in [r for r in self._blocks_of if r not in snapshot]:
+        for replica in [r for r in self.replicas() if r not in snapshot]:
             self._drop_blocks(replica)
         now = self._clock()
         for replica_id, replica_snapshot in snapshot.items():
@@ -160,21 +254,34 @@ class HintMirror:
                     if age_s <= self._ttl_s
                 ),
             )
+            if replica_snapshot.offloaded:
+                if self._host is None:
+                    self._host = HintMirror(self._ttl_s, self._clock)
+                self._host._store(
+                    replica,
+                    (
+                        (block_hash, now - max(age_s, 0.0))
+                        for block_hash, age_s in replica_snapshot.offloaded
+                        if age_s <= self._ttl_s
+                    ),
+                )
         self._last_event_at = now
 
     def drop_replica(self, replica_id: str) -> int:
-        """Forget every block of ``replica_id`` (e.g. the replica was removed from the
-        deployment); return how many entries were dropped. Its epoch stays known, so late
-        events of older epochs are still ignored.
+        """Forget every block of ``replica_id``, in both tiers (e.g. the replica was
+        removed from the deployment); return how many entries were dropped. Its epoch
+        stays known, so late events of older epochs are still ignored.
 
         Called by the routing layer's replica tracking. Never raises.
         """
         return self._drop_blocks(replica_id)
 
     def prune(self, budget: int | None = None) -> int:
-        """Remove expired entries; return how many were removed.
+        """Remove expired entries (of both tiers); return how many were removed.
 
         With ``budget=None`` every block is checked (time linear in the mirror's size).
+        The host tier, when there is one, is pruned with the same budget after the
+        device tier.
         With a budget, at most ``budget`` blocks are checked per call, continuing a pass
         over the blocks present when the pass began, so a subscriber can reclaim memory
         in slices without stalling its event loop. Called periodically by the subscriber.
@@ -200,6 +307,8 @@ class HintMirror:
                 removed += 1
             if not holders:
                 del self._holders[block_hash]
+        if self._host is not None:
+            removed += self._host.prune(budget)
         return removed
 
     def record_malformed(self, count: int = 1) -> None:
@@ -209,23 +318,33 @@ class HintMirror:
     # --- inspection --------------------------------------------------------------------
 
     def replicas(self) -> set[str]:
-        """Replicas holding at least one entry (expired entries count until pruned)."""
-        return set(self._blocks_of)
+        """Replicas holding at least one entry in either tier (expired entries count
+        until pruned)."""
+        if self._host is None:
+            return set(self._blocks_of)
+        return set(self._blocks_of) | self._host._blocks_of.keys()
 
     def epoch_of(self, replica_id: str) -> int | None:
         """The newest epoch seen for ``replica_id``, or ``None`` if it was never seen."""
         return self._epochs.get(replica_id)
 
     def __len__(self) -> int:
-        """Number of (replica, block) entries, including expired ones not yet pruned."""
-        return sum(len(blocks) for blocks in self._blocks_of.values())
+        """Number of (replica, block, tier) entries, including expired ones not yet
+        pruned."""
+        held = sum(len(blocks) for blocks in self._blocks_of.values())
+        return held + (len(self._host) if self._host is not None else 0)
+
+    def host_entries(self) -> int:
+        """Number of (replica, block) entries of the host tier (KV offloading),
+        including expired ones not yet pruned."""
+        return len(self._host) if self._host is not None else 0
 
     @property
     def stats(self) -> MirrorStats:
         """A snapshot of the counters (O(replicas))."""
         return MirrorStats(
             entries=len(self),
-            replicas=len(self._blocks_of),
+            replicas=len(self.replicas()),
             ignored_stale_epoch=self._ignored_stale_epoch,
             malformed_skipped=self._malformed_skipped,
             last_event_at=self._last_event_at,
@@ -274,13 +393,14 @@ class HintMirror:
                 del self._blocks_of[replica]
 
     def _drop_blocks(self, replica: str) -> int:
+        dropped = self._host._drop_blocks(replica) if self._host is not None else 0
         blocks = self._blocks_of.pop(replica, None)
         if not blocks:
-            return 0
+            return dropped
         for block_hash in blocks:
             holders = self._holders.get(block_hash)
             if holders is not None:
                 holders.pop(replica, None)
                 if not holders:
                     del self._holders[block_hash]
-        return len(blocks)
+        return dropped + len(blocks)

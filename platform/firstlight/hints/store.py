@@ -38,10 +38,13 @@ DEFAULT_FEED_MAXLEN = 100_000
 """Approximate number of events the change feed keeps; a subscriber disconnected for
 longer than the feed covers re-bootstraps from the sets instead of resuming."""
 
-# KEYS: 1 replica set, 2 epoch key, 3 feed.
+# KEYS: 1 replica set, 2 epoch key, 3 feed, 4 replica host-tier set.
 # ARGV: 1 epoch, 2 now, 3 cutoff, 4 ttl ms, 5 feed maxlen, 6 cleared, 7 replica id,
-#       8 packed stored, 9 packed removed, 10 number of stored, then the stored hashes
-#       as decimals, then the removed hashes as decimals.
+#       8 packed stored, 9 packed removed, 10 number of stored, 11 packed offloaded,
+#       12 packed offload_removed, 13 number of removed, 14 number of offloaded, then
+#       the stored, removed, offloaded and offload_removed hashes as decimals.
+# Applied in the event's order: removed and offloaded leave the device set, offloaded
+# join the host set, offload_removed leave it, stored leave it and join the device set.
 # Returns {1, feed entry id}, or {0, newer epoch} when the replica has moved on.
 _PUBLISH_LUA = """
 local known = tonumber(redis.call('GET', KEYS[2]) or '') or -1
@@ -50,26 +53,50 @@ if known > epoch then
   return {0, known}
 end
 if known < epoch or ARGV[6] == '1' then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1], KEYS[4])
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[4])
-local first_removed = 11 + tonumber(ARGV[10])
-for i = first_removed, #ARGV, 1000 do
-  redis.call('ZREM', KEYS[1], unpack(ARGV, i, math.min(i + 999, #ARGV)))
-end
-for i = 11, first_removed - 1, 500 do
-  local zargs = {}
-  for j = i, math.min(i + 499, first_removed - 1) do
-    zargs[#zargs + 1] = ARGV[2]
-    zargs[#zargs + 1] = ARGV[j]
+local function zrem(key, from, to)
+  for i = from, to, 1000 do
+    redis.call('ZREM', key, unpack(ARGV, i, math.min(i + 999, to)))
   end
-  redis.call('ZADD', KEYS[1], unpack(zargs))
 end
+local function zadd(key, from, to)
+  for i = from, to, 500 do
+    local zargs = {}
+    for j = i, math.min(i + 499, to) do
+      zargs[#zargs + 1] = ARGV[2]
+      zargs[#zargs + 1] = ARGV[j]
+    end
+    redis.call('ZADD', key, unpack(zargs))
+  end
+end
+local first_stored = 15
+local first_removed = first_stored + tonumber(ARGV[10])
+local first_offloaded = first_removed + tonumber(ARGV[13])
+local first_dropped = first_offloaded + tonumber(ARGV[14])
+zrem(KEYS[1], first_removed, first_dropped - 1)
+zadd(KEYS[4], first_offloaded, first_dropped - 1)
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  zrem(KEYS[4], first_dropped, #ARGV)
+  zrem(KEYS[4], first_stored, first_removed - 1)
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. ARGV[3])
+  redis.call('PEXPIRE', KEYS[4], ARGV[4])
+end
+zadd(KEYS[1], first_stored, first_removed - 1)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*',
-  'v', '1', 'replica', ARGV[7], 'epoch', ARGV[1], 'at', ARGV[2], 'cleared', ARGV[6],
-  'stored', ARGV[8], 'removed', ARGV[9])
+local fields = {'v', '1', 'replica', ARGV[7], 'epoch', ARGV[1], 'at', ARGV[2],
+  'cleared', ARGV[6], 'stored', ARGV[8], 'removed', ARGV[9]}
+if ARGV[11] ~= '' then
+  fields[#fields + 1] = 'offloaded'
+  fields[#fields + 1] = ARGV[11]
+end
+if ARGV[12] ~= '' then
+  fields[#fields + 1] = 'offload_removed'
+  fields[#fields + 1] = ARGV[12]
+end
+local id = redis.call('XADD', KEYS[3], 'MAXLEN', '~', ARGV[5], '*', unpack(fields))
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {1, id}
 """
@@ -137,8 +164,10 @@ class HintPublisher:
         await self.publish(BlockEvent(self._replica_id, self._epoch, (), (), cleared=True))
 
     async def publish(self, event: BlockEvent) -> None:
-        """Write one batch in one round trip: ``cleared`` drops the replica's set,
-        ``removed`` members are deleted, ``stored`` members are (re)scored with now;
+        """Write one batch in one round trip: ``cleared`` drops the replica's sets,
+        ``removed`` members are deleted, ``offloaded`` ones move to the host-tier set,
+        ``offload_removed`` ones leave it, ``stored`` members move back to (or are
+        (re)scored with now in) the device set;
         members older than ``ttl_s`` are trimmed, the set's, epoch key's and feed's
         expiry is refreshed (a model nobody publishes for leaves nothing behind), and the
         event is appended to the feed. An empty batch is a no-op.
@@ -155,7 +184,13 @@ class HintPublisher:
                 f"event of replica {event.replica_id!r} epoch {event.epoch} handed to the "
                 f"publisher of replica {self._replica_id!r} epoch {self._epoch}"
             )
-        if not (event.stored or event.removed or event.cleared):
+        if not (
+            event.stored
+            or event.removed
+            or event.cleared
+            or event.offloaded
+            or event.offload_removed
+        ):
             return
         now = self._clock()
         args: list[str | bytes | int] = [
@@ -169,13 +204,18 @@ class HintPublisher:
             pack_hashes(event.stored),
             pack_hashes(event.removed),
             len(event.stored),
+            pack_hashes(event.offloaded),
+            pack_hashes(event.offload_removed),
+            len(event.removed),
+            len(event.offloaded),
         ]
-        args.extend(str(block_hash) for block_hash in event.stored)
-        args.extend(str(block_hash) for block_hash in event.removed)
+        for hashes in (event.stored, event.removed, event.offloaded, event.offload_removed):
+            args.extend(str(block_hash) for block_hash in hashes)
         keys = [
             self._keys.replica_set(self._replica_id),
             self._keys.replica_epoch(self._replica_id),
             self._keys.feed,
+            self._keys.replica_host_set(self._replica_id),
         ]
         try:
             reply: Any = await with_deadline(

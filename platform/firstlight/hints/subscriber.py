@@ -1,9 +1,10 @@
 """Keeps a router's :class:`~firstlight.hints.HintMirror` in sync with Redis.
 
 :meth:`HintSubscriber.run` is one long-running task per (router, model). It bootstraps
-(reads the feed's newest id, then every replica set and epoch, then follows the feed from
-that id: a batch written in between is both in the snapshot and replayed, which is
-harmless, so none is lost), then applies each feed entry to the mirror.
+(reads the feed's newest id, then every replica set — device and host tier — and epoch,
+then follows the feed from that id: a batch written in between is both in the snapshot
+and replayed, which is harmless, so none is lost), then applies each feed entry to the
+mirror.
 
 When Redis is lost the mirror is left as it is, so routing keeps using it;
 :attr:`HintSubscriber.status` says since when it is stale. The subscriber reconnects with
@@ -248,23 +249,35 @@ class HintSubscriber:
         now = self._clock()
         cutoff = now - self._mirror.ttl_s
         snapshot: dict[str, ReplicaSnapshot] = {}
+        seen: set[str] = set()
         cursor: Any = 0
         while True:
             cursor, keys = await self._call(
                 client.scan(cursor, match=self._keys.replica_set_pattern, count=self._scan_count)
             )
-            replicas = [r for r in (self._replica_of(k) for k in keys) if r is not None]
+            # A replica has a device-tier set, a host-tier set or both: read it once.
+            replicas = list(
+                dict.fromkeys(
+                    r
+                    for r in (self._replica_of(k) for k in keys)
+                    if r is not None and r not in seen
+                )
+            )
+            seen.update(replicas)
             if replicas:
                 pipe = client.pipeline(transaction=False)
                 for replica in replicas:
                     pipe.zrangebyscore(
                         self._keys.replica_set(replica), cutoff, "+inf", withscores=True
                     )
+                    pipe.zrangebyscore(
+                        self._keys.replica_host_set(replica), cutoff, "+inf", withscores=True
+                    )
                     pipe.get(self._keys.replica_epoch(replica))
                 replies = await self._call(pipe.execute(raise_on_error=False))
                 for i, replica in enumerate(replicas):
                     loaded = self._replica_snapshot(
-                        replica, replies[2 * i], replies[2 * i + 1], now
+                        replica, replies[3 * i], replies[3 * i + 1], replies[3 * i + 2], now
                     )
                     if loaded is not None:
                         snapshot[replica] = loaded
@@ -289,10 +302,13 @@ class HintSubscriber:
             return None
 
     def _replica_snapshot(
-        self, replica: str, members: Any, raw_epoch: Any, now: float
+        self, replica: str, members: Any, host_members: Any, raw_epoch: Any, now: float
     ) -> ReplicaSnapshot | None:
-        if isinstance(members, Exception) or isinstance(raw_epoch, Exception):
-            self._skip_malformed(f"replica {replica!r}: {members!r} / {raw_epoch!r}")
+        replies = (members, host_members, raw_epoch)
+        if any(isinstance(reply, Exception) for reply in replies):
+            self._skip_malformed(
+                f"replica {replica!r}: {members!r} / {host_members!r} / {raw_epoch!r}"
+            )
             return None
         if raw_epoch is None:
             return None  # the set and its epoch key expired between SCAN and reading
@@ -301,6 +317,13 @@ class HintSubscriber:
         except MalformedEntryError as exc:
             self._skip_malformed(f"epoch of replica {replica!r}: {exc}")
             return None
+        return ReplicaSnapshot(
+            epoch, self._aged(replica, members, now), self._aged(replica, host_members, now)
+        )
+
+    def _aged(self, replica: str, members: Any, now: float) -> list[tuple[int, float]]:
+        """``(block hash, age)`` of a replica set's ``(member, score)`` pairs; malformed
+        members are skipped and counted."""
         blocks: list[tuple[int, float]] = []
         for pair in members:
             try:
@@ -308,7 +331,7 @@ class HintSubscriber:
                 blocks.append((parse_member(member), now - float(score)))
             except (TypeError, ValueError) as exc:  # ValueError includes MalformedEntryError
                 self._skip_malformed(f"set member of replica {replica!r}: {exc}")
-        return ReplicaSnapshot(epoch, blocks)
+        return blocks
 
     # --- following ---------------------------------------------------------------------
 

@@ -10,7 +10,14 @@ from firstlight.routing.decision import Candidate, Decision, TtftTerms
 from firstlight.routing.policy import PolicyParams, RoutingPolicy
 from firstlight.routing.predicted_ttft import FirstlightParams, FirstlightPolicy
 from firstlight.routing.registry import REGISTRY, PolicyDeps, PolicySpec, build_policy, policy_names
-from firstlight.routing.views import NO_CACHE, CacheView, ReplicaView, RequestView, RoutingInput
+from firstlight.routing.views import (
+    NO_CACHE,
+    CacheView,
+    ReplicaView,
+    RequestView,
+    RoutingInput,
+    TieredCacheView,
+)
 
 __all__ = [
     "NO_CACHE",
@@ -30,6 +37,7 @@ __all__ = [
     "Reservations",
     "RoutingInput",
     "RoutingPolicy",
+    "TieredCacheView",
     "TtftTerms",
     "build_policy",
     "policy_names",

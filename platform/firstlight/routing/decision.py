@@ -27,15 +27,21 @@ class TtftTerms:
     uncached_tokens: int
     correction: float = 1.0
     """Calibration factor already applied to the replica's terms."""
+    host_tokens: int = 0
+    """Prompt tokens held in the replica's host tier (KV offloading) right after its
+    device-tier ones (``cached_tokens``): reloaded, not recomputed, so neither cached
+    nor in ``uncached_tokens``."""
+    reload_ms: float = 0.0
+    """Reloading ``host_tokens`` from host memory, at the policy's reload rate."""
 
     @property
     def total_ms(self) -> float:
-        return self.rtt_ms + self.wait_ms + self.prefill_ms + self.overhead_ms
+        return self.rtt_ms + self.wait_ms + self.prefill_ms + self.reload_ms + self.overhead_ms
 
     @property
     def service_ms(self) -> float:
         """What the replica itself takes (everything but the network)."""
-        return self.wait_ms + self.prefill_ms + self.overhead_ms
+        return self.wait_ms + self.prefill_ms + self.reload_ms + self.overhead_ms
 
 
 class Candidate(NamedTuple):
@@ -83,7 +89,9 @@ class Decision:
         return self.ranked[1] if len(self.ranked) > 1 else None
 
     def explain(self) -> str:
-        """One line for logs and the dashboard: winner, terms, margin over runner-up."""
+        """One line for logs, the dashboard and the ``x-firstlight-decision`` header:
+        winner, terms (the reload of host-tier tokens only when there are any), margin
+        over runner-up."""
         win = self.winner
         text = f"{self.policy}: {win.replica_id} ({self.reason})"
         if win.terms is not None:
@@ -91,8 +99,11 @@ class Decision:
             text += (
                 f" ttft={t.total_ms:.1f}ms = rtt {t.rtt_ms:.1f} + wait {t.wait_ms:.1f}"
                 f" + prefill {t.prefill_ms:.1f} ({t.uncached_tokens} uncached,"
-                f" {t.cached_tokens} cached) + overhead {t.overhead_ms:.1f}"
+                f" {t.cached_tokens} cached)"
             )
+            if t.host_tokens:
+                text += f" + reload {t.reload_ms:.1f} ({t.host_tokens} host-tier)"
+            text += f" + overhead {t.overhead_ms:.1f}"
         second = self.runner_up
         if second is not None:
             text += f"; runner-up {second.replica_id} +{second.score - win.score:.1f}"

@@ -1,15 +1,24 @@
-"""The ``firstlight`` policy: rank replicas by predicted time to first token."""
+"""The ``firstlight`` policy: rank replicas by predicted time to first token.
+
+The cost model is :mod:`firstlight.routing.cost`; this module is its hot loop (every
+candidate, every request) and its bookkeeping hooks. A prompt's cached prefix is read
+from the routing input's cache view: device-tier blocks by ``longest_prefix`` and, when
+the view is a :class:`~firstlight.routing.views.TieredCacheView` (the hint mirror), the
+host-tier blocks right after them by ``host_prefix``, credited at
+``reload_ms_per_token``.
+"""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from firstlight.routing.cost import (
+    DEFAULT_RELOAD_MS_PER_TOKEN,
     Calibrator,
     CostRates,
     Reservations,
@@ -25,9 +34,12 @@ from firstlight.routing.views import ReplicaView, RequestView, RoutingInput
 __all__ = ["FirstlightParams", "FirstlightPolicy"]
 
 _EXPLAINED = 4
-_BY_TTFT_THEN_LOAD = itemgetter(0, 1)
 """Candidates that get their full cost terms (the winner, the runner-up and the next
 tiers the request router may fall back to); the rest carry only their predicted TTFT."""
+_BY_TTFT_THEN_LOAD = itemgetter(0, 1)
+_NO_HOST: Mapping[str, int] = {}
+
+_HostPrefix = Callable[[Sequence[int], Mapping[str, int]], Mapping[str, int]]
 
 
 class FirstlightParams(PolicyParams):
@@ -74,6 +86,16 @@ class FirstlightParams(PolicyParams):
     """Upper bound of the correction factor."""
     reservation_ttl_s: Annotated[float, Field(gt=0, le=3600)] = 60.0
     """A reservation whose first token never came is dropped after this long."""
+    reload_ms_per_token: Annotated[float, Field(ge=0, le=1000)] = DEFAULT_RELOAD_MS_PER_TOKEN
+    """Cost of reloading one prompt token's KV from a replica's host tier (KV offloading:
+    blocks its device evicted to host memory), milliseconds: the default model's 23,040
+    KV bytes per token over a PCIe 4.0 x16 link's ~25 GB/s, rounded up to 0.001
+    (:data:`~firstlight.routing.cost.DEFAULT_RELOAD_MS_PER_TOKEN`; Llama-3.1-8B: 0.0052).
+    Host-tier tokens cost this instead of prefill; 0 prices them as free."""
+    host_tier: bool = True
+    """Read the host tier from the hint mirror and credit its blocks at
+    ``reload_ms_per_token``; ``false`` sees device-tier blocks only and prices host-tier
+    ones as misses (recomputed), as before the host tier was known."""
     memory_signal: Literal["router", "stats"] = "router"
     """Where the memory term's blocks spoken for come from: ``router``, this router's own
     record of the requests it sent and has not seen end (exact and current; right while
@@ -110,6 +132,7 @@ class FirstlightPolicy:
             mean_prompt_tokens=params.mean_prompt_tokens,
             mean_output_tokens=params.mean_output_tokens,
             kv_full_fraction=params.kv_full_fraction,
+            reload_ms_per_token=params.reload_ms_per_token,
         )
         self.calibrator = Calibrator(
             params.calibration_alpha, params.min_correction, params.max_correction
@@ -126,7 +149,12 @@ class FirstlightPolicy:
     def choose(self, routing: RoutingInput) -> Decision:
         request = routing.request
         cached = routing.cache.longest_prefix(request.block_hashes) if request.block_hashes else {}
-        scored = self._score_all(request, routing, cached)
+        host = _NO_HOST
+        if request.block_hashes and self.params.host_tier:
+            host_prefix: _HostPrefix | None = getattr(routing.cache, "host_prefix", None)
+            if host_prefix is not None:
+                host = host_prefix(request.block_hashes, cached)
+        scored = self._score_all(request, routing, cached, host)
         scored.sort(key=_BY_TTFT_THEN_LOAD)
         best = scored[0][0]
         # A prediction cannot tell apart candidates whose first tokens land in the same
@@ -146,7 +174,10 @@ class FirstlightPolicy:
             near.sort(key=lambda item: item[1])
             reason = "near-tie"
         ordered = near + scored[len(near) :]
-        ranked = [self._explained(request, routing, item) for item in ordered[:_EXPLAINED]]
+        ranked = [
+            self._explained(request, routing, item, host.get(item[3].replica_id, 0))
+            for item in ordered[:_EXPLAINED]
+        ]
         ranked += [
             Candidate(replica.replica_id, replica.region, total, None, blocks)
             for total, _, blocks, replica in ordered[_EXPLAINED:]
@@ -154,10 +185,16 @@ class FirstlightPolicy:
         return Decision(self.name, tuple(ranked), reason)
 
     def _score_all(
-        self, request: RequestView, routing: RoutingInput, cached: Mapping[str, int]
+        self,
+        request: RequestView,
+        routing: RoutingInput,
+        cached: Mapping[str, int],
+        host: Mapping[str, int] = _NO_HOST,
     ) -> list[tuple[float, float, int, ReplicaView]]:
         """Predicted TTFT of every replica: the hot loop, inlined for speed. Each value
-        equals ``predict_ttft(...).total_ms`` (a test holds the two together)."""
+        equals ``predict_ttft(...).total_ms`` (a test holds the two together).
+        ``cached``: device-tier leading blocks per replica; ``host``: host-tier blocks
+        right after them (empty without KV offloading)."""
         rates = self._rates
         correction_of = self.calibrator.corrections.get
         reservations_of = self.reservations.by_replica.get
@@ -167,6 +204,7 @@ class FirstlightPolicy:
         default_rate, mean_prompt = rates.prefill_tokens_per_s, rates.mean_prompt_tokens
         step_ms, per_seq_ms = rates.step_overhead_ms, rates.decode_ms_per_running_seq
         mean_output, kv_full = rates.mean_output_tokens, rates.kv_full_fraction
+        reload_per_token = rates.reload_ms_per_token
         scored = []
         # Prefix held by each candidate (hints or placements) and its ms per token, for
         # the affinity penalty once the best holder is known. Only candidates count: the
@@ -189,6 +227,14 @@ class FirstlightPolicy:
             if reservations_of(rid):
                 queued += reserved_after(rid, replica.stats_at)
             uncached = max(prompt - blocks * block_size, 1)
+            reloaded = 0
+            reload_ms = 0.0
+            host_blocks = host.get(rid, 0) if host else 0
+            if host_blocks:  # predict_ttft's host tokens, inlined
+                device_tokens = min(blocks * block_size, prompt)
+                reloaded = min(host_blocks * block_size, max(prompt - device_tokens - 1, 0))
+                uncached = max(prompt - device_tokens - reloaded, 1)
+                reload_ms = reloaded * reload_per_token
             ms_per_token = 1000.0 / (replica.prefill_tokens_per_s or default_rate)
             running = replica.running
             overhead = replica.step_ms
@@ -201,7 +247,7 @@ class FirstlightPolicy:
                 pending = replica.pending_prefill_tokens
                 if pending is None:
                     pending = replica.waiting * mean_prompt
-                need = (uncached + mean_output) / block_size
+                need = (uncached + reloaded + mean_output) / block_size
                 if routed_memory:  # kept by on_routed/on_done (_note_in_flight)
                     spoken_for = spoken_of(rid, 0.0)
                 else:  # memory_spoken_for(), inlined
@@ -221,13 +267,13 @@ class FirstlightPolicy:
                     slot_ms = short / capacity * mean_output * overhead
             elif replica.kv_cache_usage >= kv_full:
                 slot_ms = (replica.waiting + 1) * mean_output * overhead / max(running, 1)
-            service = ((queued + uncached) * ms_per_token + overhead + slot_ms) * correction_of(
-                rid, 1.0
-            )
+            service = (
+                (queued + uncached) * ms_per_token + reload_ms + overhead + slot_ms
+            ) * correction_of(rid, 1.0)
             total = rtt_of(replica.region, 0.0) + service
             held = placed_get(rid, 0)
-            if held < blocks:
-                held = blocks
+            if held < blocks + host_blocks:  # a host-tier copy is held, too
+                held = blocks + host_blocks
             if held > most:
                 most = held
             holders.append((held, ms_per_token))
@@ -246,8 +292,10 @@ class FirstlightPolicy:
         request: RequestView,
         routing: RoutingInput,
         item: tuple[float, float, int, ReplicaView],
+        host_blocks: int = 0,
     ) -> Candidate:
-        """A candidate with its full cost terms (the first ``_EXPLAINED`` of a decision)."""
+        """A candidate with its full cost terms (the first ``_EXPLAINED`` of a decision);
+        ``host_blocks``: its host-tier blocks after the ``item``'s device-tier ones."""
         total, _, blocks, replica = item
         terms = predict_ttft(
             request,
@@ -259,6 +307,7 @@ class FirstlightPolicy:
             rates=self._rates,
             stats_age_ms=(self._clock() - replica.stats_at) * 1000.0,
             spoken_for=self._spoken_for(replica.replica_id, request.block_size),
+            host_blocks=host_blocks,
         )
         return Candidate(replica.replica_id, replica.region, total, terms, blocks)
 
@@ -278,8 +327,11 @@ class FirstlightPolicy:
         )
 
     def on_routed(self, request: RequestView, chosen: Candidate) -> None:
-        cached_tokens = chosen.cached_blocks * request.block_size
-        tokens = max(request.prompt_tokens - cached_tokens, 1)
+        if chosen.terms is not None:  # host-tier tokens are reloaded, not prefilled
+            tokens = chosen.terms.uncached_tokens
+        else:
+            cached_tokens = chosen.cached_blocks * request.block_size
+            tokens = max(request.prompt_tokens - cached_tokens, 1)
         self.reservations.reserve(chosen.replica_id, request.request_id, tokens)
         self.placements.record(request.block_hashes, chosen.replica_id)
         partial = request.prompt_tokens > len(request.block_hashes) * request.block_size

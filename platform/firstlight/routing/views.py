@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["NO_CACHE", "CacheView", "ReplicaView", "RequestView", "RoutingInput"]
+__all__ = [
+    "NO_CACHE",
+    "CacheView",
+    "ReplicaView",
+    "RequestView",
+    "RoutingInput",
+    "TieredCacheView",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,26 @@ class CacheView(Protocol):
 
     def longest_prefix(self, block_hashes: Sequence[int]) -> Mapping[str, int]:
         """Map replica id → number of leading blocks of ``block_hashes`` it holds."""
+        ...
+
+
+class TieredCacheView(CacheView, Protocol):
+    """A cache view that also knows the host tier (KV offloading): blocks a replica's
+    device evicted to host memory, which a prefix hit reloads instead of recomputing.
+
+    Implemented by :class:`firstlight.hints.HintMirror` and the simulator's
+    :class:`~firstlight.engine.sim.TrueCacheView`. The ``firstlight`` policy calls
+    :meth:`host_prefix` after :meth:`longest_prefix` when its cache view has it (a view
+    without it, such as a test's fake, is taken to know no host tier); the baselines
+    read the device tier only.
+    """
+
+    def host_prefix(
+        self, block_hashes: Sequence[int], device: Mapping[str, int]
+    ) -> Mapping[str, int]:
+        """Map replica id → number of leading blocks of ``block_hashes`` it holds in its
+        host tier right after its ``device`` run (replicas absent from ``device`` start at
+        the first block). Empty, and fast, when no replica offloads."""
         ...
 
 

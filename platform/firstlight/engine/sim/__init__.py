@@ -13,8 +13,11 @@ For CI without GPUs, capacity planning and routing studies at 64+ replicas. Piec
   simulation (no asyncio, no sleeping).
 * :class:`TrueCacheView` — the replicas' real cache state as a routing ``CacheView``
   (hints without delay, for tests).
+* :class:`SimCacheEvent` — a cache event with the host tier's changes (KV offloading,
+  ``SimProfile.host_kv_blocks``), which the protocol's ``CacheEvent`` does not carry.
 """
 
+from firstlight.engine.sim._kv import SimCacheEvent
 from firstlight.engine.sim.core import SimCore
 from firstlight.engine.sim.engine import SimEngine, Sleep
 from firstlight.engine.sim.profiles import (
@@ -32,6 +35,7 @@ __all__ = [
     "DEFAULT_PROFILE",
     "PROFILES",
     "FinishedRequest",
+    "SimCacheEvent",
     "SimCore",
     "SimEngine",
     "SimProfile",

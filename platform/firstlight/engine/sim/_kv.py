@@ -14,10 +14,19 @@ cached blocks count as free. Allocating private blocks evicts from the LRU head 
 request releases its blocks tail first, so a shared leading prefix outlives the unique
 tail that followed it.
 
+**Host tier** (vLLM's KV offloading, ``host_capacity`` blocks, 0 = off): a cached block
+evicted from the device is kept in host memory instead of dropped, in its own LRU
+order (the oldest offloaded block goes first when the host tier is full). A prefix hit
+that runs on into host-tier blocks reloads them (:meth:`BlockPool.reload`): they leave
+the host tier and become device blocks again, and the core charges their reload time
+(the profile's ``reload_ms_per_token``) instead of their prefill. vLLM reuses a prefix
+as one chain — device blocks, then host blocks, then recomputation — and so does this.
+
 Every change is recorded in hint form and handed out by :meth:`BlockPool.take_event`
-as one :class:`~firstlight.engine.protocol.CacheEvent`; the core takes one when a step is
-scheduled (the evictions that made room for it) and one when it finishes (the blocks it
-filled), so replaying the events always yields the cache's contents.
+as one :class:`~firstlight.engine.protocol.CacheEvent` (a :class:`SimCacheEvent` when the
+host tier changed); the core takes one when a step is scheduled (the evictions and
+reloads that made room for it) and one when it finishes (the blocks it filled), so
+replaying the events always yields the cache's contents, tier by tier.
 Only :class:`~firstlight.engine.sim.SimCore` calls this; it is not thread-safe.
 """
 
@@ -25,19 +34,55 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from firstlight.engine.protocol import CacheEvent
 
-__all__ = ["BlockPool"]
+__all__ = ["BlockPool", "SimCacheEvent"]
+
+
+@dataclass(frozen=True, slots=True)
+class SimCacheEvent(CacheEvent):
+    """A :class:`~firstlight.engine.protocol.CacheEvent` with the host tier's changes, as
+    :class:`~firstlight.hints.BlockEvent` carries them: applied after ``removed``,
+    ``offloaded`` blocks left the device tier for the host tier, ``offload_removed`` ones
+    left the host tier; ``stored`` blocks (applied last) are device blocks again.
+
+    Emitted by the simulator only when its host tier changed (otherwise a plain
+    ``CacheEvent``); the benchmark's hint feed passes the fields on to the mirror.
+    """
+
+    offloaded: tuple[int, ...] = ()
+    offload_removed: tuple[int, ...] = ()
 
 
 class BlockPool:
-    """Block accounting and the block-level LRU prefix cache of one simulated replica."""
+    """Block accounting and the block-level LRU prefix cache of one simulated replica,
+    with an optional host tier of ``host_capacity`` blocks."""
 
-    __slots__ = ("_lru", "_private", "_record", "_refs", "_removed", "_stored", "capacity")
+    __slots__ = (
+        "_dropped",
+        "_host",
+        "_lru",
+        "_offloaded",
+        "_private",
+        "_record",
+        "_refs",
+        "_removed",
+        "_stored",
+        "capacity",
+        "host_capacity",
+    )
 
-    def __init__(self, capacity: int, *, record_events: bool = True) -> None:
+    def __init__(
+        self, capacity: int, *, record_events: bool = True, host_capacity: int = 0
+    ) -> None:
         self.capacity = capacity
+        self.host_capacity = host_capacity
+        # Host-tier blocks, least recently offloaded first.
+        self._host: OrderedDict[int, None] = OrderedDict()
+        self._offloaded: list[int] = []
+        self._dropped: list[int] = []
         # Cached block hash -> number of running requests referencing it.
         self._refs: dict[int, int] = {}
         # Unpinned cached blocks, least recently released first. An OrderedDict, not a
@@ -61,6 +106,37 @@ class BlockPool:
     def contents(self) -> frozenset[int]:
         """Hashes of every cached block (for tests and the ``cleared`` snapshot)."""
         return frozenset(self._refs)
+
+    def host_contents(self) -> frozenset[int]:
+        """Hashes of every host-tier block (for tests and the ``cleared`` snapshot)."""
+        return frozenset(self._host)
+
+    @property
+    def host_cached(self) -> int:
+        """Blocks held in the host tier."""
+        return len(self._host)
+
+    def host_prefix(self, hashes: Sequence[int], start: int, limit: int) -> int:
+        """How many blocks of ``hashes`` from index ``start`` on (up to index ``limit``)
+        are in the host tier: the run a prefix hit reloads after its ``start`` device
+        blocks."""
+        host = self._host
+        if not host:
+            return 0
+        count = 0
+        for i in range(start, min(limit, len(hashes))):
+            if hashes[i] not in host:
+                break
+            count += 1
+        return count
+
+    def reload(self, hashes: Sequence[int], start: int, count: int) -> None:
+        """Take blocks ``start .. start + count`` of ``hashes`` out of the host tier: a
+        prefix hit reloads them (all in it). The caller allocates their device blocks and
+        commits them (:meth:`commit`), which announces them stored (a device block again)."""
+        host = self._host
+        for i in range(start, start + count):
+            del host[hashes[i]]
 
     def is_pinned(self, block_hash: int) -> bool:
         """Whether a running request references the cached block ``block_hash``."""
@@ -104,8 +180,21 @@ class BlockPool:
             for _ in range(excess):
                 block_hash = lru.popitem(last=False)[0]
                 del refs[block_hash]
-                if self._record:
+                if self.host_capacity:
+                    self._offload(block_hash)
+                elif self._record:
                     self._removed.append(block_hash)
+
+    def _offload(self, block_hash: int) -> None:
+        """An evicted device block goes to the host tier, whose oldest block makes room."""
+        host = self._host
+        host[block_hash] = None
+        if self._record:
+            self._offloaded.append(block_hash)
+        if len(host) > self.host_capacity:
+            dropped = host.popitem(last=False)[0]
+            if self._record:
+                self._dropped.append(dropped)
 
     def commit(self, block_hash: int) -> None:
         """A private block just became a full prompt block with hash ``block_hash``: it
@@ -113,6 +202,9 @@ class BlockPool:
         meanwhile, the request references that one and frees its duplicate."""
         self._private -= 1
         held = self._refs.get(block_hash)
+        if held is None and self._host:
+            # Recomputed while a copy sat in host memory: the device copy supersedes it.
+            self._host.pop(block_hash, None)
         if held is None:
             self._refs[block_hash] = 1
             if self._record:
@@ -134,10 +226,24 @@ class BlockPool:
         self._private -= private
 
     def take_event(self) -> CacheEvent | None:
-        """The changes since the last call as one event, or ``None`` if nothing changed."""
-        if not (self._stored or self._removed):
+        """The changes since the last call as one event (a :class:`SimCacheEvent` when the
+        host tier changed), or ``None`` if nothing changed."""
+        if not (self._stored or self._removed or self._offloaded or self._dropped):
             return None
-        event = CacheEvent(stored=tuple(self._stored), removed=tuple(self._removed))
+        event: CacheEvent
+        if self._offloaded or self._dropped:
+            # A block offloaded and then dropped from the host tier within one event is
+            # in both lists: applied in that order, it ends up gone, as it is.
+            event = SimCacheEvent(
+                stored=tuple(self._stored),
+                removed=tuple(self._removed),
+                offloaded=tuple(self._offloaded),
+                offload_removed=tuple(self._dropped),
+            )
+            self._offloaded.clear()
+            self._dropped.clear()
+        else:
+            event = CacheEvent(stored=tuple(self._stored), removed=tuple(self._removed))
         self._stored.clear()
         self._removed.clear()
         return event

@@ -10,7 +10,11 @@ Each step, as ``vllm/v1/core/sched/scheduler.py`` does it:
 2. Unless something was preempted, waiting requests are admitted first come first
    served while fewer than ``max_num_seqs`` run and budget and blocks remain. Admission
    looks up the prompt's leading blocks in the prefix cache (at most ``prompt - 1``
-   tokens, so the last token is always computed) and schedules only the rest.
+   tokens, so the last token is always computed) and schedules only the rest. With a
+   host tier (``profile.host_kv_blocks``, vLLM's KV offloading) the lookup runs on into
+   the blocks held in host memory right after the device ones: those are reloaded (they
+   become device blocks again) at ``profile.reload_ms_per_token`` each token, added to
+   the step's duration, instead of being prefilled.
 3. The step lasts ``profile.step_ms(prefill tokens, decoding sequences, prefill
    context)``, the context summed over the prefill chunks, each from the position it
    starts at. When it ends, prompt blocks that became full are cached; every request
@@ -73,7 +77,11 @@ class SimCore:
         self.scheme = HashScheme(self.profile.block_size, hash_seed)
         self.seed = seed
         self._filler = Filler(seed)
-        self._pool = BlockPool(self.profile.kv_cache_blocks, record_events=record_events)
+        self._pool = BlockPool(
+            self.profile.kv_cache_blocks,
+            record_events=record_events,
+            host_capacity=self.profile.host_kv_blocks,
+        )
         self._requests: dict[str, SimRequest] = {}
         self._waiting: deque[SimRequest] = deque()
         self._waiting_count = 0
@@ -117,8 +125,10 @@ class SimCore:
         req.offset = self._filler.offset(request.request_id, request.resumed_tokens)
         if request.sampling.stop:
             req.stop_ids = self._filler.stop_token_ids(request.sampling.stop)
-        hit_tokens = self._pool.longest_prefix(block_hashes, (len(prompt) - 1) // bs) * bs
-        req.pending = len(prompt) - hit_tokens
+        limit = (len(prompt) - 1) // bs
+        hit = self._pool.longest_prefix(block_hashes, limit)
+        hit += self._pool.host_prefix(block_hashes, hit, limit)  # reloaded, not prefilled
+        req.pending = len(prompt) - hit * bs
         self._pending_tokens += req.pending
         self._requests[req.request_id] = req
         self._waiting.append(req)
@@ -189,16 +199,18 @@ class SimCore:
                 prefill += n
                 context2 += n * (2 * req.computed + n)
             i += 1
+        reload_ms = 0.0
         if not preempted:
-            admitted, admitted_context2 = self._admit(batch, budget)
+            admitted, admitted_context2, reloaded = self._admit(batch, budget)
             prefill += admitted
             context2 += admitted_context2
+            reload_ms = reloaded * profile.reload_ms_per_token
         # Work always schedules: a lone request fits the KV cache (SimProfile checks it).
         assert batch, "a step with work scheduled nothing"
         self._take_event()  # evictions made room for this step: announce them now
         self._batch = batch
         context = context2 / 2
-        duration_s = profile.step_ms(prefill, decodes, context) / 1000.0
+        duration_s = (profile.step_ms(prefill, decodes, context) + reload_ms) / 1000.0
         self._step = StepResult(
             duration_s,
             prefill + decodes,
@@ -213,12 +225,12 @@ class SimCore:
         )
         return duration_s
 
-    def _admit(self, batch: list[tuple[SimRequest, int]], budget: int) -> tuple[int, int]:
-        """Admit waiting requests FCFS into ``batch``; returns their prefill tokens and
-        twice their prefill context."""
+    def _admit(self, batch: list[tuple[SimRequest, int]], budget: int) -> tuple[int, int, int]:
+        """Admit waiting requests FCFS into ``batch``; returns their prefill tokens, twice
+        their prefill context, and the tokens they reload from the host tier."""
         pool, waiting, running = self._pool, self._waiting, self._running
         bs, max_seqs = self.profile.block_size, self.profile.max_num_seqs
-        scheduled = context2 = 0
+        scheduled = context2 = reloaded = 0
         while waiting and budget > 0 and len(running) < max_seqs:
             req = waiting[0]
             if req.state != WAITING:  # aborted while waiting
@@ -226,18 +238,27 @@ class SimCore:
                 continue
             target = req.prompt_len + req.generated
             hashes = req.hashes
-            hit = pool.longest_prefix(hashes, (target - 1) // bs)
-            computed = hit * bs
+            limit = (target - 1) // bs
+            hit = pool.longest_prefix(hashes, limit)
+            host = pool.host_prefix(hashes, hit, limit)
+            computed = (hit + host) * bs
             n = min(target - computed, budget)
             blocks = -(-(computed + n) // bs)
             if pool.used + pool.unpinned_among(hashes, hit) + blocks - hit > pool.capacity:
                 break
             pool.acquire(hashes, hit)
+            # Out of the host tier before allocating, so no eviction pushes them out of it.
+            pool.reload(hashes, hit, host)
             pool.allocate(blocks - hit)
+            refs = list(hashes[:hit])
+            for index in range(hit, hit + host):  # reloaded: device blocks again
+                pool.commit(hashes[index])
+                refs.append(hashes[index])
+            reloaded += host * bs
             waiting.popleft()
             self._waiting_count -= 1
             req.state = RUNNING
-            req.refs = list(hashes[:hit])
+            req.refs = refs
             req.held = blocks
             req.computed = computed
             if not req.admitted:
@@ -252,7 +273,7 @@ class SimCore:
             budget -= n
             scheduled += n
             context2 += n * (2 * computed + n)
-        return scheduled, context2
+        return scheduled, context2, reloaded
 
     def finish_step(self) -> StepResult:
         """Complete the in-flight step: cache newly full prompt blocks, sample tokens,
@@ -349,9 +370,19 @@ class SimCore:
         state, as :class:`TrueCacheView` reads it). Linear in the answer; never raises."""
         return self._pool.longest_prefix(block_hashes, len(block_hashes))
 
+    def host_prefix_blocks(self, block_hashes: Sequence[int], start: int) -> int:
+        """How many blocks of ``block_hashes`` from index ``start`` on the host tier holds
+        right now (the run a prefix hit after ``start`` device blocks would reload; 0
+        without a host tier). Never raises."""
+        return self._pool.host_prefix(block_hashes, start, len(block_hashes))
+
     def cache_contents(self) -> frozenset[int]:
-        """Hint hashes of every cached block, pinned or evictable."""
+        """Hint hashes of every cached block, pinned or evictable (device tier)."""
         return self._pool.contents()
+
+    def host_contents(self) -> frozenset[int]:
+        """Hint hashes of every block held in the host tier (empty without one)."""
+        return self._pool.host_contents()
 
     def is_pinned(self, block_hash: int) -> bool:
         """Whether a running request holds the cached block ``block_hash``."""

@@ -31,6 +31,7 @@ from firstlight.engine.protocol import (
     GenerationRequest,
     check_request,
 )
+from firstlight.engine.sim._kv import SimCacheEvent
 from firstlight.engine.sim.core import SimCore
 from firstlight.engine.sim.profiles import DEFAULT_PROFILE, SimProfile, get_profile
 from firstlight.engine.sim.results import StepResult
@@ -88,22 +89,29 @@ class SimEngine:
         seed: int = 0,
         sleep: Sleep = asyncio.sleep,
         stream_interval_tokens: int = 1,
+        host_kv_tokens: int | None = None,
     ) -> SimEngine:
         """The engine for ``profile`` fitted to the gateway's ``scheme``: the profile's
         costs with the scheme's block size (the KV cache keeps its size in tokens) and
         hash seed, so the engine's cache events match the gateway's hints; optionally
-        another ``max_model_len``. Called by the benchmark and :meth:`for_model`.
+        another ``max_model_len`` and a host tier (KV offloading) of ``host_kv_tokens``
+        tokens (``None``: the profile's; 0: none). Called by the benchmark and
+        :meth:`for_model`.
 
         Raises :class:`~firstlight.errors.ConfigError` for an unknown profile or when the
         KV cache cannot hold one request of ``max_model_len`` tokens.
         """
         base = get_profile(profile) if isinstance(profile, str) else profile
         block_size = scheme.block_size if scheme is not None else base.block_size
+        host_tokens = (
+            host_kv_tokens if host_kv_tokens is not None else base.host_kv_blocks * base.block_size
+        )
         fitted = replace(
             base,
             block_size=block_size,
             kv_cache_blocks=base.kv_cache_tokens // block_size,
             max_model_len=max_model_len or base.max_model_len,
+            host_kv_blocks=host_tokens // block_size,
         )
         return cls(
             fitted,
@@ -125,8 +133,9 @@ class SimEngine:
         sleep: Sleep = asyncio.sleep,
     ) -> SimEngine:
         """The engine for ``model`` (a ``models[]`` entry with ``engine: sim``): see
-        :meth:`for_profile`, with the model's name, block size and ``max_model_len`` and
-        the platform's hash seed. Raises what :meth:`for_profile` raises."""
+        :meth:`for_profile`, with the model's name, block size, ``max_model_len``, host
+        tier (``sim_host_kv_blocks``) and the platform's hash seed. Raises what
+        :meth:`for_profile` raises."""
         return cls.for_profile(
             profile,
             model_name=model.name,
@@ -135,6 +144,7 @@ class SimEngine:
             seed=seed,
             sleep=sleep,
             stream_interval_tokens=model.stream_interval_tokens,
+            host_kv_tokens=model.sim_host_kv_blocks * model.block_size,
         )
 
     @property
@@ -218,8 +228,10 @@ class SimEngine:
 
     async def cache_events(self) -> AsyncIterator[CacheEvent]:
         """Prefix-cache changes for the one consumer: first a snapshot (``cleared`` plus
-        every cached block), then one event per step that changed the cache. Ends at
-        shutdown. Raises ``RuntimeError`` if another consumer is already iterating."""
+        every cached block, and with a host tier a :class:`SimCacheEvent` whose
+        ``offloaded`` are the host-tier blocks), then one event per step that changed the
+        cache. Ends at shutdown. Raises ``RuntimeError`` if another consumer is already
+        iterating."""
         if self._events is not None:
             raise RuntimeError("cache_events() already has a consumer")
         if self._dead is not None:
@@ -227,8 +239,12 @@ class SimEngine:
         queue: asyncio.Queue[CacheEvent | None] = asyncio.Queue()
         self._events = queue
         self._core.drain_cache_events()  # the snapshot below supersedes them
+        stored = tuple(sorted(self._core.cache_contents()))
+        host = tuple(sorted(self._core.host_contents()))
         queue.put_nowait(
-            CacheEvent(stored=tuple(sorted(self._core.cache_contents())), cleared=True)
+            SimCacheEvent(stored=stored, cleared=True, offloaded=host)
+            if host
+            else CacheEvent(stored=stored, cleared=True)
         )
         try:
             while (event := await queue.get()) is not None:

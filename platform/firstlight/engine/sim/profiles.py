@@ -8,6 +8,10 @@ decoding sequence; the simulator prices it as::
             + prefill_context x prefill_ms_per_token_per_context
             + decode_seqs x decode_ms_per_seq
 
+plus, with a host tier (``host_kv_blocks``, vLLM's KV offloading), ``reloaded tokens x
+reload_ms_per_token`` for the host-tier blocks the step's new requests reload instead of
+prefilling them (:class:`~firstlight.engine.sim.SimCore`).
+
 ``step_overhead_ms`` is the cost of a step with one decoding sequence and nothing else
 (weights streamed once, kernel launches, sampling); the other terms grow with the
 batch. ``prefill_context`` is attention's share of a prefill: a chunk of a prompt computed
@@ -66,6 +70,14 @@ class SimProfile:
     """Extra cost of a prefill token per token it attends to, milliseconds (attention):
     multiplies a step's ``prefill_context``. ``0`` (the default) prices every prefill
     token alike, wherever it sits in its prompt; at least ``0``."""
+    host_kv_blocks: int = 0
+    """Host tier of the KV cache in blocks (vLLM's KV offloading): device evictions are
+    kept there, least recently offloaded dropped first, and reloaded on a prefix hit.
+    ``0`` (the default, every built-in profile): no host tier, evictions are dropped."""
+    reload_ms_per_token: float = 0.0
+    """Cost of reloading one token's KV from the host tier to the device, milliseconds:
+    the model's KV bytes per token over the host-to-device bandwidth (a stated rate, not
+    a measurement). Only used with ``host_kv_blocks``; at least ``0``."""
 
     def __post_init__(self) -> None:
         problems = [
@@ -147,7 +159,7 @@ class SimProfile:
         return total
 
 
-_NON_NEGATIVE = ("prefill_ms_per_token_per_context",)
+_NON_NEGATIVE = ("prefill_ms_per_token_per_context", "host_kv_blocks", "reload_ms_per_token")
 """Number fields of :class:`SimProfile` that may be zero."""
 
 
@@ -178,6 +190,10 @@ H100_LLAMA_8B = SimProfile(
     # = 25,000 blocks of 16. The benchmark shrinks it to make the cache the bottleneck.
     kv_cache_blocks=25_000,
     max_model_len=32_768,
+    # KV offloading's reload: 128 KiB per token over PCIe 5.0 x16 at ~50 GB/s (of 64)
+    # would be 2.6 µs; the rate stated for the studies is PCIe 4.0-like, ~25 GB/s (of
+    # 32): 131,072 B / 25 GB/s = 5.2 µs a token, 3.5x cheaper than its prefill.
+    reload_ms_per_token=131_072 / 25e9 * 1000,
 )
 
 # The other GPU generations for the same model, scaled from the H100 profile by published
@@ -203,6 +219,8 @@ A100_LLAMA_8B = SimProfile(
     # 80 GB like the H100: the same KV capacity.
     kv_cache_blocks=25_000,
     max_model_len=32_768,
+    # PCIe 4.0 x16 at ~25 GB/s: 131,072 B per token in 5.2 µs.
+    reload_ms_per_token=131_072 / 25e9 * 1000,
 )
 
 L4_LLAMA_8B = SimProfile(
@@ -222,6 +240,8 @@ L4_LLAMA_8B = SimProfile(
     # 24 GB x 0.9 - 16 GB of weights - ~1.5 GB activations ≈ 4 GB ≈ 32,000 tokens.
     kv_cache_blocks=2_000,
     max_model_len=32_000,
+    # PCIe 4.0 x16 at ~25 GB/s: 131,072 B per token in 5.2 µs.
+    reload_ms_per_token=131_072 / 25e9 * 1000,
 )
 
 CPU_SMOLLM2_135M = SimProfile(
@@ -277,6 +297,9 @@ CPU_SMOLLM2_135M = SimProfile(
     max_model_len=2048,
     # Attention: a token at position p costs p x 1.07e-3 ms more (+1.07 ms at p = 1000).
     prefill_ms_per_token_per_context=1.07e-3,
+    # vLLM-CPU refuses KV offloading; were there a host tier, 23,040 B per token copied
+    # at a PCIe 4.0-like ~25 GB/s: 0.92 µs (the router's default reload rate, rounded).
+    reload_ms_per_token=23_040 / 25e9 * 1000,
 )
 
 INSTANT = SimProfile(

@@ -1,6 +1,6 @@
 """The true cache view: simulated replicas' real prefix caches as a routing cache view.
 
-Implements :class:`firstlight.routing.views.CacheView` over simulated replicas, from
+Implements :class:`firstlight.routing.views.TieredCacheView` over simulated replicas, from
 their real prefix caches rather than announced hints (no delay, no TTL, no lost
 events): hints without delay, for tests that need routing on exact cache state. Called
 once per routing decision.
@@ -35,6 +35,20 @@ class TrueCacheView:
         counts: dict[str, int] = {}
         for replica_id, core in self._replicas.items():
             blocks = core.cached_prefix_blocks(block_hashes)
+            if blocks:
+                counts[replica_id] = blocks
+        return counts
+
+    def host_prefix(self, block_hashes: Sequence[int], device: Mapping[str, int]) -> dict[str, int]:
+        """For each replica, how many blocks of ``block_hashes`` its host tier holds right
+        after its ``device`` run (from the first block for replicas absent from
+        ``device``); replicas holding none are absent, as in
+        :meth:`firstlight.hints.HintMirror.host_prefix`. Never raises."""
+        if not block_hashes:
+            return {}
+        counts: dict[str, int] = {}
+        for replica_id, core in self._replicas.items():
+            blocks = core.host_prefix_blocks(block_hashes, device.get(replica_id, 0))
             if blocks:
                 counts[replica_id] = blocks
         return counts
