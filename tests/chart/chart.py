@@ -11,6 +11,8 @@ machine).
 from __future__ import annotations
 
 import functools
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ import helm_python as helm
 import jsonschema
 import pytest
 import yaml
+from helm_python import _native
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "helm" / "firstlight"
@@ -30,6 +33,15 @@ NAMESPACE = "llm"
 KUBE_VERSIONS = ("1.27", "1.37")
 """The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion) and the newest
 schema kubernetes-validate ships."""
+
+MONITORING_APIS = (
+    "monitoring.coreos.com/v1",
+    "monitoring.coreos.com/v1/ServiceMonitor",
+    "monitoring.coreos.com/v1/PodMonitor",
+    "monitoring.coreos.com/v1/PrometheusRule",
+)
+"""What a cluster running the Prometheus Operator advertises (``helm template
+--api-versions``): the group version and each of its kinds the chart renders."""
 
 CRD_FILES = {
     "RayService": "ray.io_rayservices.yaml",
@@ -77,10 +89,23 @@ def load_values(path: Path) -> dict[str, Any]:
     return data
 
 
-def render(values: dict[str, Any] | None = None) -> Rendered:
-    """Render the chart as ``helm template`` would; every output must be valid YAML."""
+def render(values: dict[str, Any] | None = None, *, api_versions: Sequence[str] = ()) -> Rendered:
+    """Render the chart as ``helm template`` would; every output must be valid YAML.
+
+    ``api_versions`` are what the cluster advertises besides the built-in kinds, as
+    ``helm template --api-versions`` takes them (``.Capabilities.APIVersions``). The SDK's
+    ``Chart.render`` has no parameter for them, so then the SDK's own render call is made
+    with the option its library accepts (``api_versions``, as Helm's ``--api-versions``).
+    """
     with helm.Chart.load(str(CHART_DIR)) as chart:
-        files = chart.render(values=values or {}, name=RELEASE, namespace=NAMESPACE)
+        if api_versions:
+            options = {"name": RELEASE, "namespace": NAMESPACE, "api_versions": list(api_versions)}
+            payload = _native.call_string(
+                "helm_render", chart._raw(), json.dumps(values or {}), json.dumps(options)
+            )
+            files: dict[str, str] = json.loads(payload)
+        else:
+            files = chart.render(values=values or {}, name=RELEASE, namespace=NAMESPACE)
     manifests = []
     notes = ""
     for template, text in sorted(files.items()):

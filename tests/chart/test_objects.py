@@ -12,6 +12,7 @@ import yaml
 from tests.chart.chart import (
     CHART_DIR,
     EXAMPLES,
+    MONITORING_APIS,
     NAMESPACE,
     Rendered,
     app_args,
@@ -151,7 +152,7 @@ def test_external_redis_uses_its_url_and_secret_and_no_redis_is_rendered() -> No
 
 
 def test_services_select_the_pods_they_serve() -> None:
-    rendered = render(EAST)
+    rendered = render(EAST, api_versions=MONITORING_APIS)
     labels = _pod_labels(rendered)
     metrics = next(
         s for s in rendered.of_kind("Service") if s["metadata"]["name"].endswith("-metrics")
@@ -231,7 +232,7 @@ def test_network_policies_open_only_the_gateway_port_to_everyone() -> None:
 
 
 def test_prometheus_rule_is_the_tested_alert_file() -> None:
-    rule = render(EAST).one("PrometheusRule")
+    rule = render(EAST, api_versions=MONITORING_APIS).one("PrometheusRule")
     alerts = yaml.safe_load((CHART_DIR / "dashboards" / "alerts.yaml").read_text(encoding="utf-8"))
     assert rule["spec"] == alerts
     text = json.dumps(rule)

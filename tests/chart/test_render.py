@@ -16,6 +16,7 @@ from tests.chart.chart import (
     CRD_FILES,
     EXAMPLES,
     KUBE_VERSIONS,
+    MONITORING_APIS,
     NAMESPACE,
     Rendered,
     app_args,
@@ -25,6 +26,12 @@ from tests.chart.chart import (
     render,
 )
 
+_DEFAULT_GROUP = load_values(CHART_DIR / "values.yaml")["rayCluster"]["workerGroups"][0]
+_TWO_WORKERS = {
+    "workerGroups": [{**_DEFAULT_GROUP, "replicas": 2, "minReplicas": 2}],
+}
+"""The default worker group with a floor of two pods (it gets a PodDisruptionBudget)."""
+
 CASES = [pytest.param({}, id="defaults")] + [
     pytest.param(load_values(path), id=path.name.removesuffix(".values.yaml")) for path in EXAMPLES
 ]
@@ -33,7 +40,8 @@ CASES = [pytest.param({}, id="defaults")] + [
 @pytest.fixture(scope="module", params=CASES)
 def case(request: pytest.FixtureRequest) -> tuple[dict[str, Any], Rendered]:
     values: dict[str, Any] = request.param
-    return values, render(values)
+    # As on a cluster that runs the Prometheus Operator, so its objects are validated too.
+    return values, render(values, api_versions=MONITORING_APIS)
 
 
 def test_the_examples_cover_the_required_variants() -> None:
@@ -142,9 +150,15 @@ def test_every_template_is_used_by_some_case() -> None:
     nothing in templates/ goes unvalidated."""
     produced: set[str] = set()
     for param in CASES:
-        produced |= {m.template for m in render(param.values[0]).manifests}
+        produced |= {
+            m.template for m in render(param.values[0], api_versions=MONITORING_APIS).manifests
+        }
     produced |= {
-        m.template for m in render({"monitoring": {"rayPodMonitor": {"enabled": True}}}).manifests
+        m.template
+        for m in render(
+            {"monitoring": {"rayPodMonitor": {"enabled": True}}, "rayCluster": _TWO_WORKERS},
+            api_versions=MONITORING_APIS,
+        ).manifests
     }
     templates = {
         f"firstlight/{p.relative_to(CHART_DIR).as_posix()}"
@@ -154,7 +168,9 @@ def test_every_template_is_used_by_some_case() -> None:
 
 
 def test_ray_pod_monitor_validates_when_enabled() -> None:
-    rendered = render({"monitoring": {"rayPodMonitor": {"enabled": True}}})
+    rendered = render(
+        {"monitoring": {"rayPodMonitor": {"enabled": True}}}, api_versions=MONITORING_APIS
+    )
     monitor = rendered.one("PodMonitor")
     assert not list(crd_validator("PodMonitor").iter_errors(monitor))
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "ray-metrics"

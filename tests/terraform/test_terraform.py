@@ -235,7 +235,7 @@ REQUIRED_INPUTS = {
     "vpc_id": "vpc-0123456789abcdef0",
     "private_subnet_ids": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
     "image": {"repository": "registry.example.com/firstlight/firstlight", "tag": "0.1.0"},
-    "api_keys": ["k" * 48],
+    "endpoint_public_access_cidrs": ["203.0.113.0/24"],
     "helm_repositories": {
         "kuberay": "https://charts.example.com/kuberay",
         "traefik": "https://charts.example.com/traefik",
@@ -270,4 +270,8 @@ def test_region_module_values_pass_the_chart_schema(tmp_path: Path) -> None:
     ]
     group = rendered.one("RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
     assert group["template"]["spec"]["nodeSelector"] == {"firstlight/pool": "gpu"}
-    assert "k" * 48 not in json.dumps(values)  # keys travel as a Secret reference only
+    # The API keys are a reference to a Secret made outside Terraform, never values.
+    assert values["auth"]["apiKeys"] == {
+        "existingSecret": "firstlight-api-keys",
+        "keys": ["api-key-0"],
+    }

@@ -222,3 +222,46 @@ annotations:
 {{- end -}}
 {{- toJson $paths -}}
 {{- end -}}
+
+{{/* "true" when the Prometheus Operator's kind (.kind: ServiceMonitor, PodMonitor,
+PrometheusRule) may be rendered: the cluster serves it (`helm install`/`upgrade` see the
+API server's resources; `helm template` only what --api-versions names, e.g.
+monitoring.coreos.com/v1/ServiceMonitor), or monitoring.assumePrometheusOperator forces
+it. Without either, an install on a cluster without the operator would fail with "no
+matches for kind". */}}
+{{- define "firstlight.hasMonitoringApi" -}}
+{{- if or .root.Values.monitoring.assumePrometheusOperator (.root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" .kind)) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when a PodDisruptionBudget can protect worker group .group: its floor
+(minReplicas) is above podDisruptionBudget.minAvailable, so the budget both keeps
+minAvailable pods and still lets a drain proceed. */}}
+{{- define "firstlight.pdbProtects" -}}
+{{- if gt (int .group.minReplicas) (int .root.Values.podDisruptionBudget.minAvailable) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The region's Redis as Ray's GCS expects it (host:port, or rediss://host:port for
+TLS): no database number (the GCS always uses database 0, its keys under the
+RayCluster's UID) and no credentials. Empty when GCS fault tolerance is off. */}}
+{{- define "firstlight.gcsRedisAddress" -}}
+{{- if .Values.rayCluster.gcsFaultTolerance.enabled -}}
+{{- if .Values.redis.enabled -}}
+{{- printf "%s-redis.%s.svc:6379" (include "firstlight.fullname" .) .Release.Namespace -}}
+{{- else -}}
+{{- $url := urlParse (include "firstlight.redisUrl" .) -}}
+{{- $host := $url.host -}}
+{{- if not (regexMatch ":[0-9]+$" $host) -}}
+{{- $host = printf "%s:6379" $host -}}
+{{- end -}}
+{{- if eq $url.scheme "rediss" -}}
+{{- printf "rediss://%s" $host -}}
+{{- else -}}
+{{- $host -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -97,6 +97,16 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         "The RayService's Ray cluster: a CPU-only head and accelerator worker groups.",
         ("head", "workerGroups"),
         rayVersion=_str("Ray version in the image (KubeRay uses it for compatibility)."),
+        upgradeStrategy=_str(
+            "On a Ray cluster change: NewCluster (a new cluster, traffic moves when it "
+            "serves) or None (the running cluster is left as it is).",
+            pattern="^(NewCluster|None)$",
+        ),
+        gcsFaultTolerance=_obj(
+            "GCS fault tolerance: the head's metadata in the region's Redis, so a head "
+            "restart keeps the workers and their replicas.",
+            enabled=_bool("Use the region's Redis (redis or externalRedis) for the GCS."),
+        ),
         autoscaling=_obj(
             "Ray's in-tree autoscaler.",
             enabled=_bool("Scale worker groups between minReplicas and maxReplicas."),
@@ -189,9 +199,13 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
     ),
     "monitoring": _obj(
         "Prometheus Operator and Grafana objects.",
+        assumePrometheusOperator=_bool(
+            "Render ServiceMonitor, PrometheusRule and PodMonitor even where the cluster "
+            "does not advertise monitoring.coreos.com/v1 (offline renders)."
+        ),
         serviceMonitor=_obj(
             "Scrape the gateway's /metrics.",
-            enabled=_bool("Create the ServiceMonitor (needs Prometheus Operator CRDs)."),
+            enabled=_bool("Create the ServiceMonitor where the cluster serves its kind."),
             interval=_str("Scrape interval.", pattern=_DURATION),
             labels=_map("Labels your Prometheus selects ServiceMonitors by."),
         ),
@@ -220,9 +234,10 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         metricsFrom=_k8s("NetworkPolicyPeers allowed to scrape Ray's metrics port.", "array"),
     ),
     "podDisruptionBudget": _obj(
-        "PodDisruptionBudgets of the worker groups (voluntary evictions, one at a time).",
-        enabled=_bool("Create one per worker group."),
-        maxUnavailable=_int("Worker pods of a group evicted at once.", 1, 1000),
+        "PodDisruptionBudgets of the worker groups: drains keep minAvailable worker pods "
+        "of a group; only groups whose minReplicas is above it get one.",
+        enabled=_bool("Create one per worker group that can keep minAvailable pods."),
+        minAvailable=_int("Worker pods of a group a voluntary eviction must leave.", 1, 1000),
     ),
     "tests": _obj(
         "The `helm test` pod: /readyz, then one completion with the first API key.",

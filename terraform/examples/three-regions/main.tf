@@ -43,11 +43,9 @@ data "aws_route53_zone" "domain" {
   name = var.domain
 }
 
-# One API key for all regions: a forwarded request carries it to the peer.
-resource "random_password" "api_key" {
-  length  = 48
-  special = false
-}
+# The API key every region accepts (a forwarded request carries it to the peer) is not
+# Terraform's: it lives in a Kubernetes Secret created in each region's namespace with
+# kubectl (README), so it never enters the state.
 
 locals {
   common = {
@@ -55,7 +53,6 @@ locals {
     zone_id                      = data.aws_route53_zone.domain.zone_id
     hash_seed                    = var.hash_seed
     image                        = var.image
-    api_keys                     = [random_password.api_key.result]
     helm_repositories            = var.helm_repositories
     endpoint_public_access_cidrs = var.endpoint_public_access_cidrs
     gpu_node_group = {
@@ -94,7 +91,6 @@ module "us_east" {
   zone_id                      = local.common.zone_id
   hash_seed                    = local.common.hash_seed
   image                        = local.common.image
-  api_keys                     = local.common.api_keys
   helm_repositories            = local.common.helm_repositories
   endpoint_public_access_cidrs = local.common.endpoint_public_access_cidrs
   gpu_node_group               = local.common.gpu_node_group
@@ -149,7 +145,6 @@ module "eu_west" {
   zone_id                      = local.common.zone_id
   hash_seed                    = local.common.hash_seed
   image                        = local.common.image
-  api_keys                     = local.common.api_keys
   helm_repositories            = local.common.helm_repositories
   endpoint_public_access_cidrs = local.common.endpoint_public_access_cidrs
   gpu_node_group               = local.common.gpu_node_group
@@ -204,7 +199,6 @@ module "ap_southeast" {
   zone_id                      = local.common.zone_id
   hash_seed                    = local.common.hash_seed
   image                        = local.common.image
-  api_keys                     = local.common.api_keys
   helm_repositories            = local.common.helm_repositories
   endpoint_public_access_cidrs = local.common.endpoint_public_access_cidrs
   gpu_node_group               = local.common.gpu_node_group

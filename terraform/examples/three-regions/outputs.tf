@@ -13,9 +13,3 @@ output "regions" {
     }
   }
 }
-
-output "api_key" {
-  description = "The API key every region accepts (terraform output -raw api_key)."
-  value       = random_password.api_key.result
-  sensitive   = true
-}

@@ -37,12 +37,12 @@ variable "helm_repositories" {
 }
 
 variable "endpoint_public_access_cidrs" {
-  description = "CIDR blocks allowed to reach the clusters' Kubernetes API (where Terraform and operators run)."
+  description = "CIDR blocks allowed to reach the clusters' Kubernetes API (where Terraform and operators run); [] keeps the API private (reachable from each VPC only)."
   type        = list(string)
 
   validation {
-    condition     = length(var.endpoint_public_access_cidrs) >= 1 && alltrue([for c in var.endpoint_public_access_cidrs : can(cidrhost(c, 0))])
-    error_message = "endpoint_public_access_cidrs needs at least one valid CIDR block."
+    condition     = alltrue([for c in var.endpoint_public_access_cidrs : can(cidrhost(c, 0))])
+    error_message = "endpoint_public_access_cidrs must be CIDR blocks (203.0.113.0/24); [] for private endpoints only."
   }
 }
 

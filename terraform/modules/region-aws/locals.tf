@@ -8,6 +8,6 @@ locals {
   gpu_node_labels = { "firstlight/pool" = "gpu" }
 
   redis_secret_name    = "firstlight-redis-external"
-  api_keys_secret_name = "firstlight-api-keys"
-  api_key_names        = [for i in range(nonsensitive(length(var.api_keys))) : "api-key-${i}"]
+  api_keys_secret_name = var.api_keys_secret_name
+  api_key_names        = [for i in range(var.api_key_count) : "api-key-${i}"]
 }

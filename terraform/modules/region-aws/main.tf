@@ -16,7 +16,9 @@ module "eks" {
   name               = local.cluster_name
   kubernetes_version = var.kubernetes_version
 
-  endpoint_public_access                   = true
+  # No public endpoint unless the caller names who may reach it (no default: see
+  # variables.tf); the private endpoint stays on either way.
+  endpoint_public_access                   = length(var.endpoint_public_access_cidrs) > 0
   endpoint_public_access_cidrs             = var.endpoint_public_access_cidrs
   enable_cluster_creator_admin_permissions = true
 

@@ -1,6 +1,6 @@
 # What runs in the cluster: the NVIDIA device plugin, the ingress controller (Traefik)
-# behind a TLS-terminating network load balancer, the KubeRay operator, the Secrets the
-# chart reads, and the Firstlight chart itself.
+# behind a TLS-terminating network load balancer, the KubeRay operator, the Redis token's
+# Secret, and the Firstlight chart itself.
 
 locals {
   chart_path     = coalesce(var.chart_path, "${path.module}/../../../helm/firstlight")
@@ -14,14 +14,10 @@ resource "kubernetes_namespace_v1" "firstlight" {
   }
 }
 
-resource "kubernetes_secret_v1" "api_keys" {
-  metadata {
-    name      = local.api_keys_secret_name
-    namespace = kubernetes_namespace_v1.firstlight.metadata[0].name
-  }
-  data = { for i, key in var.api_keys : "api-key-${i}" => key }
-}
-
+# The API keys' Secret (var.api_keys_secret_name) is created outside Terraform, so the
+# keys never enter its state; the Ray pods start once it exists. The Redis token below
+# is in the state anyway (ElastiCache takes it as auth_token, see redis.tf), so writing
+# it into a Secret from here adds no exposure.
 resource "kubernetes_secret_v1" "redis" {
   metadata {
     name      = local.redis_secret_name
@@ -93,7 +89,6 @@ resource "helm_release" "firstlight" {
     helm_release.kuberay_operator,
     helm_release.ingress,
     helm_release.nvidia_device_plugin,
-    kubernetes_secret_v1.api_keys,
     kubernetes_secret_v1.redis,
   ]
 }

@@ -1,6 +1,14 @@
-# The region's hints store: ElastiCache Redis with TLS in transit, encryption at rest and
-# an auth token. The token is generated here and handed to the platform only through a
-# Kubernetes Secret (platform.tf); no output carries it.
+# The region's hints store (and the Ray head's GCS state): ElastiCache Redis with TLS in
+# transit, encryption at rest and an auth token. The token is generated here and handed
+# to the platform only through a Kubernetes Secret (platform.tf); no output carries it.
+#
+# The token is in Terraform's state, unlike the API keys: ElastiCache takes its value as
+# the replication group's auth_token argument (no write-only form of it is assumed
+# here), and ElastiCache has no option like RDS's manage_master_user_password that would
+# keep it in Secrets Manager only. Whoever reads the state reads the token: keep the
+# state in an encrypted backend readable only by the deployers. The token guards a
+# Redis reachable only from the cluster's nodes (the security group below); see the
+# module README.
 
 resource "random_password" "redis_auth" {
   length = 48

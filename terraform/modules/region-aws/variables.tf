@@ -80,9 +80,13 @@ variable "private_subnet_ids" {
 }
 
 variable "endpoint_public_access_cidrs" {
-  description = "CIDR blocks allowed to reach the Kubernetes API endpoint (Terraform and operators need it); narrow it to your networks."
+  description = "CIDR blocks allowed to reach the Kubernetes API's public endpoint (where Terraform and operators run). Required, no default: [] keeps the endpoint private (reachable from the VPC only, so Terraform must run there, e.g. over a VPN); opening it to everyone takes writing 0.0.0.0/0 here."
   type        = list(string)
-  default     = ["0.0.0.0/0"]
+
+  validation {
+    condition     = alltrue([for c in var.endpoint_public_access_cidrs : can(cidrhost(c, 0))])
+    error_message = "endpoint_public_access_cidrs must be CIDR blocks (203.0.113.0/24); [] for a private endpoint only."
+  }
 }
 
 variable "system_node_group" {
@@ -195,14 +199,25 @@ variable "hash_seed" {
   }
 }
 
-variable "api_keys" {
-  description = "API keys the region accepts; the first is also sent to peers on forwards, so give every region the same list. Stored in a Kubernetes Secret, never output."
-  type        = list(string)
-  sensitive   = true
+variable "api_keys_secret_name" {
+  description = "Kubernetes Secret in namespace holding the API keys, created outside Terraform (kubectl create secret generic ... --from-literal=api-key-0=...) so no key is in Terraform's state. Keys api-key-0 ... api-key-<api_key_count - 1>; the first is also sent to peers on forwards, so every region needs the same keys."
+  type        = string
+  default     = "firstlight-api-keys"
 
   validation {
-    condition     = length(var.api_keys) >= 1 && alltrue([for k in var.api_keys : length(k) >= 32])
-    error_message = "api_keys needs at least one key, each at least 32 characters long."
+    condition     = can(regex("^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", var.api_keys_secret_name))
+    error_message = "api_keys_secret_name must be a Kubernetes object name."
+  }
+}
+
+variable "api_key_count" {
+  description = "How many API keys that Secret holds (keys api-key-0, api-key-1, ...); the chart mounts each."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.api_key_count >= 1 && floor(var.api_key_count) == var.api_key_count
+    error_message = "api_key_count must be a whole number of at least 1."
   }
 }
 
