@@ -169,11 +169,17 @@ class EngineStats:
 
 @dataclass(frozen=True, slots=True)
 class CacheEvent:
-    """Prefix-cache blocks the engine stored or evicted (hint form), or all cleared."""
+    """Prefix-cache blocks the engine stored or evicted (hint form), or all cleared;
+    with KV offloading, blocks that left the device for the host tier (``offloaded``)
+    and blocks the host tier dropped (``offload_removed``). Applied as
+    :class:`~firstlight.hints.BlockEvent` applies them: cleared, removed, offloaded,
+    offload_removed, then stored (device blocks again)."""
 
     stored: tuple[int, ...] = ()
     removed: tuple[int, ...] = ()
     cleared: bool = False
+    offloaded: tuple[int, ...] = ()
+    offload_removed: tuple[int, ...] = ()
 
 
 class Engine(Protocol):

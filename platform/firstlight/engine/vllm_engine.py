@@ -36,6 +36,7 @@ from firstlight.engine.capabilities import (
     detect_device,
     engine_dtype,
 )
+from firstlight.engine.kv_tiers import KvTiers
 from firstlight.engine.protocol import (
     CacheEvent,
     EngineStats,
@@ -371,15 +372,19 @@ class VllmEngine:
         )
 
         decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
+        tiers = KvTiers()  # device and host tiers, from each event's medium
         while True:
             _topic, _seq, payload = await self._events.recv_multipart()
             for event in decoder.decode(payload).events:
+                out: CacheEvent | None = None
                 if isinstance(event, BlockStored):
-                    yield CacheEvent(stored=tuple(_hint(h) for h in event.block_hashes))
+                    out = tiers.stored((_hint(h) for h in event.block_hashes), event.medium)
                 elif isinstance(event, BlockRemoved):
-                    yield CacheEvent(removed=tuple(_hint(h) for h in event.block_hashes))
+                    out = tiers.removed((_hint(h) for h in event.block_hashes), event.medium)
                 elif isinstance(event, AllBlocksCleared):
-                    yield CacheEvent(cleared=True)
+                    out = tiers.cleared()
+                if out is not None:
+                    yield out
 
     async def shutdown(self) -> None:
         """Stop the engine core and close the event subscription."""

@@ -283,6 +283,8 @@ class ModelServer:
                     event.stored,
                     event.removed,
                     cleared=event.cleared,
+                    offloaded=event.offloaded,
+                    offload_removed=event.offload_removed,
                 )
             )
 

@@ -43,17 +43,11 @@ __all__ = ["BlockPool", "SimCacheEvent"]
 
 @dataclass(frozen=True, slots=True)
 class SimCacheEvent(CacheEvent):
-    """A :class:`~firstlight.engine.protocol.CacheEvent` with the host tier's changes, as
-    :class:`~firstlight.hints.BlockEvent` carries them: applied after ``removed``,
-    ``offloaded`` blocks left the device tier for the host tier, ``offload_removed`` ones
-    left the host tier; ``stored`` blocks (applied last) are device blocks again.
-
-    Emitted by the simulator only when its host tier changed (otherwise a plain
-    ``CacheEvent``); the benchmark's hint feed passes the fields on to the mirror.
-    """
-
-    offloaded: tuple[int, ...] = ()
-    offload_removed: tuple[int, ...] = ()
+    """A :class:`~firstlight.engine.protocol.CacheEvent` whose host-tier fields
+    (``offloaded``, ``offload_removed``) changed: emitted by the simulator only when its
+    host tier changed (otherwise a plain ``CacheEvent``), so tests and the benchmark can
+    tell the two apart. The ModelServer and the benchmark's hint feed pass the fields on
+    to the mirror alike."""
 
 
 class BlockPool:
