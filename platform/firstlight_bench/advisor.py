@@ -44,7 +44,7 @@ from typing import Any
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight_bench.engine import emit
-from firstlight_bench.results import read_report, run_header, short_commit
+from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = ["ARMS", "Asked", "main", "markers", "prompts", "render", "static_prompt"]
@@ -333,14 +333,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--requests", type=int, default=40)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--page", type=Path, default=None)
-    parser.add_argument("--tables-only", action="store_true")
+    add_report_options(parser)
     args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None or args.out is None:
-            parser.error("--tables-only needs --out (the stored report) and --page")
-        _rewrite(args.page, read_report(args.out))
+    if rewrote_tables(parser, args, _rewrite):
         return None
     if args.requests < 2:
         parser.error(f"--requests {args.requests}: at least 2")

@@ -42,7 +42,7 @@ from firstlight.telemetry.rolling import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes
 from firstlight_bench.des import simulate
 from firstlight_bench.engine import emit
-from firstlight_bench.results import read_report, run_header, short_commit
+from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
 from firstlight_bench.sim import operator_params
 from firstlight_bench.suite import replace_tables
 from firstlight_bench.workloads import Workload, generate
@@ -220,14 +220,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--kv-blocks", type=int, default=defaults.kv_blocks)
     parser.add_argument("--host-blocks", type=int, default=defaults.host_blocks)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds))
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--page", type=Path, default=None)
-    parser.add_argument("--tables-only", action="store_true")
+    add_report_options(parser)
     args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None or args.out is None:
-            parser.error("--tables-only needs --out (the stored report) and --page")
-        _rewrite(args.page, read_report(args.out))
+    if rewrote_tables(parser, args, _rewrite):
         return None
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {args.seeds}: repeated")

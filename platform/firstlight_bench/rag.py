@@ -33,7 +33,7 @@ from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.engine import emit
 from firstlight_bench.rag_workload import RagCase, rag_cases
-from firstlight_bench.results import read_report, run_header, short_commit
+from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = ["ArmSummary", "main", "render", "summarize"]
@@ -226,14 +226,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--page", type=Path, default=None)
-    parser.add_argument("--tables-only", action="store_true")
+    add_report_options(parser)
     args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None or args.out is None:
-            parser.error("--tables-only needs --out (the stored report) and --page")
-        _rewrite(args.page, read_report(args.out))
+    if rewrote_tables(parser, args, _rewrite):
         return None
     if args.questions < 2:
         parser.error(f"--questions {args.questions}: at least 2")
