@@ -18,7 +18,12 @@ each medium holds and translates:
 * ``AllBlocksCleared`` → ``cleared``, and both sets emptied.
 
 Events of other media (a disk or remote store) are ignored: the router does not price
-them. Called by :meth:`~firstlight.engine.vllm_engine.VllmEngine.cache_events` for every
+them. vLLM publishes its events over ZMQ PUB/SUB, which drops messages silently (a slow
+subscriber, a subscription made after the first batches); each batch carries a sequence
+number from 0, and :class:`BatchSequence` tells the adapter when one went missing: it
+then clears the replica's hints (:meth:`KvTiers.cleared`), so the router prices that
+replica on load alone until new stores arrive, rather than trusting blocks it may have
+evicted. Called by :meth:`~firstlight.engine.vllm_engine.VllmEngine.cache_events` for every
 event it decodes; pure and synchronous. Memory: one set entry per block held, bounded by
 the two tiers' capacities.
 """
@@ -29,7 +34,7 @@ from collections.abc import Iterable
 
 from firstlight.engine.protocol import CacheEvent
 
-__all__ = ["DEVICE_MEDIA", "HOST_MEDIUM", "KvTiers"]
+__all__ = ["DEVICE_MEDIA", "HOST_MEDIUM", "BatchSequence", "KvTiers"]
 
 DEVICE_MEDIA = frozenset({None, "GPU"})
 """The block pool's media: vLLM names its own pool ``GPU`` on every device, CPU included."""
@@ -86,3 +91,28 @@ class KvTiers:
         self._device.clear()
         self._host.clear()
         return CacheEvent(cleared=True)
+
+
+class BatchSequence:
+    """The sequence numbers of one publisher's event batches: 0, 1, 2, ..."""
+
+    __slots__ = ("_next", "gaps")
+
+    def __init__(self) -> None:
+        self._next = 0
+        self.gaps = 0
+        """Batches found missing so far (each a run of one or more)."""
+
+    @property
+    def expected(self) -> int:
+        """The sequence number the next batch should carry."""
+        return self._next
+
+    def follows(self, seq: int) -> bool:
+        """Whether batch ``seq`` is the one expected (the first must be 0); a gap is
+        counted, and the sequence goes on from ``seq``."""
+        expected, self._next = self._next, seq + 1
+        if seq == expected:
+            return True
+        self.gaps += 1
+        return False

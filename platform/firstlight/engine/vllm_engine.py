@@ -16,6 +16,7 @@ the ~40 s an engine takes to load on a CPU); then used through the
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import tempfile
 import uuid
@@ -36,7 +37,7 @@ from firstlight.engine.capabilities import (
     detect_device,
     engine_dtype,
 )
-from firstlight.engine.kv_tiers import KvTiers
+from firstlight.engine.kv_tiers import BatchSequence, KvTiers
 from firstlight.engine.protocol import (
     CacheEvent,
     EngineStats,
@@ -60,6 +61,8 @@ from firstlight.errors import (
 from firstlight.prefix import HashScheme, to_hint
 
 __all__ = ["VllmEngine"]
+
+_log = logging.getLogger(__name__)
 
 _EWMA_ALPHA = 0.2
 _HINT_MASK = (1 << 64) - 1
@@ -373,8 +376,22 @@ class VllmEngine:
 
         decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
         tiers = KvTiers()  # device and host tiers, from each event's medium
+        sequence = BatchSequence()
         while True:
-            _topic, _seq, payload = await self._events.recv_multipart()
+            _topic, seq_bytes, payload = await self._events.recv_multipart()
+            seq = int.from_bytes(seq_bytes, "big", signed=True)
+            if seq < 0:  # the publisher's end-of-stream marker
+                continue
+            expected = sequence.expected
+            if not sequence.follows(seq):
+                _log.warning(
+                    "%s: KV event batch %d arrived where %d was expected (events lost); "
+                    "the replica's hints are cleared until it stores blocks again",
+                    self.model_name,
+                    seq,
+                    expected,
+                )
+                yield tiers.cleared()
             for event in decoder.decode(payload).events:
                 out: CacheEvent | None = None
                 if isinstance(event, BlockStored):
