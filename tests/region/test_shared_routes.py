@@ -63,6 +63,8 @@ events = st.builds(
         cached_tokens=st.integers(0, 10**6),
         uncached_tokens=st.integers(0, 10**6),
         correction=st.floats(0.01, 100),
+        host_tokens=st.integers(0, 10**6),
+        reload_ms=st.floats(0, 1e4),
     ),
 )
 
@@ -107,11 +109,27 @@ def test_routes_survive_the_wire(router_id: str, session: int, sent: list[RouteE
                 "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [0, 0, 1, 1, 0, 1, 0]]],
             }
         ).encode(),
+        json.dumps(
+            {
+                "session": 1,
+                "router": "a",
+                "events": [[0, "q", "r", 1, 32, [], 0, 0.0, [0, 0, 1, 1, 0, 1, 1, -5, 0]]],
+            }
+        ).encode(),
     ],
 )
 def test_malformed_messages_are_refused(message: bytes) -> None:
     with pytest.raises(MalformedRoutesError):
         decode_routes(message)
+
+
+def test_terms_from_a_gateway_without_host_tier_terms_are_read() -> None:
+    # A rolling upgrade: an older gateway sends the 7 terms it knows.
+    old = {"session": 1, "router": "a", "events": [[0, "q", "r", 64, 32, [], 0, 0.0, None]]}
+    old["events"][0][-1] = [1.0, 2.0, 30.0, 5.0, 32, 32, 1.5]
+    (event,) = decode_routes(json.dumps(old).encode()).events
+    assert event.terms == TtftTerms(1.0, 2.0, 30.0, 5.0, 32, 32, 1.5)
+    assert (event.terms.host_tokens, event.terms.reload_ms) == (0, 0.0)
 
 
 def _pair(clock: FakeClock) -> tuple[RouterState, RouterState]:

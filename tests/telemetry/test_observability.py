@@ -428,8 +428,9 @@ def test_traces_cross_gateway_router_replica_and_engine(
     route_attrs = attrs(route)
     assert route_attrs["firstlight.route"] == "local"
     assert route_attrs["firstlight.replica"] == response.headers["x-firstlight-replica"]
-    for term in ("rtt_ms", "wait_ms", "prefill_ms", "overhead_ms"):
+    for term in ("rtt_ms", "wait_ms", "prefill_ms", "reload_ms", "overhead_ms"):
         assert f"firstlight.terms.{term}" in route_attrs
+    assert route_attrs["firstlight.host_tier_tokens"] == 0  # no KV offloading here
     gateway_resource, request_span = by_id[route.parent_span_id]
     assert request_span.name == "chat"
     assert gateway_resource["firstlight.role"] == "gateway"

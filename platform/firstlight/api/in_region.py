@@ -254,10 +254,11 @@ class LocalServer:
             if ttft_ms is not None:
                 span.set_attribute("firstlight.observed_ttft_ms", ttft_ms)
             if chosen is not None and chosen.terms is not None:
-                for term in ("rtt_ms", "wait_ms", "prefill_ms", "overhead_ms"):
+                for term in ("rtt_ms", "wait_ms", "prefill_ms", "reload_ms", "overhead_ms"):
                     span.set_attribute(f"firstlight.terms.{term}", getattr(chosen.terms, term))
                 span.set_attribute("firstlight.cached_tokens", chosen.terms.cached_tokens)
                 span.set_attribute("firstlight.uncached_tokens", chosen.terms.uncached_tokens)
+                span.set_attribute("firstlight.host_tier_tokens", chosen.terms.host_tokens)
             if routed is not None and len(routed.decision.ranked) > 1:
                 runner_up = routed.decision.ranked[1]
                 span.set_attribute("firstlight.runner_up", runner_up.replica_id)

@@ -141,19 +141,31 @@ def _terms_row(terms: TtftTerms | None) -> list[float] | None:
         terms.cached_tokens,
         terms.uncached_tokens,
         terms.correction,
+        terms.host_tokens,
+        terms.reload_ms,
     ]
 
 
 def _terms(row: object) -> TtftTerms | None:
+    """Terms from a row of 9 numbers, or of 7 from a gateway that predates host-tier
+    terms (a rolling upgrade: no host-tier tokens)."""
     if row is None:
         return None
-    if not isinstance(row, list) or len(row) != 7:
-        raise TypeError(f"terms {row!r} are not a list of 7 numbers")
+    if not isinstance(row, list) or len(row) not in (7, 9):
+        raise TypeError(f"terms {row!r} are not a list of 9 (or 7) numbers")
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in row):
         raise TypeError(f"terms {row!r} are not numbers")
-    rtt, wait, prefill, overhead, cached, uncached, correction = row
-    if type(cached) is not int or type(uncached) is not int or not correction > 0:
-        raise ValueError(f"terms {row!r} have bad token counts or correction")
+    rtt, wait, prefill, overhead, cached, uncached, correction, *host = row
+    host_tokens, reload_ms = host or (0, 0.0)
+    if (
+        type(cached) is not int
+        or type(uncached) is not int
+        or type(host_tokens) is not int
+        or host_tokens < 0
+        or reload_ms < 0
+        or not correction > 0
+    ):
+        raise ValueError(f"terms {row!r} have bad token counts, reload or correction")
     return TtftTerms(
         float(rtt),
         float(wait),
@@ -162,6 +174,8 @@ def _terms(row: object) -> TtftTerms | None:
         cached,
         uncached,
         float(correction),
+        host_tokens=host_tokens,
+        reload_ms=float(reload_ms),
     )
 
 
