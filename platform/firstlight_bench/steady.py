@@ -6,9 +6,10 @@ start a :class:`SteadyLoad` against a region's endpoint, break something, and re
 :class:`Answer` list. Each client sends one chat completion, waits for the whole answer,
 then sends the next (closed loop: a slow server lowers the rate instead of piling up
 requests). Requests alternate between streamed and non-streamed; every answer is checked
-the way a careful client would: status 200, ``[DONE]`` after the text, no error event,
-and exactly ``max_tokens`` completion tokens (the prompts are long enough that the model
-never stops early). A request that fails any check is *lost*; one that does not end
+the way a careful client would: status 200, some text (at least one non-empty content
+delta when streamed, a non-empty message otherwise), ``[DONE]`` after the text, no error
+event, and exactly ``max_tokens`` completion tokens (the prompts are long enough that the
+model never stops early). A request that fails any check is *lost*; one that does not end
 within ``deadline_s`` is *hung* (and lost).
 """
 
@@ -164,6 +165,8 @@ class SteadyLoad:
                     first = self.clock() - started
             if problem is None and not done:
                 problem = "no [DONE]"
+            if problem is None and first is None:
+                problem = "no text in the stream"
             if problem is None and tokens != self.max_tokens:
                 problem = f"{tokens} completion tokens, not {self.max_tokens}"
             return self._answer(started, first, 200, True, response, problem)
@@ -200,6 +203,8 @@ def _check_body(response: httpx.Response, max_tokens: int) -> str | None:
         text = body["choices"][0]["message"]["content"]
     except (ValueError, KeyError, IndexError, TypeError) as exc:
         return f"malformed body: {type(exc).__name__}: {exc}"
-    if tokens != max_tokens or not text:
+    if not text:
+        return "no text in the answer"
+    if tokens != max_tokens:
         return f"{tokens} completion tokens, not {max_tokens}"
     return None

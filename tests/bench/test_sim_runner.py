@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from firstlight.errors import ConfigError
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes
@@ -43,8 +45,15 @@ def test_capacity_grows_with_replicas() -> None:
         p90 = percentile(sorted(o.ttft_ms for o in run.outcomes if o.ttft_ms is not None), 0.9)
         assert p90 is not None
         assert p90 <= 500.0
-    # Four replicas serve about four times the rate of one (the bisection is ±3 %).
-    assert 2.5 * capacity[1] < capacity[4] < 6.0 * capacity[1]
+    # Four replicas: four times the rate of one, exactly, and for a reason to know. The
+    # bisection searches [0.01, 4] x the analytic rate, which is proportional to the
+    # replica count. On this trace (100 requests, seed 0) every rate it tries meets the
+    # SLO (TTFT p90 under 200 ms even at the bracket's top, far below 500), so both
+    # estimates are the top of their bracket, 4 x analytic / 400 ** (1 / 256): the
+    # ratio is that of the brackets, 4, not a measured scaling. The simulation is
+    # deterministic for a seed, so it is 4 to float rounding (a bracket that did not
+    # scale with the replicas would give 1; one off by a power, 4 ** 0.8 = 3.03).
+    assert capacity[4] == pytest.approx(4.0 * capacity[1], rel=1e-9)
 
 
 def test_capacity_is_never_a_rate_that_misses_the_target() -> None:

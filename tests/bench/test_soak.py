@@ -83,6 +83,66 @@ async def test_a_stream_that_fails_a_check_is_lost(stream: bytes, problem: str) 
     assert streamed.problem == problem
 
 
+def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+    """One ``chat.completion.chunk`` as an OpenAI-compatible server (vLLM) streams it."""
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1_700_000_000,
+        "model": MODEL,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
+    }
+
+
+REAL_USAGE = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion.chunk",
+    "created": 1_700_000_000,
+    "model": MODEL,
+    "choices": [],
+    "usage": {"prompt_tokens": 5, "completion_tokens": TOKENS, "total_tokens": 5 + TOKENS},
+}
+
+
+def _real_stream(*texts: str) -> bytes:
+    """A whole streamed chat answer: the role chunk (empty content, as vLLM sends it),
+    one chunk per token text, the finish chunk, the usage chunk and ``[DONE]``."""
+    return _sse(
+        _chunk({"role": "assistant", "content": ""}),
+        *(_chunk({"content": text}) for text in texts),
+        _chunk({}, "length"),
+        REAL_USAGE,
+        "[DONE]",
+    )
+
+
+async def test_a_real_stream_with_text_is_served() -> None:
+    streamed, _ = await _one_of_each(_real_stream("Hello", " there", "!"), GOOD_BODY)
+    assert streamed.problem is None
+    assert streamed.ttft_s is not None  # the first non-empty delta was seen
+
+
+async def test_a_stream_without_text_is_lost_even_with_done_and_usage() -> None:
+    """Every other check passes: 200, no error event, ``[DONE]`` last, ``max_tokens``
+    completion tokens in the usage chunk, but each content delta is empty."""
+    streamed, _ = await _one_of_each(_real_stream("", "", ""), GOOD_BODY)
+    assert streamed.lost
+    assert streamed.problem == "no text in the stream"
+    assert streamed.ttft_s is None
+    # Only the usage chunk and [DONE]: no choices at all.
+    streamed, _ = await _one_of_each(_sse(REAL_USAGE, "[DONE]"), GOOD_BODY)
+    assert streamed.problem == "no text in the stream"
+
+
+async def test_a_body_without_text_is_lost() -> None:
+    empty = {
+        "choices": [{"message": {"role": "assistant", "content": ""}}],
+        "usage": {"completion_tokens": TOKENS},
+    }
+    _, whole = await _one_of_each(GOOD_STREAM, empty)
+    assert whole.problem == "no text in the answer"
+
+
 async def test_a_refused_or_short_body_is_lost() -> None:
     streamed, whole = await _one_of_each(b"", {"error": {"message": "busy"}}, status=503)
     assert streamed.problem is not None
