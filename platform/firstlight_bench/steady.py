@@ -115,7 +115,7 @@ class SteadyLoad:
                         answer = await self._one(client, headers, number, started)
                 except TimeoutError:
                     answer = self._answer(started, None, 0, number % 2 == 0, None, "hung")
-                except httpx.HTTPError as exc:
+                except (httpx.HTTPError, ValueError) as exc:  # ValueError: a malformed event
                     answer = self._answer(
                         started, None, 0, number % 2 == 0, None, f"{type(exc).__name__}: {exc}"
                     )
@@ -155,7 +155,9 @@ class SteadyLoad:
                     done = True
                     continue
                 if "error" in event:
-                    problem = f"error event: {event['error'].get('message')}"
+                    error = event["error"]
+                    message = error.get("message") if isinstance(error, dict) else error
+                    problem = f"error event: {message}"
                     continue
                 if event.get("usage"):
                     tokens = event["usage"]["completion_tokens"]
