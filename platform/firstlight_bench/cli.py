@@ -389,6 +389,7 @@ _TOOLS = {
     "features": "Which OpenAI / vLLM request features each server accepts and honours.",
     "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
     "offload": "KV offload tiers, simulated: host-tier hits credited, missed or free.",
+    "outliers": "Outlier capture end to end: a planted slow request, a steady run's false ones.",
     "quantization": "bf16 vs INT8 W8A8 on the same engine.",
     "rag": "Dynamic context loading: prompt tokens and TTFT with and without a budget.",
     "route-share": "How fast one gateway's routes reach another over Redis, and the cost.",

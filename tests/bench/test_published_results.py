@@ -20,7 +20,7 @@ RUNS = sorted(
     # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
     if p.parent.name not in ("decision", "route-share", "offload-sim")
     and not p.parent.name.startswith(
-        ("serving-", "peers-", "engine-", "features-", "autoscale", "rag-", "advisor")
+        ("serving-", "peers-", "engine-", "features-", "autoscale", "rag-", "advisor", "outliers")
     )
 )
 

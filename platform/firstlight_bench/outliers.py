@@ -1,0 +1,659 @@
+"""Outlier capture measured end to end: is a planted slow request captured with every
+field, and does a steady run capture nothing?
+
+Run ``firstlight bench outliers`` (``python -m firstlight_bench.outliers``; options
+``--engine sim|vllm --requests 1000 --concurrency 4 --seed 0 --out FOLDER --page PAGE
+--tables-only``). One local region serves the default model (two replicas, one gateway,
+``telemetry.outlier_*`` at their defaults: factor 10, judged from the 50th request, a
+window of 1,000), with traces on: the tool runs a minimal OTLP/HTTP receiver of its own
+(``POST /v1/traces``) and points ``telemetry.otlp_endpoint`` at it, so the records carry
+real trace ids, and checks that the planted request's trace id arrived there.
+
+* steady: ``--requests`` chat requests of one shape (short prompts of similar size,
+  ``max_tokens`` 16, greedy, streamed through the official ``openai`` client) at
+  ``--concurrency`` in flight; then the gateway's captures are read from
+  ``GET /dashboard/api/state`` (``outliers``) and ``GET /metrics``
+  (``firstlight_outliers_total``). Every capture of this phase is a false capture: the
+  goal is 0 in 1,000 requests.
+* planted: once the steady requests are done, one request with a prompt far longer than
+  the steady ones (a legitimate TTFT well over 10 times the median), then the captures
+  again: the planted request must be among them, and the report lists which of the
+  record's fields (the doc's table) are non-null. The dashboard omits ``request_id``: it
+  is checked on the WARNING line of the ``firstlight.outliers`` logger in the gateway's
+  Serve log (``not checked`` when that file cannot be read).
+
+With ``--engine sim`` the replicas are simulated (the default model's CPU profile, in
+real time; one token per byte) and the report says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from firstlight._ports import free_port
+from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
+from firstlight_bench.engine import emit
+from firstlight_bench.results import read_report, run_header, short_commit
+from firstlight_bench.suite import replace_tables
+
+__all__ = [
+    "FIELDS",
+    "Asked",
+    "main",
+    "markers",
+    "planted_messages",
+    "render",
+    "steady_messages",
+    "summarize",
+]
+
+_REGION = "outliers"
+MAX_TOKENS = 16
+"""Output tokens of every request, steady and planted."""
+REPLICAS = 2
+"""Model replicas: with two, every decision has a runner-up for the record to name."""
+PLANTED_CHARS = {"sim": 2000, "vllm": 6000}
+"""The planted prompt's length in characters: about 2,000 tokens of the simulator (one
+per byte; a TTFT some 30 times the steady requests' median) and some 1,500 of the
+default model's tokenizer on vLLM."""
+MAX_MODEL_LEN = 8192
+
+FIELDS = (
+    "kinds",
+    "request_id",
+    "trace_id",
+    "route",
+    "served_region",
+    "peer_region",
+    "replica",
+    "explanation",
+    "predicted_ttft_ms",
+    "ttft_ms",
+    "dispatch_ttft_ms",
+    "median_ttft_ms",
+    "e2e_ms",
+    "median_e2e_ms",
+    "predicted_queue_wait_ms",
+    "replica_queue_len",
+    "cached_tokens",
+    "runner_up",
+    "runner_up_ttft_ms",
+    "input_tokens",
+    "output_tokens",
+)
+"""The record's fields as docs/observability.md's "Outliers" table lists them."""
+LOCAL_NULL = ("peer_region",)
+"""Fields the doc specifies as ``null`` for a request served in its own region."""
+
+_TOPICS = (
+    "the ocean",
+    "a mountain",
+    "the city",
+    "a forest",
+    "the desert",
+    "a river",
+    "the moon",
+    "a garden",
+)
+
+
+def markers(simulated: bool) -> tuple[str, str]:
+    """The page markers around a run's section: one pair per engine."""
+    name, folder = ("outliers", "outliers-sim") if simulated else ("outliers-vllm", "outliers-vllm")
+    return (
+        f"<!-- {name}:begin (generated from docs/benchmarks/{folder}/results.json; "
+        "do not edit) -->",
+        f"<!-- {name}:end -->",
+    )
+
+
+def steady_messages(index: int) -> list[dict[str, str]]:
+    """Request ``index`` of the steady phase: one short user message (about 60
+    characters, the same few words in another order and number each time)."""
+    topic = _TOPICS[index % len(_TOPICS)]
+    return [
+        {
+            "role": "user",
+            "content": f"Request {index:05d}: write one short sentence about {topic}.",
+        }
+    ]
+
+
+def planted_messages(seed: int, chars: int) -> list[dict[str, str]]:
+    """The planted request: a user message of ``chars`` characters of random words
+    (``seed``), shared with no steady request beyond the chat template."""
+    rng = random.Random(seed)
+    words: list[str] = []
+    length = 0
+    while length < chars:
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+        words.append(word)
+        length += len(word) + 1
+    text = "Summarize these notes: " + " ".join(words)
+    return [{"role": "user", "content": text[:chars]}]
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """One request as the client saw it."""
+
+    phase: str
+    """``steady`` or ``planted``."""
+    index: int
+    started_at: float
+    """Wall-clock seconds when it was sent."""
+    ttft_ms: float | None
+    e2e_ms: float
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    request_id: str | None
+    problem: str | None
+    """Why it failed (``None``: it did not)."""
+
+
+def _config(engine: str, port: int, otlp_port: int, cache_dir: Path | None) -> PlatformConfig:
+    model: dict[str, Any] = {
+        "name": DEFAULT_MODEL_NAME,
+        "engine": engine,
+        "replicas": REPLICAS,
+        "resources": {"num_cpus": 0},
+        "max_model_len": MAX_MODEL_LEN,
+    }
+    if engine == "vllm":
+        model.update({"dtype": "float32", "kv_cache_gib": 1})
+    data: dict[str, Any] = {
+        "mode": "local",
+        "regions": [{"name": _REGION, "peers": []}],
+        "models": [model],
+        # One gateway: it judges every request, and the dashboard lists all its captures.
+        "gateway": {"host": "127.0.0.1", "port": port, "replicas": 1},
+        "hints": {"key_prefix": "firstlight:outliers:"},
+        "telemetry": {"otlp_endpoint": f"http://127.0.0.1:{otlp_port}"},
+    }
+    if cache_dir is not None:
+        data["cache_dir"] = str(cache_dir)
+    return parse_config(data, "firstlight bench outliers")
+
+
+class _TraceReceiver:
+    """A minimal OTLP/HTTP trace receiver: keeps the trace ids of the spans it gets."""
+
+    def __init__(self) -> None:
+        self.trace_ids: set[str] = set()
+        self.exports = 0
+        self._lock = threading.Lock()
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+            ExportTraceServiceRequest,
+        )
+
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                with receiver._lock:
+                    receiver.exports += 1
+                    for resource_spans in request.resource_spans:
+                        for scope in resource_spans.scope_spans:
+                            receiver.trace_ids.update(s.trace_id.hex() for s in scope.spans)
+                self.send_response(200)
+                self.send_header("content-type", "application/x-protobuf")
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        return Handler
+
+    def has(self, trace_id: str) -> bool:
+        with self._lock:
+            return trace_id in self.trace_ids
+
+
+@contextmanager
+def _receiver() -> Iterator[tuple[_TraceReceiver, int]]:
+    receiver = _TraceReceiver()
+    port = free_port()
+    server = ThreadingHTTPServer(("127.0.0.1", port), receiver.handler())
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield receiver, port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+async def _ask(
+    client: Any, phase: str, index: int, messages: list[dict[str, str]], timeout_s: float
+) -> Asked:
+    import openai
+
+    started_at = time.time()
+    started = time.perf_counter()
+    ttft_ms: float | None = None
+    usage = None
+    request_id: str | None = None
+    problem: str | None = None
+    try:
+        stream = await client.chat.completions.create(
+            model=DEFAULT_MODEL_NAME,
+            messages=messages,
+            temperature=0,
+            max_tokens=MAX_TOKENS,
+            stream=True,
+            stream_options={"include_usage": True},
+            timeout=timeout_s,
+        )
+        async for chunk in stream:
+            request_id = request_id or chunk.id
+            if ttft_ms is None and any(c.delta.content for c in chunk.choices):
+                ttft_ms = (time.perf_counter() - started) * 1000.0
+            if chunk.usage is not None:
+                usage = chunk.usage
+        if ttft_ms is None or usage is None:
+            problem = "no text or no usage in the stream"
+    except openai.OpenAIError as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    return Asked(
+        phase=phase,
+        index=index,
+        started_at=started_at,
+        ttft_ms=ttft_ms,
+        e2e_ms=(time.perf_counter() - started) * 1000.0,
+        prompt_tokens=None if usage is None else usage.prompt_tokens,
+        completion_tokens=None if usage is None else usage.completion_tokens,
+        request_id=request_id,
+        problem=problem,
+    )
+
+
+async def _steady(endpoint: str, requests: int, concurrency: int) -> list[Asked]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{endpoint}/v1", api_key="none", max_retries=0)
+    asked: list[Asked] = []
+    numbers = iter(range(requests))
+
+    async def worker() -> None:
+        for index in numbers:
+            asked.append(await _ask(client, "steady", index, steady_messages(index), 120.0))
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await client.close()
+    return sorted(asked, key=lambda a: a.index)
+
+
+async def _planted(endpoint: str, messages: list[dict[str, str]]) -> Asked:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=f"{endpoint}/v1", api_key="none", max_retries=0)
+    try:
+        return await _ask(client, "planted", 0, messages, 600.0)
+    finally:
+        await client.close()
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        body: bytes = response.read()
+    return body
+
+
+def _captures(endpoint: str) -> list[dict[str, Any]]:
+    """The gateway's captured outliers, newest first (the dashboard's last 50)."""
+    state = json.loads(_get(f"{endpoint}/dashboard/api/state"))
+    captures: list[dict[str, Any]] = state["outliers"]
+    return captures
+
+
+def _scrape(endpoint: str) -> tuple[dict[str, float], float]:
+    """``firstlight_outliers_total`` by kind, and the requests the gateway has finished
+    (``gen_ai_server_request_duration_seconds_count``), summed over every label."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    kinds: dict[str, float] = {"ttft": 0.0, "e2e": 0.0}
+    finished = 0.0
+    for family in text_string_to_metric_families(_get(f"{endpoint}/metrics").decode()):
+        for sample in family.samples:
+            if sample.name == "firstlight_outliers_total":
+                kind = sample.labels.get("kind", "")
+                kinds[kind] = kinds.get(kind, 0.0) + sample.value
+            elif sample.name == "gen_ai_server_request_duration_seconds_count":
+                finished += sample.value
+    return kinds, finished
+
+
+def _settled(endpoint: str, sent: int, timeout_s: float = 60.0) -> dict[str, float]:
+    """``firstlight_outliers_total`` by kind once the gateway has finished ``sent``
+    requests (it judges a request after its last byte, when the client may already have
+    it); raises ``TimeoutError`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        kinds, finished = _scrape(endpoint)
+        if finished >= sent:
+            return kinds
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the gateway finished {finished:.0f} of {sent} requests")
+        time.sleep(0.2)  # polling a remote counter with a deadline, not synchronisation
+
+
+def _log_records(logs_dir: Path | None) -> list[dict[str, Any]] | None:
+    """Every ``firstlight.outliers`` WARNING line in the region's gateway Serve logs,
+    parsed; ``None`` when no such log file can be read."""
+    if logs_dir is None:
+        return None
+    files = sorted((logs_dir / "serve").glob(f"replica_{_REGION}_*.log"))
+    if not files:
+        return None
+    tag = "firstlight.outliers: "
+    records = []
+    for path in files:
+        for line in path.read_text(errors="replace").splitlines():
+            at = line.find(tag)
+            if at < 0:
+                continue
+            text = line[at + len(tag) :]
+            try:
+                records.append(json.loads(text[: text.rfind("}") + 1]))
+            except json.JSONDecodeError:
+                continue
+    return records
+
+
+def _measure(args: argparse.Namespace, endpoint: str, logs_dir: Path | None) -> dict[str, Any]:
+    steady = asyncio.run(_steady(endpoint, args.requests, args.concurrency))
+    counted_steady = _settled(endpoint, len(steady))
+    after_steady = _captures(endpoint)
+    planted = asyncio.run(
+        _planted(endpoint, planted_messages(args.seed, PLANTED_CHARS[args.engine]))
+    )
+    counted_planted = _settled(endpoint, len(steady) + 1)
+    after_planted = _captures(endpoint)
+    return {
+        "steady": steady,
+        "planted": planted,
+        "after_steady": after_steady,
+        "after_planted": after_planted,
+        "counted_steady": counted_steady,
+        "counted_planted": counted_planted,
+        "log_records": _log_records(logs_dir),
+    }
+
+
+def _quantile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (linear between the closest ranks); ``None`` when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize(
+    steady: Sequence[Asked],
+    planted: Asked,
+    after_steady: Sequence[dict[str, Any]],
+    after_planted: Sequence[dict[str, Any]],
+    *,
+    counted_steady: dict[str, float],
+    counted_planted: dict[str, float],
+    log_records: Sequence[dict[str, Any]] | None,
+    traced: set[str] | None,
+) -> dict[str, Any]:
+    """The report's findings (see the module docstring). ``after_steady`` and
+    ``after_planted``: the dashboard's captures read after each phase; ``log_records``:
+    the parsed WARNING lines (``None``: not readable); ``traced``: the trace ids the
+    receiver got (``None``: traces not checked)."""
+    answered = [a for a in steady if a.problem is None]
+    ttfts = [a.ttft_ms for a in answered if a.ttft_ms is not None]
+    e2es = [a.e2e_ms for a in answered]
+    prompt_tokens = [a.prompt_tokens for a in answered if a.prompt_tokens is not None]
+    # Every capture read after the steady phase came from a steady request.
+    false_captures = list(after_steady)
+    planted_at = planted.started_at
+    new = [c for c in after_planted if c.get("at", 0.0) >= planted_at and c not in after_steady]
+    record = new[0] if new else None
+    log_line = None
+    if log_records is not None and planted.request_id is not None:
+        log_line = next((r for r in log_records if r.get("request_id") == planted.request_id), None)
+    present: list[str] = []
+    missing: list[str] = []
+    by_design: list[str] = []
+    unchecked: list[str] = []
+    if record is not None:
+        for name in FIELDS:
+            if name == "request_id":  # the dashboard omits it: the log line has it
+                if log_records is None:
+                    unchecked.append(name)
+                elif log_line is not None and log_line.get("request_id"):
+                    present.append(name)
+                else:
+                    missing.append(name)
+            elif record.get(name) not in (None, [], ""):
+                present.append(name)
+            elif name in LOCAL_NULL and record.get("route") == "local":
+                by_design.append(name)
+            else:
+                missing.append(name)
+    trace_id = None if record is None else record.get("trace_id")
+    return {
+        "steady": {
+            "requests": len(steady),
+            "failed": len(steady) - len(answered),
+            "problems": sorted({a.problem for a in steady if a.problem is not None})[:5],
+            "prompt_tokens_mean": statistics.fmean(prompt_tokens) if prompt_tokens else None,
+            "ttft_p50_ms": _quantile(ttfts, 0.5),
+            "ttft_p99_ms": _quantile(ttfts, 0.99),
+            "ttft_max_ms": max(ttfts) if ttfts else None,
+            "e2e_p50_ms": _quantile(e2es, 0.5),
+            "e2e_p99_ms": _quantile(e2es, 0.99),
+        },
+        "false_captures": len(false_captures),
+        "false_capture_records": false_captures,
+        "counted_after_steady": counted_steady,
+        "counted_after_planted": counted_planted,
+        "planted": {
+            "prompt_tokens": planted.prompt_tokens,
+            "client_ttft_ms": planted.ttft_ms,
+            "client_e2e_ms": planted.e2e_ms,
+            "problem": planted.problem,
+            "captured": record is not None,
+            "record": record,
+            "ttft_ms": None if record is None else record.get("ttft_ms"),
+            "median_ttft_ms": None if record is None else record.get("median_ttft_ms"),
+            "kinds": None if record is None else record.get("kinds"),
+        },
+        "fields_present": present,
+        "fields_missing": missing,
+        "fields_null_by_design": by_design,
+        "fields_unchecked": unchecked,
+        "log_line": "not checked"
+        if log_records is None
+        else ("found" if log_line is not None else "not found"),
+        "trace_received": None if traced is None or trace_id is None else trace_id in traced,
+    }
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names) if names else "none"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The docs' section of a stored report."""
+    begin, end = markers(report["simulated"])
+    steady = report["steady"]
+    planted = report["planted"]
+    engine = (
+        "simulated replicas (the default model's CPU profile, in real time)"
+        if report["simulated"]
+        else "the default model on vLLM-CPU"
+    )
+    counted = report["counted_after_steady"]
+    lines = [
+        begin,
+        "",
+        f"Measured at {short_commit(report['git_commit'])} (`{report['command']}`): one local "
+        f"region, {engine}, {report['replicas']} replicas, one gateway, traces on (to an "
+        "OTLP receiver in the tool), `telemetry.outlier_*` at their defaults (factor "
+        f"{report['factor']:g}, judged from the {report['min_samples']}th request, a window "
+        f"of {report['window_samples']:,}).",
+        "",
+        "| phase | requests | prompt tokens | TTFT p50 | TTFT p99 | captures |",
+        "|---|---|---|---|---|---|",
+        f"| steady, {report['concurrency']} in flight, {report['max_tokens']} output tokens "
+        f"| {steady['requests']} ({steady['failed']} failed) "
+        f"| {_tokens(steady['prompt_tokens_mean'])} | {_ms(steady['ttft_p50_ms'])} "
+        f"| {_ms(steady['ttft_p99_ms'])} | {report['false_captures']} (false) |",
+        f"| planted | 1 | {_tokens(planted['prompt_tokens'])} "
+        f"| {_ms(planted['client_ttft_ms'])} | | "
+        f"{'captured' if planted['captured'] else 'not captured'} |",
+        "",
+        f"Steady phase: {report['false_captures']} false captures "
+        f"(`firstlight_outliers_total`: {counted.get('ttft', 0):.0f} ttft, "
+        f"{counted.get('e2e', 0):.0f} e2e). TTFT measured by the client.",
+    ]
+    if planted["captured"]:
+        ratio = (
+            planted["ttft_ms"] / planted["median_ttft_ms"]
+            if planted["ttft_ms"] is not None and planted["median_ttft_ms"]
+            else None
+        )
+        times = "" if ratio is None else f" ({ratio:.0f} times)"
+        lines.append(
+            f"Planted request: captured as {', '.join(planted['kinds'] or [])}; TTFT at the "
+            f"gateway {_ms(planted['ttft_ms'])} against a median of "
+            f"{_ms(planted['median_ttft_ms'])}{times}."
+        )
+        lines.append(f"Fields present: {_names(report['fields_present'])}.")
+        if report["fields_null_by_design"]:
+            lines.append(
+                f"Null as the table specifies for a request served in its own region: "
+                f"{_names(report['fields_null_by_design'])}."
+            )
+        lines.append(f"Fields missing: {_names(report['fields_missing'])}.")
+        if report["fields_unchecked"]:
+            lines.append(
+                f"Not checked (the gateway's log was not readable): "
+                f"{_names(report['fields_unchecked'])}."
+            )
+        received = {True: "it arrived at", False: "it did not arrive at", None: "not checked at"}
+        lines.append(
+            f"The WARNING log line: {report['log_line']}; the trace id: "
+            f"{received[report['trace_received']]} the OTLP receiver."
+        )
+    else:
+        problem = f" ({planted['problem']})" if planted["problem"] else ""
+        lines.append(f"Planted request: not captured{problem}.")
+    lines += ["", end]
+    return "\n".join(lines)
+
+
+def _tokens(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}"
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """``firstlight bench outliers``; returns the report (``None`` with ``--tables-only``)."""
+    parser = argparse.ArgumentParser(prog="firstlight bench outliers", description=__doc__)
+    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim")
+    parser.add_argument("--requests", type=int, default=1000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cache-dir", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--page", type=Path, default=None)
+    parser.add_argument("--tables-only", action="store_true")
+    args = parser.parse_args(argv)
+    if args.tables_only:
+        if args.page is None or args.out is None:
+            parser.error("--tables-only needs --out (the stored report) and --page")
+        _rewrite(args.page, read_report(args.out))
+        return None
+    if args.concurrency < 1:
+        parser.error(f"--concurrency {args.concurrency}: at least 1")
+    import ray
+
+    from firstlight.serve.local_mode import start_local, stop_local
+    from firstlight.serve.startup_watch import ray_logs
+
+    with _receiver() as (receiver, otlp_port):
+        config = _config(args.engine, free_port(), otlp_port, args.cache_dir)
+        if args.requests < config.telemetry.outlier_min_samples:
+            parser.error(
+                f"--requests {args.requests}: at least telemetry.outlier_min_samples "
+                f"({config.telemetry.outlier_min_samples}), or nothing is judged"
+            )
+        running = start_local(config, timeout_s=600)
+        try:
+            logs = ray_logs()
+            logs_dir = None if logs is None else logs.logs_dir
+            measured = _measure(args, running.endpoints[_REGION], logs_dir)
+        finally:
+            stop_local(running)
+            ray.shutdown()
+        traced = set(receiver.trace_ids)  # the spans flushed at shutdown are in too
+    report = {
+        **run_header("outliers", argv),
+        "simulated": args.engine == "sim",
+        "requests": args.requests,
+        "concurrency": args.concurrency,
+        "max_tokens": MAX_TOKENS,
+        "replicas": REPLICAS,
+        "factor": config.telemetry.outlier_factor,
+        "min_samples": config.telemetry.outlier_min_samples,
+        "window_samples": config.telemetry.outlier_window_samples,
+        "planted_chars": PLANTED_CHARS[args.engine],
+        **summarize(
+            measured["steady"],
+            measured["planted"],
+            measured["after_steady"],
+            measured["after_planted"],
+            counted_steady=measured["counted_steady"],
+            counted_planted=measured["counted_planted"],
+            log_records=measured["log_records"],
+            traced=traced,
+        ),
+        "asked": [asdict(a) for a in [*measured["steady"], measured["planted"]]],
+    }
+    emit(report, args.out / "results.json" if args.out else None)
+    print(render(report))
+    if args.page is not None:
+        _rewrite(args.page, report)
+    return report
+
+
+def _rewrite(page: Path, report: dict[str, Any]) -> None:
+    begin, end = markers(report["simulated"])
+    page.write_text(replace_tables(page.read_text(), render(report), begin=begin, end=end))
+
+
+if __name__ == "__main__":
+    main()
