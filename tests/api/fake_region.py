@@ -38,16 +38,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import random
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
 
 from firstlight.api.gateway import GatewayCore
 from firstlight.api.prompts import build_encoder
@@ -57,7 +59,7 @@ from firstlight.engine.protocol import GenerationChunk, GenerationRequest
 from firstlight.engine.sim import SimCore, SimEngine, Sleep, TrueCacheView
 from firstlight.errors import EngineDeadError
 from firstlight.region import ReplicaStats, RouterState, ServedBy, with_shared_rates
-from firstlight.regions.peers import PeerTable
+from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import NO_CACHE, RequestView, RoutingInput, build_policy
 from firstlight.telemetry import GatewayTelemetry
 from tests.serve.cluster import sim_model
@@ -300,6 +302,7 @@ class FakeRegion:
 
 def gateway_config(
     *,
+    region: str = REGION,
     replicas: int = 2,
     key_file: Path | None = None,
     gateway: Mapping[str, Any] | None = None,
@@ -307,13 +310,13 @@ def gateway_config(
     model: Mapping[str, Any] | None = None,
     auth: Mapping[str, Any] | None = None,
 ) -> PlatformConfig:
-    """A local-mode config of one region (:data:`REGION`, no peers) serving one ``sim``
+    """A local-mode config of one region (``region``, no peers) serving one ``sim``
     model (:data:`MODEL`), with its own Redis key prefix; ``gateway``, ``router`` and
     ``model`` are merged into their sections, ``key_file`` turns auth on (``auth``: the
     whole section instead)."""
     data: dict[str, Any] = {
         "mode": "local",
-        "regions": [{"name": REGION}],
+        "regions": [{"name": region}],
         "models": [{**sim_model(MODEL, replicas), **(model or {})}],
         "hints": {"key_prefix": f"fltest:{uuid.uuid4().hex[:8]}:"},
         "gateway": {"host": "127.0.0.1", **(gateway or {})},
@@ -335,6 +338,7 @@ class FakeGateway:
     backend: FakeRegion
     core: GatewayCore
     client: httpx.AsyncClient
+    app: FastAPI
 
     @property
     def region(self) -> str:
@@ -348,31 +352,41 @@ async def fake_gateway(
     replicas: Mapping[str, int] | None = None,
     sleep: Sleep = no_wait,
     hints: bool = True,
+    peers: Sequence[FakeGateway] = (),
 ) -> AsyncIterator[FakeGateway]:
     """The gateway the Ray ingress deployment would build
-    (``Gateway.__init__``), over a :class:`FakeRegion` instead of Ray handles, with no
-    peers and per-key limits local to it. Closes the HTTP clients, the telemetry and the
-    engines on exit."""
+    (``Gateway.__init__``), over a :class:`FakeRegion` instead of Ray handles, with
+    per-key limits local to it and ``peers`` as its peer regions (other fake gateways,
+    reached in process at ``http://<region>``, each probed once for its summary; no
+    probe loop runs). Closes the HTTP clients, the telemetry and the engines on exit."""
     region = config.region or config.regions[0].name
     async with contextlib.AsyncExitStack() as stack:
         backend = FakeRegion(config, region, replicas=replicas, sleep=sleep, hints=hints)
         stack.push_async_callback(backend.aclose)
-        peer_client = await stack.enter_async_context(httpx.AsyncClient(trust_env=False))
-        peers = PeerTable([], peer_client)
+        mounts = {f"http://{p.region}": httpx.ASGITransport(app=p.app) for p in peers}
+        peer_client = await stack.enter_async_context(
+            httpx.AsyncClient(trust_env=False, mounts=mounts)
+        )
+        breaker = functools.partial(CircuitBreaker, failures=3, cooldown_s=10.0)
+        table = [Peer(p.region, f"http://{p.region}", 10.0, 0.0, breaker()) for p in peers]
+        peers_table = PeerTable(table, peer_client)
+        for peer in table:
+            await peers_table.probe(peer)
+            assert peer.last_error is None, peer.last_error
         telemetry = GatewayTelemetry(
             config,
             region,
             lambda: {m.name: backend.state(m.name) for m in config.models},
-            peers,
+            peers_table,
         )
         stack.callback(telemetry.shutdown)
         encoders = {m.name: build_encoder(config, m) for m in config.models}
-        core = GatewayCore(config, region, backend, encoders, peers, peer_client, telemetry)
-        transport = httpx.ASGITransport(app=build_fastapi(core))
+        core = GatewayCore(config, region, backend, encoders, peers_table, peer_client, telemetry)
+        app = build_fastapi(core)
         client = await stack.enter_async_context(
-            httpx.AsyncClient(transport=transport, base_url="http://gw")
+            httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
         )
-        yield FakeGateway(config, backend, core, client)
+        yield FakeGateway(config, backend, core, client, app)
 
 
 def leaked_tasks() -> list[asyncio.Task[Any]]:

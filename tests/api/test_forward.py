@@ -17,6 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
 from firstlight.config import parse_config
+from firstlight.prefix import HashScheme
 from firstlight.region.decision import PeerChoice
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
@@ -71,7 +72,8 @@ def _forwarder(
 ) -> tuple[PeerForwarder, GatewayTelemetry]:
     config = parse_config({"mode": "local", "models": [{"name": MODEL, "engine": "sim"}]}, "test")
     telemetry = GatewayTelemetry(config, "here", states=lambda: {}, peers=table)
-    return PeerForwarder("here", table, client, telemetry, timeout_s), telemetry
+    schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
+    return PeerForwarder("here", table, client, telemetry, timeout_s, schemes=schemes), telemetry
 
 
 def _request() -> Request:

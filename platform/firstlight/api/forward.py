@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any
 
 import httpx
@@ -31,10 +31,16 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 
+from firstlight.api.in_region import Prepared
+from firstlight.api.migration import continuation
 from firstlight.api.responses import DONE_EVENT, Kind, completion_body, error_body, sse_event
+from firstlight.api.resume import REQUEST_ID_HEADER, peer_chunks, resume_body
 from firstlight.api.sse import sse_events
+from firstlight.api.streams import ReplicaFailedError, Stream, aclose, first_chunk
+from firstlight.engine.protocol import GenerationChunk
 from firstlight.errors import NoCapacityError
-from firstlight.region.decision import PeerChoice, PeerOption
+from firstlight.prefix import HashScheme
+from firstlight.region.decision import PeerChoice, PeerOption, rank_peers
 from firstlight.regions.peers import Peer, PeerTable
 from firstlight.routing import Decision
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
@@ -45,6 +51,12 @@ __all__ = ["HOP_HEADER", "PeerForwarder"]
 HOP_HEADER = "x-firstlight-hop"
 """Set on forwarded requests; a request carrying it is never forwarded again."""
 _FORWARDED_HEADERS = ("content-type", "retry-after")
+_PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "text": "/v1/completions"}
+
+Relay = Callable[[GenerationChunk, Stream, dict[str, str]], Response]
+"""Writes the client's stream from a peer's first chunk, the rest of its chunks and the
+response headers (the gateway binds
+:meth:`~firstlight.api.in_region.LocalServer.stream_response`)."""
 
 
 class PeerForwarder:
@@ -57,8 +69,11 @@ class PeerForwarder:
         client: httpx.AsyncClient,
         telemetry: GatewayTelemetry,
         timeout_s: float = 10.0,
+        *,
+        schemes: Mapping[str, HashScheme],
     ) -> None:
         self.region = region
+        self._schemes = schemes
         self.peers = peers
         self.telemetry = telemetry
         self._client = client
@@ -85,12 +100,15 @@ class PeerForwarder:
         prompt_tokens: int,
         local: Decision | None = None,
         rendered: bool = False,
+        relay: Relay | None = None,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
         The answering peer is charged ``prompt_tokens`` of backlog until its next summary.
         ``rendered``: the request is one vLLM's OpenAI layer serves (fields beyond the
         gateway's subset), so a JSON answer is relayed as the peer wrote it, not rebuilt
-        from a stream."""
+        from a stream. ``relay`` writes a streamed answer from the peer's chunks (so it
+        can be continued elsewhere if the peer breaks off); without it the peer's bytes
+        are relayed as they come."""
         for choice in ranked:
             peer = self.peers.peers.get(choice.region)
             predicted_ms = choice.predicted_ttft_ms
@@ -107,7 +125,7 @@ class PeerForwarder:
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
             span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
             response = await self._forward(
-                peer, predicted_ms, body, request, route, obs, kind, stream, rendered
+                peer, predicted_ms, body, request, route, obs, kind, stream, rendered, relay
             )
             if response is not None:
                 peer.forwarded_tokens += prompt_tokens
@@ -125,41 +143,15 @@ class PeerForwarder:
         kind: Kind,
         stream: bool,
         rendered: bool = False,
+        relay: Relay | None = None,
     ) -> Response | None:
         """Send the request to ``peer``; ``None`` when the peer failed before anything
         reached the client (the caller tries the next one)."""
-        headers = {
-            "content-type": "application/json",
-            HOP_HEADER: self.region,
-        }
-        if obs.route_span is not None:
-            headers.update(inject(obs.route_span))
-        auth = request.headers.get("authorization")
-        if auth is not None:
-            headers["authorization"] = auth
         path = request.url.path.removeprefix(request.scope.get("root_path", ""))
-        if peer.emulated_ms:
-            await asyncio.sleep(peer.emulated_ms / 1000.0)
-        outgoing = self._client.build_request(
-            "POST",
-            f"{peer.url}{path}",
-            content=body if stream or rendered else _as_stream(body),
-            headers=headers,
-            timeout=self._timeout,
-        )
-        try:
-            upstream = await _answer_or_failure(self._client.send(outgoing, stream=True), peer)
-        except httpx.HTTPError as exc:
-            self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
-            return None
+        content = body if stream or rendered else _as_stream(body)
+        upstream = await self._send(peer, path, content, request, obs)
         if upstream is None:
-            self._failed(peer, obs, peer.last_error or "stopped answering its probes")
             return None
-        if upstream.status_code >= 500:
-            await upstream.aclose()
-            self._failed(peer, obs, f"HTTP {upstream.status_code}")
-            return None
-        self.peers.record_success(peer)
         obs.status = upstream.status_code
         if upstream.status_code < 400:
             obs.first_token()  # the peer streams: its headers come with the first token
@@ -176,15 +168,25 @@ class PeerForwarder:
             ).decode()
         if not stream and upstream.status_code < 400 and not rendered:
             return await self._collected(peer, upstream, kind, obs, out_headers)
+        if relay is not None and stream and upstream.status_code == 200 and not rendered:
+            chunks = peer_chunks(upstream, kind)
+            try:
+                _, first = await first_chunk(chunks)
+            except ReplicaFailedError as exc:
+                await aclose(chunks)
+                self._failed(peer, obs, str(exc))
+                return None
+            assert isinstance(first, GenerationChunk)  # peer_chunks yields no other
+            return relay(first, chunks, out_headers)
         if not stream:  # a refusal (4xx) or vLLM's rendered answer: its JSON, as it is
-            content = await _read_or_none(upstream)
-            if content is None:
+            answer = await _read_or_none(upstream)
+            if answer is None:
                 self._failed(peer, obs, "the peer's answer broke off")
                 return None
             out_headers.pop("content-type", None)
-            return Response(content, upstream.status_code, out_headers, "application/json")
+            return Response(answer, upstream.status_code, out_headers, "application/json")
 
-        async def relay() -> AsyncIterator[bytes]:
+        async def raw() -> AsyncIterator[bytes]:
             try:
                 async for piece in upstream.aiter_raw():
                     yield piece
@@ -196,7 +198,84 @@ class PeerForwarder:
             finally:
                 await upstream.aclose()
 
-        return StreamingResponse(relay(), status_code=upstream.status_code, headers=out_headers)
+        return StreamingResponse(raw(), status_code=upstream.status_code, headers=out_headers)
+
+    async def continue_stream(
+        self,
+        prepared: Prepared,
+        body: bytes,
+        request: Request,
+        obs: RequestObservation,
+        generated: tuple[int, ...],
+    ) -> tuple[Stream, GenerationChunk] | None:
+        """Continue ``prepared`` (the client's ``body``) in the best usable peer region
+        after the ``generated`` output tokens the client already has
+        (:mod:`firstlight.api.resume`): the peer's stream and its first chunk, or
+        ``None`` when no peer could. Called by the gateway's resume loop."""
+        model = prepared.model.name
+        _, routing = continuation(prepared.generation, generated, self._schemes[model])
+        path = _PATHS[prepared.kind]
+        content = resume_body(body, generated)
+        for choice in rank_peers(routing, self.options(model), None):
+            peer = self.peers.peers.get(choice.region)
+            if peer is None or not peer.breaker.allow():
+                continue
+            upstream = await self._send(peer, path, content, request, obs)
+            if upstream is None:
+                continue
+            if upstream.status_code != 200:
+                await upstream.aclose()
+                self._failed(peer, obs, f"HTTP {upstream.status_code} to a continuation")
+                continue
+            chunks = peer_chunks(upstream, prepared.kind)
+            try:
+                _, first = await first_chunk(chunks)
+            except ReplicaFailedError as exc:
+                await aclose(chunks)
+                self._failed(peer, obs, str(exc))
+                continue
+            obs.served_region = peer.region
+            peer.forwarded_tokens += routing.prompt_tokens
+            assert isinstance(first, GenerationChunk)  # peer_chunks yields no other
+            return chunks, first
+        return None
+
+    async def _send(
+        self, peer: Peer, path: str, content: bytes, request: Request, obs: RequestObservation
+    ) -> httpx.Response | None:
+        """POST ``content`` to ``peer``'s ``path`` as a forward (hop header, the client's
+        key, the trace context), streamed; the response once it started (below 500), or
+        ``None`` when the peer failed first (recorded)."""
+        headers = {
+            "content-type": "application/json",
+            HOP_HEADER: self.region,
+        }
+        if obs.request_id:
+            headers[REQUEST_ID_HEADER] = obs.request_id
+        if obs.route_span is not None:
+            headers.update(inject(obs.route_span))
+        auth = request.headers.get("authorization")
+        if auth is not None:
+            headers["authorization"] = auth
+        if peer.emulated_ms:
+            await asyncio.sleep(peer.emulated_ms / 1000.0)
+        outgoing = self._client.build_request(
+            "POST", f"{peer.url}{path}", content=content, headers=headers, timeout=self._timeout
+        )
+        try:
+            upstream = await _answer_or_failure(self._client.send(outgoing, stream=True), peer)
+        except httpx.HTTPError as exc:
+            self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
+            return None
+        if upstream is None:
+            self._failed(peer, obs, peer.last_error or "stopped answering its probes")
+            return None
+        if upstream.status_code >= 500:
+            await upstream.aclose()
+            self._failed(peer, obs, f"HTTP {upstream.status_code}")
+            return None
+        self.peers.record_success(peer)
+        return upstream
 
     async def _collected(
         self,

@@ -29,13 +29,17 @@ peer with the lowest predicted TTFT; when the predicted queueing wait here excee
 refused with 503 at once; otherwise it **spills over** when a peer's prediction (round
 trip included) beats the local one by ``router.spill_over_margin_ms``. A replica that
 fails before the first token is retried on another (``gateway.max_attempts``), then the
-peers are tried. A peer that fails is skipped (its breaker counts it) and the next one
-is tried; when nothing can take the request the answer is 503 with ``Retry-After``.
+peers are tried. A stream that fails mid-way is continued on another replica, or in a
+peer region when this one cannot (:mod:`firstlight.api.resume`); a forwarded stream whose
+peer breaks off is continued here. A peer that fails is skipped (its breaker counts it)
+and the next one is tried; when nothing can take the request the answer is 503 with
+``Retry-After``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -50,7 +54,7 @@ from firstlight.api.auth import ApiKeys, Caller
 from firstlight.api.context import ContextLoader, Ranker
 from firstlight.api.forward import HOP_HEADER, PeerForwarder
 from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
-from firstlight.api.in_region import LocalBackend, LocalServer, Prepared
+from firstlight.api.in_region import Elsewhere, LocalBackend, LocalServer, Prepared
 from firstlight.api.limits import KeyLimits, Lease
 from firstlight.api.migration import Attempts
 from firstlight.api.plumbing import ClosingStream, closed_after, once, read_body
@@ -61,18 +65,19 @@ from firstlight.api.responses import (
     Kind,
     error_response,
 )
-from firstlight.api.streams import (
-    ReplicaFailedError,
-)
+from firstlight.api.resume import REQUEST_ID_HEADER, adopt_request_id, resumed, take_resume
+from firstlight.api.streams import ReplicaFailedError, Stream
 from firstlight.config import PlatformConfig
 from firstlight.config.sections import DEFAULT_EMBEDDING_PACKAGE, packaged_model_dir
 from firstlight.dashboard import dashboard_state
+from firstlight.engine.protocol import GenerationChunk
 from firstlight.errors import (
     ApiError,
     ModelNotServedError,
     NoCapacityError,
 )
 from firstlight.prefix import HashScheme
+from firstlight.region import RouterState
 from firstlight.region.decision import PeerChoice, RegionDecision, decide_region, rank_peers
 from firstlight.regions.peers import PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
@@ -112,7 +117,7 @@ class GatewayCore:
         self._schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
         self._hot = {m.name: HotPrefixes() for m in config.models}
         self._forwarder = PeerForwarder(
-            region, peers, client, telemetry, config.router.peer_timeout_s
+            region, peers, client, telemetry, config.router.peer_timeout_s, schemes=self._schemes
         )
         self._local = LocalServer(config, region, backend, telemetry, self._schemes, self._hot)
         self._preparer = RequestPreparer(config, encoders, self._schemes)
@@ -161,15 +166,23 @@ class GatewayCore:
         response: Response | None = None
         try:
             body = await read_body(request, self.config.gateway.max_body_bytes)
+            hop = request.headers.get(HOP_HEADER) is not None
+            body, resume_ids = take_resume(body, from_peer=hop)
             context = None
             if kind == "chat":
                 body, context = await self._context.apply(body)
             prepared = self._preparer.prepare(kind, body, caller.cache_salt)
+            forwarded_id = request.headers.get(REQUEST_ID_HEADER) if hop else None
+            if forwarded_id is not None:  # one stream keeps one id across regions
+                prepared = adopt_request_id(prepared, forwarded_id)
+            if resume_ids is not None:  # a peer continues a stream here
+                name = prepared.model.name
+                vocabulary = self.encoders[name].vocabulary
+                prepared = resumed(prepared, resume_ids, self._schemes[name], vocabulary)
             obs.group = caller.group
             obs.model = prepared.model.name
             obs.request_id = prepared.generation.request_id
             obs.input_tokens = prepared.routing.prompt_tokens
-            hop = request.headers.get(HOP_HEADER) is not None
             response = await self._dispatch(prepared, body, request, hop, obs)
             if context is not None:
                 response.headers["x-firstlight-context"] = context.header()
@@ -326,26 +339,40 @@ class GatewayCore:
         )
         if decision.route == "refuse":
             raise self._refusal(prepared, decision, forwarded=False)
-        if decision.route == "from_peer":
-            return await self._local.serve(prepared, "local", local, obs, "from_peer")
-        if decision.route != "local":
+        from_peer = decision.route == "from_peer"
+        # Where a stream goes on if its replica or peer fails mid-stream and this region
+        # cannot continue it (firstlight.api.resume); for a forwarded request, the
+        # forwarding gateway decides (one hop).
+        elsewhere = (
+            None
+            if from_peer
+            else functools.partial(self._forwarder.continue_stream, prepared, body, request, obs)
+        )
+        if elsewhere is not None and decision.route != "local":
             route = "spill-over" if decision.route == "overflow" else decision.route
-            forwarded = await self._forward(decision, route, prepared, body, request, obs)
+            forwarded = await self._forward(
+                decision, route, prepared, body, request, obs, elsewhere
+            )
             if forwarded is not None:
                 return forwarded
             if decision.fallback == "refuse":
                 raise self._refusal(prepared, decision, forwarded=True)
         attempts = Attempts(self.config.gateway.max_attempts)
+        reason = "from_peer" if from_peer else "local"
         while True:
             try:
-                return await self._local.serve(prepared, "local", local, obs, "local")
+                return await self._local.serve(
+                    prepared, "local", local, obs, reason, elsewhere, token_ids=from_peer
+                )
             except ReplicaFailedError as exc:
                 _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
                 if obs.route_span is not None:
                     obs.route_span.set_status(trace.StatusCode.ERROR, str(exc))
                 if state is None or state.healthy_replicas == 0 or not attempts.another(str(exc)):
                     self.telemetry.migrated(prepared.model.name, "gave_up")
-                    return await self._fail_over(prepared, body, request, obs, local)
+                    if elsewhere is None:  # a forwarded request: the forwarder tries on
+                        raise self._failed_here(prepared, state) from exc
+                    return await self._fail_over(prepared, body, request, obs, local, elsewhere)
                 self.telemetry.migrated(prepared.model.name, "retried")
                 local = state.estimate(prepared.routing)  # another replica, knowing this
 
@@ -361,9 +388,16 @@ class GatewayCore:
         body: bytes,
         request: Request,
         obs: RequestObservation,
+        elsewhere: Elsewhere,
     ) -> Response | None:
         """Forward to the first of the decision's peers that answers; ``None`` if none
-        did. ``route`` names the forward in headers and metrics."""
+        did. ``route`` names the forward in headers and metrics. A streamed answer the
+        gateway itself renders is read chunk by chunk, so that a peer that breaks off
+        mid-stream is resumed here (or at ``elsewhere``) instead of ending the stream."""
+
+        def relay(first: GenerationChunk, chunks: Stream, headers: dict[str, str]) -> Response:
+            return self._local.stream_response(prepared, first, chunks, obs, headers, elsewhere)
+
         return await self._forwarder.forward_any(
             decision.peers,
             body,
@@ -375,6 +409,7 @@ class GatewayCore:
             prepared.routing.prompt_tokens,
             None if route == "fail-over" else decision.local,
             rendered=prepared.openai is not None,
+            relay=relay,
         )
 
     async def _fail_over(
@@ -384,6 +419,7 @@ class GatewayCore:
         request: Request,
         obs: RequestObservation,
         local: Decision | None,
+        elsewhere: Elsewhere,
     ) -> Response:
         """Every local attempt failed: the usable peers, best first (priced with the
         last local estimate's rate), or a refusal."""
@@ -394,18 +430,34 @@ class GatewayCore:
             peers=self._ranked(prepared, local),
             router=self.config.router,
         )
-        forwarded = await self._forward(decision, "fail-over", prepared, body, request, obs)
+        forwarded = await self._forward(
+            decision, "fail-over", prepared, body, request, obs, elsewhere
+        )
         if forwarded is not None:
             return forwarded
-        state = self.backend.state(prepared.model.name)
+        raise self._failed_here(prepared, self.backend.state(prepared.model.name), decision)
+
+    def _failed_here(
+        self,
+        prepared: Prepared,
+        state: RouterState | None,
+        decision: RegionDecision | None = None,
+    ) -> NoCapacityError:
+        """The 503 for a request every local attempt failed (``decision``: the fail-over
+        decision, after no peer answered; ``None`` for a forwarded request)."""
+        tail = "" if decision is None else " and no peer region could take it"
         if state is not None and state.healthy_replicas > 0:
-            raise NoCapacityError(
+            return NoCapacityError(
                 f"the request failed on every replica of {prepared.model.name!r} it was "
-                f"tried on in region {self.region} (gateway.max_attempts) and no peer "
-                "region could take it",
+                f"tried on in region {self.region} (gateway.max_attempts){tail}",
                 retry_after_s=_RETRY_AFTER_S,
             )
-        raise self._refusal(prepared, decision, forwarded=True)
+        if decision is None:
+            return NoCapacityError(
+                f"no healthy replica of {prepared.model.name!r} in region {self.region}",
+                retry_after_s=_RETRY_AFTER_S,
+            )
+        return self._refusal(prepared, decision, forwarded=True)
 
     def _refusal(
         self, prepared: Prepared, decision: RegionDecision, *, forwarded: bool

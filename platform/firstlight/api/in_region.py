@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -56,7 +56,7 @@ from firstlight.routing import Decision, RequestView
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
 
-__all__ = ["RETRY_AFTER_S", "LocalBackend", "LocalServer", "Prepared"]
+__all__ = ["RETRY_AFTER_S", "TOKENS_FIELD", "Elsewhere", "LocalBackend", "LocalServer", "Prepared"]
 
 _log = logging.getLogger(__name__)
 
@@ -64,6 +64,15 @@ RETRY_AFTER_S = 1.0
 """``Retry-After`` of refusals that have no better estimate."""
 
 _Stream = AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]
+
+TOKENS_FIELD = "firstlight_token_ids"
+"""Chunk field of a stream served for a peer gateway: the chunk's output token ids
+(:mod:`firstlight.api.resume`)."""
+
+Elsewhere = Callable[[tuple[int, ...]], Awaitable[tuple[Stream, GenerationChunk] | None]]
+"""Continues a request in a peer region after the given output tokens: the peer's
+stream and its first chunk, or ``None`` when no peer could (bound per request by the
+gateway to :meth:`~firstlight.api.forward.PeerForwarder.continue_stream`)."""
 
 
 class LocalBackend(Protocol):
@@ -158,9 +167,14 @@ class LocalServer:
         local: Decision | None,
         obs: RequestObservation,
         reason: str,
+        elsewhere: Elsewhere | None = None,
+        token_ids: bool = False,
     ) -> Response:
         """Serve ``prepared`` here (``route`` and ``reason`` label it in headers and
-        metrics; ``local`` is the region decision's estimate). Raises
+        metrics; ``local`` is the region decision's estimate). ``elsewhere`` continues the
+        request in a peer region if this one cannot (:meth:`_resume`); ``token_ids``
+        (a peer forwarded the request) adds each streamed chunk's token ids
+        (:data:`~firstlight.api.resume.TOKENS_FIELD`). Raises
         :class:`ReplicaFailedError` when the replica fails before any output (the gateway
         may try another), :class:`NoCapacityError` after ``first_token_timeout_s``."""
         predicted_ms = local.winner.predicted_ttft_ms if local is not None else None
@@ -207,13 +221,28 @@ class LocalServer:
         if isinstance(first, RenderedChunk):
             return await self._relay(prepared, first, chunks, obs, headers)
         if prepared.stream:
-            events = self._sse(prepared, first, chunks, obs)
-            return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+            return self.stream_response(prepared, first, chunks, obs, headers, elsewhere, token_ids)
         try:
-            body = await self._collect(prepared, first, chunks, obs)
+            body = await self._collect(prepared, first, chunks, obs, elsewhere)
             return JSONResponse(body, headers=headers)
         except ApiError as exc:
             return error_response(exc, headers)
+
+    def stream_response(
+        self,
+        prepared: Prepared,
+        first: GenerationChunk,
+        chunks: Stream,
+        obs: RequestObservation,
+        headers: dict[str, str],
+        elsewhere: Elsewhere | None,
+        token_ids: bool = False,
+    ) -> StreamingResponse:
+        """The client's event stream from ``first`` and ``chunks`` (a local replica's, or
+        a peer's read by :func:`~firstlight.api.resume.peer_chunks` — the forwarder calls
+        this), resumed elsewhere if its source fails mid-stream."""
+        events = self._sse(prepared, first, chunks, obs, elsewhere, token_ids)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
     async def _relay(
         self,
@@ -314,55 +343,113 @@ class LocalServer:
         failed: Stream,
         exc: Exception,
         attempts: Attempts,
+        elsewhere: Elsewhere | None,
     ) -> tuple[Stream, GenerationChunk]:
-        """Continue a request whose replica failed after ``generated`` tokens on another
-        replica (:mod:`firstlight.api.migration`); return the new stream and its first
-        chunk. Raises ``exc`` when migration is off, :class:`NoCapacityError` when the
-        attempts are used up."""
+        """Continue a request whose replica (or peer) failed after ``generated`` tokens
+        (:mod:`firstlight.api.migration`): on another replica here while the region has a
+        healthy one and attempts are left, else in a peer region through ``elsewhere``
+        (:mod:`firstlight.api.resume`); return the new stream and its first chunk. With no
+        healthy replica and no peer that answers, a last local attempt waits for a
+        replacement. Raises ``exc`` when migration is off, :class:`NoCapacityError` when
+        the attempts are used up."""
         name, rid = prepared.model.name, prepared.generation.request_id
         self._finish(name, rid)
         await aclose(failed)
-        if not self.config.gateway.stream_migration:
-            raise exc
+        if not self.config.gateway.stream_migration or not getattr(exc, "resumable", True):
+            raise exc  # (a peer's stream without token ids cannot be continued exactly)
         reason = f"{type(cause(exc)).__name__}: {cause(exc)}"
-        timeout_s = self.config.gateway.first_token_timeout_s
+        tried_peers = False
         while attempts.another(reason):
-            self.telemetry.migrated(name, "resumed")
-            request, routing = continuation(prepared.generation, generated, self._schemes[name])
-            _log.warning(
-                "%s: %s resumed after %d tokens (attempt %d): %s",
-                self.region,
-                rid,
-                len(generated),
-                attempts.used,
-                reason,
-            )
-            state = self.backend.state(name)
-            if state is not None:
-                state.dispatched(rid, routing.prompt_tokens)
-            chunks = self.backend.stream(name, request, routing, {})
-            try:
-                async with asyncio.timeout(timeout_s):
-                    _, first = await first_chunk(chunks)
-            except (ReplicaFailedError, TimeoutError) as again:
-                reason = str(again) or type(again).__name__
-                self._finish(name, rid)
-                await aclose(chunks)
+            if elsewhere is not None and not tried_peers and not self._healthy(name):
+                tried_peers = True
+                moved = await self._elsewhere(prepared, generated, elsewhere, attempts, reason)
+                if moved is not None:
+                    return moved
+            resumed = await self._resume_here(prepared, generated, attempts, reason)
+            if isinstance(resumed, str):
+                reason = resumed
                 continue
-            except BaseException:
-                self._finish(name, rid)
-                await aclose(chunks)
-                raise
-            if isinstance(first, GenerationChunk):  # always: a continuation is ours
-                return chunks, first
-            await aclose(chunks)
+            return resumed
+        if elsewhere is not None and not tried_peers:  # the local attempts ran out
+            moved = await self._elsewhere(prepared, generated, elsewhere, attempts, reason)
+            if moved is not None:
+                return moved
         self.telemetry.migrated(name, "gave_up")
         raise NoCapacityError(
             f"the request failed mid-stream and could not be resumed: {attempts.summary()}"
         ) from exc
 
+    def _healthy(self, model: str) -> bool:
+        state = self.backend.state(model)
+        return state is not None and state.healthy_replicas > 0
+
+    async def _elsewhere(
+        self,
+        prepared: Prepared,
+        generated: list[int],
+        elsewhere: Elsewhere,
+        attempts: Attempts,
+        reason: str,
+    ) -> tuple[Stream, GenerationChunk] | None:
+        """The request continued in a peer region, or ``None`` when none could."""
+        rid = prepared.generation.request_id
+        moved = await elsewhere(tuple(generated))
+        if moved is None:
+            return None
+        self.telemetry.migrated(prepared.model.name, "resumed_in_peer")
+        _log.warning(
+            "%s: %s resumed in a peer region after %d tokens (attempt %d): %s",
+            self.region,
+            rid,
+            len(generated),
+            attempts.used,
+            reason,
+        )
+        return moved
+
+    async def _resume_here(
+        self, prepared: Prepared, generated: list[int], attempts: Attempts, reason: str
+    ) -> tuple[Stream, GenerationChunk] | str:
+        """One attempt to continue the request on a replica of this region: the new
+        stream and its first chunk, or why it failed."""
+        name, rid = prepared.model.name, prepared.generation.request_id
+        self.telemetry.migrated(name, "resumed")
+        request, routing = continuation(prepared.generation, generated, self._schemes[name])
+        _log.warning(
+            "%s: %s resumed after %d tokens (attempt %d): %s",
+            self.region,
+            rid,
+            len(generated),
+            attempts.used,
+            reason,
+        )
+        state = self.backend.state(name)
+        if state is not None:
+            state.dispatched(rid, routing.prompt_tokens)
+        chunks = self.backend.stream(name, request, routing, {})
+        try:
+            async with asyncio.timeout(self.config.gateway.first_token_timeout_s):
+                _, first = await first_chunk(chunks)
+        except (ReplicaFailedError, TimeoutError) as again:
+            self._finish(name, rid)
+            await aclose(chunks)
+            return str(again) or type(again).__name__
+        except BaseException:
+            self._finish(name, rid)
+            await aclose(chunks)
+            raise
+        if isinstance(first, GenerationChunk):  # always: a continuation is ours
+            return chunks, first
+        await aclose(chunks)
+        return "the replica answered a continuation with rendered output"
+
     async def _collect(
-        self, prepared: Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
+        self,
+        prepared: Prepared,
+        first: GenerationChunk,
+        chunks: Stream,
+        obs: RequestObservation,
+        elsewhere: Elsewhere | None,
     ) -> dict[str, Any]:
         parts, last = [first.text], first
         generated = list(first.token_ids)
@@ -373,7 +460,9 @@ class LocalServer:
                 try:
                     chunk = await next_chunk(chunks)
                 except Exception as exc:
-                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
+                    chunks, chunk = await self._resume(
+                        prepared, generated, chunks, exc, attempts, elsewhere
+                    )
                 if chunk is not None:
                     parts.append(chunk.text)
                     generated.extend(chunk.token_ids)
@@ -400,7 +489,13 @@ class LocalServer:
         )
 
     async def _sse(
-        self, prepared: Prepared, first: GenerationChunk, chunks: Stream, obs: RequestObservation
+        self,
+        prepared: Prepared,
+        first: GenerationChunk,
+        chunks: Stream,
+        obs: RequestObservation,
+        elsewhere: Elsewhere | None,
+        token_ids: bool,
     ) -> AsyncIterator[bytes]:
         kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.served_name
         model = prepared.model.name
@@ -416,11 +511,12 @@ class LocalServer:
                 generated.extend(chunk.token_ids)
                 obs.output_tokens += len(chunk.token_ids)
                 obs.last_token_at = time.monotonic()
-                yield sse_event(
-                    stream_chunk(
-                        kind, rid, name, created, chunk.text, chunk.finish_reason, first=is_first
-                    )
+                event = stream_chunk(
+                    kind, rid, name, created, chunk.text, chunk.finish_reason, first=is_first
                 )
+                if token_ids:
+                    event[TOKENS_FIELD] = list(chunk.token_ids)
+                yield sse_event(event)
                 is_first = False
                 usage = chunk.usage or usage
                 if chunk.finish_reason is not None:
@@ -428,7 +524,9 @@ class LocalServer:
                 try:
                     chunk = await next_chunk(chunks)
                 except Exception as exc:  # the replica failed: resume elsewhere, or raise
-                    chunks, chunk = await self._resume(prepared, generated, chunks, exc, attempts)
+                    chunks, chunk = await self._resume(
+                        prepared, generated, chunks, exc, attempts, elsewhere
+                    )
             if attempts.used > 1:
                 usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
             obs.prompt_sample = with_usage(obs.prompt_sample, usage)

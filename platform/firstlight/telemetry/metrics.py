@@ -69,7 +69,7 @@ _OUTLIER_LOG = 50
 _outlier_log = logging.getLogger("firstlight.outliers")
 _HOP_HEADER = "x-firstlight-hop"  # firstlight.api.forward.HOP_HEADER (no import cycle)
 _SERVED_HERE = ("local", "from_peer")
-MIGRATION_OUTCOMES = ("retried", "resumed", "gave_up")
+MIGRATION_OUTCOMES = ("retried", "resumed", "resumed_in_peer", "gave_up")
 """Outcomes of ``firstlight.request.migrations``: re-sent before the first token,
 continued mid-stream, or attempts used up."""
 _WINDOW_S = 300.0
