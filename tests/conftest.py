@@ -20,8 +20,9 @@ import pytest
 
 from firstlight.config import ENV_PREFIX
 
-# The session's Ray cluster and Serve proxy (``serve_port``), for every test folder.
-pytest_plugins = ["tests.serve.cluster"]
+# The session's Ray cluster and Serve proxy (``serve_port``), for every test folder; and
+# ``--figures-out`` (what fault tests measured, for ``firstlight bench faults``).
+pytest_plugins = ["tests.serve.cluster", "tests.figures"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -57,7 +57,7 @@ def _kill_every_replica(app: str) -> int:
 
 @pytest.mark.slow
 async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
-    regions: LocalPlatform,
+    regions: LocalPlatform, record_property: Callable[[str, object], None]
 ) -> None:
     load = SteadyLoad(regions.endpoints[EAST], MODEL, clients=4, max_tokens=16, api_key=API_KEY)
     load.start()
@@ -90,6 +90,16 @@ async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
     recovered_s = _back(answers, killed_at)
     assert recovered_s is not None
     in_flight = [a for a in answers if a.started_s < killed_at < a.started_s + a.total_s]
+    figures = {
+        "requests": len(answers),
+        "lost": len(lost),
+        "in_flight": len(in_flight),
+        "failed_over": len(failed_over),
+        "detect_s": detect_s,
+        "recovered_s": recovered_s,
+    }
+    for name, value in figures.items():
+        record_property(name, value)  # firstlight bench faults stores them
     print(
         f"\nregion {EAST}: every replica killed under load ({load.clients} clients): "
         f"{len(answers)} requests, 0 lost, 0 hung; {len(failed_over)} failed over to {WEST}; "

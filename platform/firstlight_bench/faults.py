@@ -1,0 +1,183 @@
+"""``firstlight bench faults``: the fault and load runs of ``docs/reliability.md`` as one
+command, and the page's table generated from what they measured.
+
+Each run is a test of the repository's suite (``tests/serve/test_*.py``, real local Ray
+cluster, real Redis, real HTTP, ``sim`` engines): it asserts what the doc claims and
+records its figures with ``record_property``. This tool runs those tests with the
+``--figures-out`` plugin (``tests/figures.py``), stores every test's outcome and figures
+in ``--out/results.json`` with the commit they ran at, and writes the table between the
+``faults`` markers of ``--page``. A failed test stays in the table as failed: the figures
+are reported, met or not. Needs a checkout of the repository (run it from its root).
+
+    firstlight bench faults --out docs/benchmarks/faults --page docs/reliability.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from firstlight_bench.results import (
+    add_report_options,
+    rewrote_tables,
+    run_header,
+    short_commit,
+)
+from firstlight_bench.suite import replace_tables
+
+__all__ = ["SCENARIOS", "Scenario", "fill", "main", "render", "summarize"]
+
+BEGIN = "<!-- faults:begin (generated from docs/benchmarks/faults/results.json; do not edit) -->"
+END = "<!-- faults:end -->"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One fault or load run: the test that runs it and how its row reads."""
+
+    name: str
+    test: str
+    """The test's node id, from the repository root."""
+    fault: str
+    """What is done to the platform (no figures: those come from the run)."""
+    measured: str
+    """The row's figures: a ``str.format`` template over the figures the test records."""
+
+
+SCENARIOS: tuple[Scenario, ...] = (
+    Scenario(
+        "region-resume",
+        "tests/serve/test_region_resume.py::"
+        "test_streams_of_a_region_that_lost_every_replica_continue_in_the_peer",
+        "every replica of a region's model killed at once while 20 streams are in flight "
+        "there (2 replicas; a peer region with 2)",
+        "{in_flight} of {streams} streams in flight at the kill; {resumed_in_peer:.0f} "
+        "continued in the peer, every one with exactly the undisturbed text and one id; "
+        "longest pause per stream: median {pause_median_s:.2f} s, max {pause_max_s:.2f} s; "
+        "all done {done_after_kill_s:.1f} s after the kill",
+    ),
+    Scenario(
+        "region-down",
+        "tests/serve/test_region_down.py::"
+        "test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing",
+        "a region's model application down under steady load: every replica killed at once "
+        "(4 closed-loop clients, streamed and not); Ray Serve starts new replicas",
+        "{requests} requests; {in_flight} in flight at the kill; {failed_over} failed over "
+        "to the peer; first fail-over answer {detect_s:.2f} s after the kill; served "
+        "locally again {recovered_s:.1f} s after it",
+    ),
+)
+"""The runs, in the order of the page's table."""
+
+
+def fill(template: str, figures: Mapping[str, Any]) -> str:
+    """``template`` with ``figures``, or a note naming what is missing (a test that
+    failed before recording, or a template that names a figure the test never records)."""
+    try:
+        return template.format_map(figures)
+    except KeyError as exc:
+        return f"(not measured: {exc.args[0]} missing)"
+    except (ValueError, TypeError) as exc:
+        return f"(figures do not fit the template: {exc})"
+
+
+def summarize(scenarios: Sequence[Scenario], records: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """One entry per scenario from the plugin's ``records``: outcome (``not run`` when
+    its test is absent), duration and figures."""
+    by_id = {str(r["nodeid"]): r for r in records}
+    rows = []
+    for scenario in scenarios:
+        record = by_id.get(scenario.test, {})
+        rows.append(
+            {
+                "name": scenario.name,
+                "test": scenario.test,
+                "outcome": record.get("outcome", "not run"),
+                "duration_s": record.get("duration_s"),
+                "figures": dict(record.get("figures", {})),
+            }
+        )
+    return rows
+
+
+def render(report: Mapping[str, Any]) -> str:
+    """The page section: the command and commit, then one row per scenario."""
+    scenarios = {s.name: s for s in SCENARIOS}
+    lines = [
+        BEGIN,
+        "",
+        f"`{report['command']}` at commit `{short_commit(report['git_commit'])}` "
+        f"({report['time'][:10]}); [results](benchmarks/faults/results.json).",
+        "",
+        "| fault or load | lost | measured | test |",
+        "|---|---:|---|---|",
+    ]
+    for row in report["scenarios"]:
+        scenario = scenarios.get(row["name"])
+        if scenario is None:
+            continue
+        figures = row["figures"]
+        lost = figures.get("lost", "n/a")
+        measured = fill(scenario.measured, figures)
+        if row["outcome"] != "passed":
+            measured = f"**test {row['outcome']}**; {measured}"
+        test = scenario.test.split("::")[0]
+        lines.append(f"| {scenario.fault} | **{lost}** | {measured} | `{test}` |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def _write_page(page: Path, report: Mapping[str, Any]) -> None:
+    page.write_text(replace_tables(page.read_text(), render(report), begin=BEGIN, end=END))
+
+
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """``firstlight bench faults``; returns the report (``None`` with ``--tables-only``).
+    Exits 1 when a run failed (after storing it)."""
+    parser = argparse.ArgumentParser(prog="firstlight bench faults", description=__doc__)
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated scenario names (default: all): "
+        + ", ".join(s.name for s in SCENARIOS),
+    )
+    add_report_options(parser)
+    args = parser.parse_args(argv)
+    if rewrote_tables(parser, args, _write_page):
+        return None
+    chosen = SCENARIOS
+    if args.only:
+        names = set(args.only.split(","))
+        unknown = names - {s.name for s in SCENARIOS}
+        if unknown:
+            parser.error(f"--only: unknown scenario(s) {', '.join(sorted(unknown))}")
+        chosen = tuple(s for s in SCENARIOS if s.name in names)
+    if not Path("tests/figures.py").is_file():
+        parser.error("run it from the repository's root (it runs tests/serve/)")
+    header = run_header("faults", argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / "figures.json"
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s"]
+        done = subprocess.run([*command, f"--figures-out={raw}", *(s.test for s in chosen)])
+        records = json.loads(raw.read_text())["tests"] if raw.is_file() else []
+    report = {**header, "pytest_exit": done.returncode, "scenarios": summarize(chosen, records)}
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    if args.page is not None:
+        _write_page(args.page, report)
+    print(render(report))
+    if done.returncode != 0:
+        raise SystemExit(1)
+    return report
+
+
+if __name__ == "__main__":
+    main()
