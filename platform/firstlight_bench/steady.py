@@ -151,6 +151,9 @@ class SteadyLoad:
             first: float | None = None
             done, tokens, problem = False, None, None
             async for event in sse_events(response.aiter_lines()):
+                if done:  # nothing may follow [DONE]
+                    problem = problem or "an event after [DONE]"
+                    continue
                 if event is None:
                     done = True
                     continue

@@ -69,6 +69,7 @@ async def test_good_answers_count_as_served() -> None:
     ("stream", "problem"),
     [
         (_sse(_delta("a"), USAGE), "no [DONE]"),
+        (_sse(_delta("a"), USAGE, "[DONE]", _delta("b")), "an event after [DONE]"),
         (_sse(_delta("a"), {"error": {"message": "boom"}}, "[DONE]"), "error event: boom"),
         (
             _sse(_delta("a"), {"choices": [], "usage": {"completion_tokens": 1}}, "[DONE]"),
@@ -77,7 +78,7 @@ async def test_good_answers_count_as_served() -> None:
         (_sse(_delta("a"), {"error": "plain"}, "[DONE]"), "error event: plain"),
         (_sse(_delta("a"), "{not json", "[DONE]"), "JSONDecodeError: "),
     ],
-    ids=["no-done", "error-event", "short", "string-error", "not-json"],
+    ids=["no-done", "after-done", "error-event", "short", "string-error", "not-json"],
 )
 async def test_a_stream_that_fails_a_check_is_lost(stream: bytes, problem: str) -> None:
     streamed, _ = await _one_of_each(stream, GOOD_BODY)
