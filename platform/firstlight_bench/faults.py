@@ -64,6 +64,16 @@ SCENARIOS: tuple[Scenario, ...] = (
         "all done {done_after_kill_s:.1f} s after the kill",
     ),
     Scenario(
+        "region-resume-vllm",
+        "tests/serve/test_vllm_regions.py::"
+        "test_streams_continue_in_the_peer_with_the_uninterrupted_greedy_text",
+        "the same on vLLM-CPU with the default model: a region's only replica killed while "
+        "two greedy streams are in flight there (a peer region with one replica)",
+        "{resumed_in_peer:.0f} of {streams} streams continued in the peer after at least "
+        "{chunks_before_kill_min} chunks each; {identical} of {streams} texts identical to "
+        "the same request's uninterrupted greedy answer",
+    ),
+    Scenario(
         "region-down",
         "tests/serve/test_region_down.py::"
         "test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing",

@@ -135,12 +135,13 @@ def _undisturbed_text(request_id: str) -> str:
     return "".join(filler.text(filler.token_id(offset, p)) for p in range(MAX_TOKENS))
 
 
-async def _migrations(endpoint: str) -> dict[str, float]:
+async def _migrations(endpoint: str, model: str = MODEL) -> dict[str, float]:
+    """The region's ``firstlight_request_migrations_total`` of ``model``, by outcome."""
     async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
         exposition = (await client.get(f"{endpoint}/metrics")).text
     counts: dict[str, float] = {}
     for line in exposition.splitlines():
-        if line.startswith(MIGRATIONS + "{") and f'model="{MODEL}"' in line:
+        if line.startswith(MIGRATIONS + "{") and f'model="{model}"' in line:
             outcome = line.split('outcome="')[1].split('"')[0]
             counts[outcome] = counts.get(outcome, 0.0) + float(line.rsplit(" ", 1)[1])
     return counts

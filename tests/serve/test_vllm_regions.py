@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -273,3 +273,106 @@ def test_the_last_token_id_of_the_vocabulary_is_still_served(platform: LocalPlat
     body = {"model": MODEL, "prompt": [1, VOCABULARY - 1], "max_tokens": 1}
     response = httpx.post(f"{platform.endpoints['v-east']}/v1/completions", json=body, timeout=60)
     assert response.status_code == 200, response.text
+
+
+# --- last in this module: it kills v-east's model replica -------------------------------
+
+RESUME_PROMPTS = (
+    "Count from 1 to 40, one number per line.",
+    "Write the days of the week, then the months of the year, one per line.",
+)
+RESUME_MAX_TOKENS = 48
+
+
+async def _greedy_stream(
+    client: httpx.AsyncClient,
+    url: str,
+    prompt: str,
+    out: list[str],
+    on_piece: Callable[[], None] = lambda: None,
+) -> None:
+    """Stream one greedy chat answer into ``out`` (one piece per chunk, ``on_piece``
+    called after each); fails on an error event or a missing ``[DONE]``."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": RESUME_MAX_TOKENS,
+        "temperature": 0,
+        "stream": True,
+    }
+    done = False
+    async with client.stream("POST", url, json=body) as response:
+        assert response.status_code == 200, await response.aread()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line.removeprefix("data: ")
+            assert not done, "an event after [DONE]"
+            if data == "[DONE]":
+                done = True
+                continue
+            event = json.loads(data)
+            assert "error" not in event, event
+            out.extend(c["delta"].get("content") or "" for c in event["choices"])
+            on_piece()
+    assert done
+
+
+def _kill_model_replica(app: str) -> int:
+    import ray
+
+    prefix = f"SERVE_REPLICA::{app}#model-{MODEL}#"
+    names = [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(prefix)
+    ]
+    for name in names:
+        ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+    return len(names)
+
+
+async def test_streams_continue_in_the_peer_with_the_uninterrupted_greedy_text(
+    platform: LocalPlatform, record_property: Callable[[str, object], None]
+) -> None:
+    """v-east's only replica is killed while two greedy streams are in flight there: both
+    continue in v-west (the request, the tokens already sent) and each text equals the
+    same request's uninterrupted greedy answer, measured first on the same regions."""
+    import asyncio
+
+    from tests.serve.test_region_resume import _migrations
+
+    url = f"{platform.endpoints['v-east']}/v1/chat/completions"
+    async with httpx.AsyncClient(timeout=300, trust_env=False) as client:
+        reference: list[list[str]] = [[] for _ in RESUME_PROMPTS]
+        for prompt, out in zip(RESUME_PROMPTS, reference, strict=True):
+            await _greedy_stream(client, url, prompt, out)
+        pieces: list[list[str]] = [[] for _ in RESUME_PROMPTS]
+        started = asyncio.Event()  # every stream has a few pieces of text: kill
+
+        def on_piece() -> None:
+            if min(len(p) for p in pieces) >= 4:
+                started.set()
+
+        tasks = [
+            asyncio.create_task(_greedy_stream(client, url, prompt, out, on_piece))
+            for prompt, out in zip(RESUME_PROMPTS, pieces, strict=True)
+        ]
+        await asyncio.wait_for(started.wait(), 300)
+        assert not any(t.done() for t in tasks), "a stream ended before the kill"
+        sent_before_kill = [len(p) for p in pieces]
+        assert await asyncio.to_thread(_kill_model_replica, "v-east") == 1
+        await asyncio.wait_for(asyncio.gather(*tasks), 300)
+    counts = await _migrations(platform.endpoints["v-east"], MODEL)
+    identical = sum("".join(p) == "".join(r) for p, r in zip(pieces, reference, strict=True))
+    for name, value in {
+        "streams": len(RESUME_PROMPTS),
+        "lost": 0,  # each stream ended with [DONE] and no error event (checked above)
+        "identical": identical,
+        "resumed_in_peer": counts.get("resumed_in_peer", 0),
+        "chunks_before_kill_min": min(sent_before_kill),
+    }.items():
+        record_property(name, value)
+    assert counts.get("resumed_in_peer", 0) >= 1, counts
+    for got, want in zip(pieces, reference, strict=True):
+        assert "".join(got) == "".join(want)
