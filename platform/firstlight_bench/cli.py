@@ -389,6 +389,7 @@ _TOOLS = {
     "faults": "The fault and load runs of docs/reliability.md, stored, and its table.",
     "features": "Which OpenAI / vLLM request features each server accepts and honours.",
     "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
+    "index-faults": "How fast wrong-hint routing stops after each cache-index fault.",
     "offload": "KV offload tiers, simulated: host-tier hits credited, missed or free.",
     "outliers": "Outlier capture end to end: a planted slow request, a steady run's false ones.",
     "quantization": "bf16 vs INT8 W8A8 on the same engine.",

@@ -18,9 +18,19 @@ RUNS = sorted(
     for pattern in ("*/results.json", "suite/*/results.json")
     for p in BENCHMARKS.glob(pattern)
     # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
-    if p.parent.name not in ("decision", "route-share", "offload-sim")
+    if p.parent.name not in ("decision", "route-share", "offload-sim", "index-faults", "faults")
     and not p.parent.name.startswith(
-        ("serving-", "peers-", "engine-", "features-", "autoscale", "rag-", "advisor", "outliers")
+        (
+            "serving-",
+            "peers-",
+            "engine-",
+            "features-",
+            "autoscale",
+            "rag-",
+            "advisor",
+            "outliers",
+            "soak",
+        )
     )
 )
 
