@@ -1,11 +1,14 @@
 """The vLLM adapter's KV event feed over a real ZMQ PUB/SUB pair, with vLLM's own event
 classes and encoding (``vllm.distributed.kv_events``): events by medium become the
-router's two tiers, and a batch lost on the way clears the replica's hints before the
-next batch is applied."""
+router's two tiers; a batch lost on the way is replayed from vLLM's own publisher where
+it has a replay socket, and otherwise clears the replica's hints before the next batch
+is applied."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -118,3 +121,68 @@ def test_the_sequence_counts_each_gap_once() -> None:
     ]
     assert sequence.gaps == 2
     assert sequence.expected == 7
+
+
+async def test_batches_missed_are_replayed_by_vllms_own_publisher(tmp_path: Path) -> None:
+    """vLLM's ``ZmqEventPublisher`` with its replay socket, as the engine runs it: the
+    adapter subscribes after some batches went out, finds the gap at the first batch it
+    receives and asks the replay socket for the missing ones; every batch is applied in
+    order and the hints are never cleared."""
+    from vllm.distributed.kv_events import ZmqEventPublisher
+
+    endpoint, replay = f"ipc://{tmp_path}/kv.sock", f"ipc://{tmp_path}/replay.sock"
+    publisher = ZmqEventPublisher(0, endpoint=endpoint, replay_endpoint=replay, topic="kv")
+    context = zmq.asyncio.Context()
+    probe = context.socket(zmq.SUB)
+    probe.setsockopt(zmq.SUBSCRIBE, b"kv")
+    probe.connect(endpoint)
+    subscriber = context.socket(zmq.SUB)
+    published = 0
+
+    def publish(block: int) -> None:
+        nonlocal published
+        publisher.publish(KVEventBatch(ts=0.0, events=[_stored([block])]))
+        published += 1
+
+    async def until(socket_or_task: Any) -> bool:
+        """Publish one batch, then whether ``socket_or_task`` produced within 0.2 s."""
+        publish(published)
+        waiting = socket_or_task if isinstance(socket_or_task, asyncio.Task) else None
+        try:
+            if waiting is not None:
+                await asyncio.wait_for(asyncio.shield(waiting), 0.2)
+            else:
+                await asyncio.wait_for(socket_or_task.recv_multipart(), 0.2)
+        except TimeoutError:
+            return False
+        return True
+
+    try:
+        # Batches go out until the probe sees one: the publisher is sending, and every
+        # batch so far is in its replay buffer. The engine's subscriber does not exist yet.
+        async with asyncio.timeout(30):
+            while not await until(probe):
+                pass
+        missed = published
+        subscriber.setsockopt(zmq.SUBSCRIBE, b"kv")
+        subscriber.connect(endpoint)
+        engine = VllmEngine.__new__(VllmEngine)  # the adapter without a model
+        engine.model_name = "m"
+        engine._events = subscriber
+        engine.replay_endpoint = replay
+        feed = engine.cache_events()
+        first = asyncio.ensure_future(anext(feed))
+        async with asyncio.timeout(30):
+            while not await until(first):
+                pass
+            if first.result() != CacheEvent(stored=(0,)):  # not replayed: fail, do not wait
+                events = [first.result()]
+            else:
+                events = [first.result(), *await _take(feed, published - 1)]
+    finally:
+        subscriber.close(linger=0)
+        probe.close(linger=0)
+        context.term()
+        publisher.shutdown()
+    assert missed >= 1
+    assert events == [CacheEvent(stored=(block,)) for block in range(published)]

@@ -16,9 +16,13 @@ from firstlight.engine.capabilities import Device
 from firstlight.errors import ModelNotFoundError
 from firstlight.prefix import HashScheme
 
-__all__ = ["check_model_files", "engine_arguments", "engine_environment"]
+__all__ = ["KV_EVENTS_REPLAY_STEPS", "check_model_files", "engine_arguments", "engine_environment"]
 
 _GIB = 1 << 30
+
+KV_EVENTS_REPLAY_STEPS = 1_000
+"""Event batches vLLM keeps for replay (vLLM's default is 10,000): a lost batch is noticed
+at the next one, so the last few are what a replay needs."""
 
 
 def check_model_files(model: ModelConfig, model_dir: Path) -> None:
@@ -48,10 +52,13 @@ def engine_arguments(
     dtype: str,
     device: Device,
     kv_events_endpoint: str,
+    kv_events_replay_endpoint: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments of ``vllm.engine.arg_utils.AsyncEngineArgs`` for ``model``:
     its own fields, the hash scheme (block size, hash algorithm), KV-cache events on
-    ``kv_events_endpoint``, and the ``vllm`` settings that differ from vLLM's defaults."""
+    ``kv_events_endpoint`` (lost batches replayed on ``kv_events_replay_endpoint``,
+    from the last :data:`KV_EVENTS_REPLAY_STEPS`), and the ``vllm`` settings that
+    differ from vLLM's defaults."""
     from vllm.config import KVEventsConfig
 
     settings = model.vllm
@@ -66,7 +73,12 @@ def engine_arguments(
         "disable_log_stats": False,
         "speculative_config": _speculative(model),
         "kv_events_config": KVEventsConfig(
-            enable_kv_cache_events=True, publisher="zmq", endpoint=kv_events_endpoint, topic="kv"
+            enable_kv_cache_events=True,
+            publisher="zmq",
+            endpoint=kv_events_endpoint,
+            replay_endpoint=kv_events_replay_endpoint,
+            buffer_steps=KV_EVENTS_REPLAY_STEPS,
+            topic="kv",
         ),
         "enable_prefix_caching": model.enable_prefix_caching,
         "tensor_parallel_size": settings.tensor_parallel_size,

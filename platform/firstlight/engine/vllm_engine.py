@@ -20,7 +20,7 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,6 +155,8 @@ class VllmEngine:
     """vLLM ``AsyncLLM`` behind the :class:`~firstlight.engine.protocol.Engine` protocol."""
 
     simulated = False
+    replay_endpoint: str | None = None
+    """vLLM's replay socket for lost KV event batches (``None``: a gap clears the hints)."""
 
     def __init__(
         self,
@@ -163,6 +165,7 @@ class VllmEngine:
         events: zmq.asyncio.Socket,
         recorder: _StatsRecorder,
         model_dir: Path | None = None,
+        replay_endpoint: str | None = None,
     ) -> None:
         self.model_name = model.name
         self._model = model
@@ -176,6 +179,7 @@ class VllmEngine:
         # server applies them: to what the request left out.
         self._generation_defaults = _generation_defaults(llm)
         self._events = events
+        self.replay_endpoint = replay_endpoint
         self._recorder = recorder
         self._pending_prefill: dict[str, int] = {}
         # Set by the engine core's handshake (vllm/v1/engine/core_client.py).
@@ -226,9 +230,10 @@ class VllmEngine:
                 os.environ[name] = value
         # vLLM binds its PUB socket only for wildcard or ipc endpoints (it connects to
         # any other tcp address), so a private ipc socket keeps events on this host.
-        endpoint = f"ipc://{tempfile.gettempdir()}/firstlight-kv-{uuid.uuid4().hex}.sock"
+        sockets = f"ipc://{tempfile.gettempdir()}/firstlight-kv-{uuid.uuid4().hex}"
+        endpoint, replay = f"{sockets}.sock", f"{sockets}-replay.sock"
         args = AsyncEngineArgs(
-            **engine_arguments(model, model_dir, scheme, dtype, device, endpoint)
+            **engine_arguments(model, model_dir, scheme, dtype, device, endpoint, replay)
         )
         recorder = _StatsRecorder()
         # Subscribe before the engine exists, so no event is published unseen.
@@ -248,7 +253,7 @@ class VllmEngine:
             if isinstance(exc, Exception):
                 raise EngineError(f"vLLM could not start model {model.name!r}: {exc}") from exc
             raise
-        return cls(llm, model, events, recorder, model_dir)
+        return cls(llm, model, events, recorder, model_dir, replay)
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationChunk]:
         """Stream the request; see :class:`~firstlight.engine.protocol.Engine`."""
@@ -376,22 +381,8 @@ class VllmEngine:
 
         decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
         tiers = KvTiers()  # device and host tiers, from each event's medium
-        sequence = BatchSequence()
-        while True:
-            _topic, seq_bytes, payload = await self._events.recv_multipart()
-            seq = int.from_bytes(seq_bytes, "big", signed=True)
-            if seq < 0:  # the publisher's end-of-stream marker
-                continue
-            expected = sequence.expected
-            if not sequence.follows(seq):
-                _log.warning(
-                    "%s: KV event batch %d arrived where %d was expected (events lost); "
-                    "the replica's hints are cleared until it stores blocks again",
-                    self.model_name,
-                    seq,
-                    expected,
-                )
-                yield tiers.cleared()
+
+        def decoded(payload: bytes) -> Iterator[CacheEvent]:
             for event in decoder.decode(payload).events:
                 out: CacheEvent | None = None
                 if isinstance(event, BlockStored):
@@ -402,6 +393,67 @@ class VllmEngine:
                     out = tiers.cleared()
                 if out is not None:
                     yield out
+
+        sequence = BatchSequence()
+        while True:
+            _topic, seq_bytes, payload = await self._events.recv_multipart()
+            seq = int.from_bytes(seq_bytes, "big", signed=True)
+            if seq < 0:  # the publisher's end-of-stream marker
+                continue
+            expected = sequence.expected
+            if not sequence.follows(seq):
+                missed = await self._replayed(expected, seq) if expected < seq else None
+                if missed is None:
+                    _log.warning(
+                        "%s: KV event batch %d arrived where %d was expected (events lost, "
+                        "not replayed); the replica's hints are cleared until it stores "
+                        "blocks again",
+                        self.model_name,
+                        seq,
+                        expected,
+                    )
+                    yield tiers.cleared()
+                else:
+                    _log.info(
+                        "%s: KV event batches %d-%d were lost and replayed",
+                        self.model_name,
+                        expected,
+                        seq - 1,
+                    )
+                    for lost in missed:
+                        for out in decoded(lost):
+                            yield out
+            for out in decoded(payload):
+                yield out
+
+    async def _replayed(self, first: int, end: int) -> list[bytes] | None:
+        """Event batches ``first`` .. ``end - 1`` from vLLM's replay socket (a DEALER
+        request with the first sequence number; the publisher answers with every batch
+        it still buffers from there, then an end marker), or ``None`` when it has no
+        replay socket, does not answer within :data:`_REPLAY_TIMEOUT_S` or no longer
+        holds them all. Called by :meth:`cache_events` on a gap."""
+        if self.replay_endpoint is None:
+            return None
+        socket = self._events.context.socket(zmq.DEALER)
+        socket.connect(self.replay_endpoint)
+        found: dict[int, bytes] = {}
+        try:
+            await socket.send_multipart([b"", first.to_bytes(8, "big")])
+            async with asyncio.timeout(_REPLAY_TIMEOUT_S):
+                while True:
+                    frames = await socket.recv_multipart()
+                    seq = int.from_bytes(frames[-2], "big", signed=True)
+                    if seq < 0:  # the end marker
+                        break
+                    if first <= seq < end:
+                        found[seq] = frames[-1]
+        except TimeoutError:
+            return None
+        finally:
+            socket.close(linger=0)
+        if len(found) != end - first:
+            return None
+        return [found[seq] for seq in range(first, end)]
 
     async def shutdown(self) -> None:
         """Stop the engine core and close the event subscription."""
@@ -414,6 +466,9 @@ class VllmEngine:
         self._events.close(linger=0)
         self._events.context.term()
 
+
+_REPLAY_TIMEOUT_S = 1.0
+"""How long a gap waits for vLLM's replay socket before the hints are cleared instead."""
 
 _SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
