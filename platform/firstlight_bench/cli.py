@@ -411,7 +411,9 @@ def _tool(name: str) -> Callable[[typer.Context], None]:
 
         module = importlib.import_module(f"firstlight_bench.{name.replace('-', '_')}")
         sys.argv[0] = f"firstlight bench {name}"
-        module.main(list(ctx.args))
+        status = module.main(list(ctx.args))
+        if isinstance(status, int) and not isinstance(status, bool) and status != 0:
+            raise SystemExit(status)  # a tool whose main returns an exit status (soak)
 
     return run
 

@@ -1,42 +1,62 @@
 """The soak run: steady load for minutes on a local two-region platform, watching for
-what only time shows — lost requests, memory growth, leaked asyncio tasks.
+what only time shows — lost requests, memory growth and who owns it, leaked asyncio tasks.
 
-``python -m firstlight_bench.soak --minutes 10`` deploys two emulated regions on the
-``sim`` engine (results are labelled simulated), runs closed-loop
-:class:`~firstlight_bench.steady.SteadyLoad` clients against both, and every
+``firstlight bench soak --minutes 60 --out FOLDER`` (``python -m firstlight_bench.soak``)
+deploys two emulated regions on the ``sim`` engine (results are labelled simulated), runs
+closed-loop :class:`~firstlight_bench.steady.SteadyLoad` clients against both, and every
 ``--sample-s`` seconds reads the resident memory of every gateway and model replica
 process (``/proc``; Ray names its processes ``ray::ServeReplica:<app>:<deployment>``)
-and each gateway's ``firstlight_gateway_asyncio_tasks``. It prints one line per sample
-and a markdown table at the end, and with ``--out`` writes the numbers as JSON.
+and each gateway's ``firstlight_gateway_asyncio_tasks``.
 
-Memory growth is measured from the first sample under load (after ``--warmup-s``, when
-caches and pools have filled) to the last; asyncio tasks are compared idle before the
-load and idle after it, so a task per request that never ends shows as a difference.
-Tests call :func:`soak` with a platform of their own for a short run.
+Memory growth is measured from the end of the warm-up (``--warmup-s``, by default a third
+of the run: caches and pools fill first) to the end, so a 60-minute run measures the last
+40 minutes. With ``--tracemalloc`` (the default) every gateway traces its Python
+allocations from before the load (``--frames`` frames per traceback); at the end of the
+warm-up each takes a baseline, at the end the growth since then is grouped by owner
+(:mod:`firstlight.telemetry.memory`; the gateways are reached through their deployment
+handles, :mod:`firstlight_bench.soak_memory`). RSS is read before each snapshot, so the
+snapshot's own transient memory is not in the figure it is compared with (the report
+shows how much RSS rose while the baseline was taken). Tracing costs the gateways CPU,
+so the latencies of a traced run are not those of an untraced one, and it stays on until
+the platform is deleted (:meth:`firstlight.telemetry.memory.MemoryTracer.stop`).
+Asyncio tasks are compared idle before the load and idle after it, so a task per request
+that never ends shows as a difference.
+
+With ``--out`` the run is stored as ``results.json`` and ``report.md``; with ``--page``
+the generated section of that doc page is rewritten (``--tables-only``: from the stored
+``results.json``, without running; :mod:`firstlight_bench.soak_report`). Tests call
+:func:`soak` with a platform of their own for a short run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.telemetry.rolling import percentile
+from firstlight_bench.results import add_report_options, rewrote_tables, run_header
+from firstlight_bench.soak_memory import GatewayMemory
+from firstlight_bench.soak_report import SOAK_BEGIN, SOAK_END, has_markers, rewrite_page, write_run
 from firstlight_bench.steady import Answer, SteadyLoad
 
 __all__ = ["SoakReport", "main", "soak", "soak_config"]
 
 Report = Callable[[str], None]
 _TASKS_SERIES = "firstlight_gateway_asyncio_tasks"
+_MIB = 1024.0 * 1024.0
+REGIONS = ("soak-east", "soak-west")
+MODEL_REPLICAS = 2
+"""Model replicas per region (the gateways per region: ``gateway.replicas``' default)."""
 
 
 @dataclass
@@ -51,7 +71,7 @@ class SoakReport:
     ttft_ms_first_minute: dict[str, float | None] = field(default_factory=dict)
     ttft_ms_last_minute: dict[str, float | None] = field(default_factory=dict)
     rss_mib: dict[str, list[float]] = field(default_factory=dict)
-    """Process (``<region>/<deployment>#<pid>``) → RSS at each sample under load."""
+    """Process (``<region>/<deployment>#<pid>``) → RSS at each sample."""
     sample_at_s: list[float] = field(default_factory=list)
     tasks_idle_before: dict[str, int] = field(default_factory=dict)
     tasks_idle_after: dict[str, int] = field(default_factory=dict)
@@ -61,25 +81,45 @@ class SoakReport:
     state that grows with distinct prompts until the replicas' caches evict or the hints
     expire (``hints.ttl_s``)."""
     problems: dict[str, int] = field(default_factory=dict)
+    warmup_s: float = 0.0
+    """Growth is measured from the sample at this time to the last."""
+    rss_mib_at_warmup: dict[str, float] = field(default_factory=dict)
+    """Process → RSS at the end of the warm-up (before the gateways' baselines)."""
+    tracemalloc_frames: int = 0
+    """Frames per traceback the gateways traced with; 0: not traced."""
+    rss_mib_after_baseline: dict[str, float] = field(default_factory=dict)
+    """Process → RSS right after the gateways took their baselines."""
+    traced_mib: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    """Gateway process → ``(time, traced MiB)`` at each sample it answered."""
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Gateway process → its traced growth since the baseline
+    (:class:`firstlight.telemetry.memory.MemoryGrowth` as a dict)."""
+    memory_problems: list[str] = field(default_factory=list)
+    """Gateways the memory asks did not reach, and errors."""
+
+    def rss_at_warmup(self, process: str) -> float:
+        """RSS of ``process`` at the end of the warm-up (its first sample without one)."""
+        return self.rss_mib_at_warmup.get(process, self.rss_mib[process][0])
 
     def growth_pct(self, process: str) -> float:
-        """RSS growth of ``process`` from the first sample under load to the last."""
-        first, last = self.rss_mib[process][0], self.rss_mib[process][-1]
+        """RSS growth of ``process`` from the end of the warm-up to the last sample."""
+        first, last = self.rss_at_warmup(process), self.rss_mib[process][-1]
         return (last - first) / first * 100.0
 
     def markdown(self) -> str:
-        """The report as the table ``docs/reliability.md`` quotes."""
+        """A short summary for the console (the stored report:
+        :func:`firstlight_bench.soak_report.render`)."""
         lines = [
             f"soak: {self.duration_s / 60:.1f} min, {self.clients_per_region} closed-loop "
             f"clients per region, sim engine (simulated): {self.requests} requests, "
             f"{self.lost} lost, {self.hung} hung",
             "",
-            "| process | RSS first sample under load (MiB) | RSS last (MiB) | growth |",
+            "| process | RSS at warm-up end (MiB) | RSS last (MiB) | growth |",
             "|---|---|---|---|",
         ]
         for process, samples in sorted(self.rss_mib.items()):
             lines.append(
-                f"| {process} | {samples[0]:.0f} | {samples[-1]:.0f} | "
+                f"| {process} | {self.rss_at_warmup(process):.0f} | {samples[-1]:.0f} | "
                 f"{self.growth_pct(process):+.1f} % |"
             )
         lines += [
@@ -103,6 +143,15 @@ class SoakReport:
             first = _ms(self.ttft_ms_first_minute[region])
             last = _ms(self.ttft_ms_last_minute.get(region))
             lines.append(f"TTFT p99 in {region}: first minute {first}, last {last}")
+        for process, grown in sorted(self.memory.items()):
+            owners = ", ".join(
+                f"{o['owner']} {o['size_bytes'] / _MIB:+.2f}" for o in grown["owners"][:5]
+            )
+            lines.append(
+                f"traced growth of {process}: {grown['traced_growth_bytes'] / _MIB:+.2f} MiB "
+                f"({owners}, ...)"
+            )
+        lines += [f"memory: {problem}" for problem in self.memory_problems]
         return "\n".join(lines)
 
 
@@ -111,14 +160,15 @@ def soak_config(port: int) -> PlatformConfig:
     default model's CPU costs, its own Redis key prefix."""
     model = {"name": "sim-soak", "engine": "sim", "max_model_len": 4096,
              "resources": {"num_cpus": 0}}  # fmt: skip
+    east, west = REGIONS
     return parse_config(
         {
             "mode": "local",
             "regions": [
-                {"name": "soak-east", "peers": [{"region": "soak-west", "rtt_ms": 40}]},
-                {"name": "soak-west", "peers": [{"region": "soak-east", "rtt_ms": 40}]},
+                {"name": east, "peers": [{"region": west, "rtt_ms": 40}]},
+                {"name": west, "peers": [{"region": east, "rtt_ms": 40}]},
             ],
-            "models": [{**model, "replicas": 2}],
+            "models": [{**model, "replicas": MODEL_REPLICAS}],
             "hints": {"key_prefix": f"firstlight:soak:{uuid.uuid4().hex[:8]}:"},
             "gateway": {"host": "127.0.0.1", "port": port},
         },
@@ -145,6 +195,12 @@ def _processes(regions: Sequence[str]) -> dict[str, int]:
     return found
 
 
+def _gateways(region: str) -> dict[str, int]:
+    """The gateway processes of ``region`` (process name → pid)."""
+    prefix = f"{region}/gateway#"
+    return {name: pid for name, pid in _processes([region]).items() if name.startswith(prefix)}
+
+
 def _rss_mib(pid: int) -> float | None:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
@@ -154,6 +210,11 @@ def _rss_mib(pid: int) -> float | None:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024.0
     return None
+
+
+def _rss_now(regions: Sequence[str]) -> dict[str, float]:
+    found = {process: _rss_mib(pid) for process, pid in _processes(regions).items()}
+    return {process: rss for process, rss in found.items() if rss is not None}
 
 
 async def _tasks(client: httpx.AsyncClient, endpoint: str) -> int:
@@ -177,6 +238,17 @@ async def _idle_tasks(client: httpx.AsyncClient, endpoints: Mapping[str, str]) -
     return counts
 
 
+def sample_times(duration_s: float, sample_s: float, warmup_s: float) -> list[float]:
+    """When to sample, in seconds after the load started, besides the last sample at
+    ``duration_s``: every ``sample_s`` and at the end of the warm-up."""
+    times = {min(warmup_s, duration_s)}
+    at = sample_s
+    while at < duration_s:
+        times.add(at)
+        at += sample_s
+    return sorted(t for t in times if t < duration_s or t == warmup_s)
+
+
 async def soak(
     endpoints: Mapping[str, str],
     model: str,
@@ -185,11 +257,23 @@ async def soak(
     clients: int = 3,
     sample_s: float = 30.0,
     warmup_s: float = 30.0,
+    tracemalloc_frames: int = 0,
+    top_owners: int = 15,
     report: Report = print,
 ) -> SoakReport:
     """Load every region of ``endpoints`` for ``duration_s`` and measure (see the
-    module docstring). Needs the platform's processes on this machine."""
-    result = SoakReport(duration_s, clients)
+    module docstring). Needs the platform's processes on this machine; with
+    ``tracemalloc_frames`` > 0 also the platform's Ray cluster (this process started it),
+    whose gateways then trace their allocations."""
+    warmup_s = min(warmup_s, duration_s)
+    result = SoakReport(duration_s, clients, warmup_s=warmup_s)
+    regions = list(endpoints)
+    memory: GatewayMemory | None = None
+    if tracemalloc_frames > 0:
+        memory = GatewayMemory(regions, _gateways)
+        started_tracing = await _ask(result, memory, "memory_start", tracemalloc_frames)
+        result.tracemalloc_frames = max((s.frames for s in started_tracing.values()), default=0)
+        report(f"  tracemalloc on in {len(started_tracing)} gateways")
     async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
         result.tasks_idle_before = await _idle_tasks(client, endpoints)
         loads = {
@@ -199,18 +283,39 @@ async def soak(
         for load in loads.values():
             load.start()
         started = time.monotonic()
-        next_sample = started + min(warmup_s, duration_s)
-        while (now := time.monotonic()) < started + duration_s:
-            await asyncio.sleep(max(min(next_sample, started + duration_s) - now, 0.0))
-            if time.monotonic() < next_sample:
-                continue
-            next_sample += sample_s
-            await _sample(result, client, endpoints, time.monotonic() - started)
+        for at in sample_times(duration_s, sample_s, warmup_s):
+            await asyncio.sleep(max(started + at - time.monotonic(), 0.0))
+            rss = await _sample(result, client, endpoints, memory, time.monotonic() - started)
+            if at == warmup_s:
+                result.rss_mib_at_warmup = rss
+                if memory is not None:
+                    await _ask(result, memory, "memory_baseline", "warm-up end")
+                    result.rss_mib_after_baseline = _rss_now(regions)
             served = sum(len(load.answers) for load in loads.values())
             report(f"  {result.sample_at_s[-1]:6.0f} s: {served} requests answered")
-        await _sample(result, client, endpoints, time.monotonic() - started)
+        await asyncio.sleep(max(started + duration_s - time.monotonic(), 0.0))
+        await _sample(result, client, endpoints, memory, time.monotonic() - started)
+        end_s = time.monotonic() - started
+        if memory is not None:
+            grown = await _ask(result, memory, "memory_growth", "end", top_owners)
+            result.memory = {process: asdict(g) for process, g in sorted(grown.items())}
         answers = {region: await load.stop() for region, load in loads.items()}
         result.tasks_idle_after = await _idle_tasks(client, endpoints)
+    _count(result, answers, end_s)
+    return result
+
+
+async def _ask(
+    result: SoakReport, memory: GatewayMemory, method: str, *args: Any
+) -> dict[str, Any]:
+    answers, problems = await memory.ask(method, *args)
+    result.memory_problems += [p for p in problems if p not in result.memory_problems]
+    return dict(answers)
+
+
+def _count(result: SoakReport, answers: Mapping[str, list[Answer]], end_s: float) -> None:
+    """Requests, losses and TTFT p99 of the first and the last minute before ``end_s``
+    (the last sample: the end's snapshots slow the requests after it)."""
     everything = [a for region_answers in answers.values() for a in region_answers]
     result.requests = len(everything)
     result.lost = sum(a.lost for a in everything)
@@ -219,27 +324,35 @@ async def soak(
         if a.problem is not None:
             result.problems[a.problem] = result.problems.get(a.problem, 0) + 1
     for region, region_answers in answers.items():
-        end = max((a.started_s for a in region_answers), default=0.0)
         result.ttft_ms_first_minute[region] = _p99(a for a in region_answers if a.started_s < 60)
         result.ttft_ms_last_minute[region] = _p99(
-            a for a in region_answers if a.started_s >= end - 60
+            a for a in region_answers if end_s - 60 <= a.started_s < end_s
         )
-    return result
 
 
 async def _sample(
-    result: SoakReport, client: httpx.AsyncClient, endpoints: Mapping[str, str], at_s: float
-) -> None:
+    result: SoakReport,
+    client: httpx.AsyncClient,
+    endpoints: Mapping[str, str],
+    memory: GatewayMemory | None,
+    at_s: float,
+) -> dict[str, float]:
+    """Read every process's RSS first (before anything the gateways do for the sample),
+    then the gateways' tasks, hint mirrors and traced bytes; returns the RSS read."""
     result.sample_at_s.append(at_s)
-    for process, pid in _processes(list(endpoints)).items():
-        rss = _rss_mib(pid)
-        if rss is not None:
-            result.rss_mib.setdefault(process, []).append(rss)
+    rss = _rss_now(list(endpoints))
+    for process, mib in rss.items():
+        result.rss_mib.setdefault(process, []).append(mib)
     for region, url in endpoints.items():
         result.tasks_under_load.setdefault(region, []).append(await _tasks(client, url))
         hints = (await client.get(f"{url}/readyz")).json()["hints"]
         blocks = sum(int(model["blocks"]) for model in hints.values())
         result.hint_blocks.setdefault(region, []).append(blocks)
+    if memory is not None:
+        for process, status in (await _ask(result, memory, "memory_status")).items():
+            point = (round(at_s, 1), status.traced_bytes / _MIB)
+            result.traced_mib.setdefault(process, []).append(point)
+    return rss
 
 
 def _p99(answers: Iterable[Answer]) -> float | None:
@@ -252,16 +365,38 @@ def _ms(value: float | None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.soak", description=__doc__)
+    """``firstlight bench soak``: 0 when no request was lost, 1 otherwise."""
+    parser = argparse.ArgumentParser(prog="firstlight bench soak", description=__doc__)
     parser.add_argument("--minutes", type=float, default=10.0, help="length of the load")
     parser.add_argument("--clients", type=int, default=3, help="closed-loop clients per region")
     parser.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples")
-    parser.add_argument("--warmup-s", type=float, default=30.0, help="load before the first")
+    parser.add_argument(
+        "--warmup-s", type=float, default=None,
+        help="load before growth is measured (default: a third of the run)",
+    )  # fmt: skip
     parser.add_argument("--port", type=int, default=8300, help="the HTTP proxy's port")
-    parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    parser.add_argument(
+        "--tracemalloc", action=argparse.BooleanOptionalAction, default=True,
+        help="trace the gateways' Python allocations and group their growth by owner",
+    )  # fmt: skip
+    parser.add_argument("--frames", type=int, default=4, help="tracemalloc frames per traceback")
+    parser.add_argument("--top", type=int, default=15, help="owners listed per gateway")
+    add_report_options(parser)
     args = parser.parse_args(argv)
-    if args.minutes <= 0 or args.clients < 1 or args.sample_s <= 0 or args.warmup_s < 0:
-        parser.error("--minutes and --sample-s must be > 0, --clients ≥ 1, --warmup-s ≥ 0")
+    if rewrote_tables(parser, args, rewrite_page):
+        return 0
+    duration_s = args.minutes * 60.0
+    warmup_s = duration_s / 3.0 if args.warmup_s is None else args.warmup_s
+    if args.minutes <= 0 or args.clients < 1 or args.sample_s <= 0:
+        parser.error("--minutes and --sample-s must be > 0, --clients ≥ 1")
+    if not 0 <= warmup_s < duration_s:
+        parser.error(f"--warmup-s {warmup_s:g}: from 0 to less than the run ({duration_s:g} s)")
+    if not 1 <= args.frames <= 64 or args.top < 1:
+        parser.error("--frames must be 1 to 64, --top ≥ 1")
+    if args.page is not None and not has_markers(args.page):
+        parser.error(f"--page {args.page}: no {SOAK_BEGIN} ... {SOAK_END} section to rewrite")
+
+    import ray
 
     from firstlight.serve.local_mode import start_local, stop_local
 
@@ -273,18 +408,32 @@ def main(argv: Sequence[str] | None = None) -> int:
             soak(
                 platform.endpoints,
                 config.models[0].name,
-                args.minutes * 60.0,
+                duration_s,
                 clients=args.clients,
                 sample_s=args.sample_s,
-                warmup_s=args.warmup_s,
+                warmup_s=warmup_s,
+                tracemalloc_frames=args.frames if args.tracemalloc else 0,
+                top_owners=args.top,
             )
         )
     finally:
         stop_local(platform)
+        ray.shutdown()  # the cluster start_local started for this run
+    stored = {
+        **run_header("soak", argv),
+        "simulated": True,
+        "regions": len(config.regions),
+        "model_replicas": MODEL_REPLICAS,
+        "gateways_per_region": config.gateway.replicas,
+        "sample_s": args.sample_s,
+        **asdict(result),
+    }
     print(result.markdown())
     if args.out is not None:
-        args.out.write_text(json.dumps(asdict(result), indent=2) + "\n")
-        print(f"written to {args.out}")
+        write_run(args.out, stored)
+        print(f"written to {args.out}/results.json and report.md")
+    if args.page is not None:
+        rewrite_page(args.page, stored)
     return 0 if result.lost == 0 else 1
 
 

@@ -4,7 +4,10 @@ Ray builds it with the platform config, the region and one deployment handle per
 (:func:`firstlight.serve.app.region_app`), then asks it for its ASGI app
 (``__serve_build_asgi_app__``, after the constructor). It adapts Ray to the gateway's
 :class:`~firstlight.api.gateway.LocalBackend` (handles and their routers' state) and owns
-the gateway's HTTP client and peer-probe task.
+the gateway's HTTP client and peer-probe task. The soak run (``firstlight_bench.soak``)
+calls its ``memory_*`` methods through a deployment handle: ``tracemalloc`` in this
+process, off until asked, then on until the process ends
+(:mod:`firstlight.telemetry.memory`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from firstlight.serve.model_server import hint_key_prefix
 from firstlight.telemetry import GatewayTelemetry
 from firstlight.telemetry.gateways import ExpositionShare
 from firstlight.telemetry.logs import configure_logging
+from firstlight.telemetry.memory import MemoryGrowth, MemoryProbe, MemoryStatus
 
 __all__ = ["Gateway", "peer_table"]
 
@@ -132,6 +136,7 @@ class Gateway:
             hint_key_prefix(self._config, region),
         )
         self._core.exposition_share = self._metrics
+        self._memory = MemoryProbe()  # tracemalloc: off until the soak run turns it on
         self._probe_task: asyncio.Task[None] | None = None
         self._share_task: asyncio.Task[None] | None = None
         if not self._config.auth.enabled:
@@ -178,6 +183,28 @@ class Gateway:
         finally:
             if not finished:  # the client went away: stop the replica's work too
                 response.cancel()
+
+    # --- memory growth (the soak run, through a deployment handle; not an HTTP route) ---
+
+    async def memory_start(self, frames: int) -> MemoryStatus:
+        """Start ``tracemalloc`` in this gateway's process with ``frames`` frames per
+        traceback (:meth:`firstlight.telemetry.memory.MemoryTracer.start`); it stays on
+        until the process ends (stopping it can crash a Ray worker on Python 3.11)."""
+        return await self._memory.start(frames)
+
+    async def memory_status(self) -> MemoryStatus:
+        """Whether this gateway traces, and how many bytes it has traced."""
+        return await self._memory.status()
+
+    async def memory_baseline(self, label: str) -> MemoryStatus:
+        """Take the baseline ``label`` once (repeated asks are no-ops); raises
+        ``RuntimeError`` when tracing is off."""
+        return await self._memory.take_baseline(label)
+
+    async def memory_growth(self, label: str, top: int) -> MemoryGrowth:
+        """Traced growth since the baseline by owner, the ``top`` largest, computed once
+        per ``label``; raises ``RuntimeError`` without a baseline."""
+        return await self._memory.growth(label, top)
 
     async def __del__(self) -> None:
         for task in (self._probe_task, self._share_task):
