@@ -53,6 +53,26 @@ class Scenario:
 
 SCENARIOS: tuple[Scenario, ...] = (
     Scenario(
+        "migration",
+        "tests/serve/test_migration.py::test_streams_survive_a_replica_killed_mid_stream",
+        "a model replica (Ray actor) killed with `ray.kill` while 20 streams are in flight "
+        "(2 replicas; a long prompt keeps the other one busy, so the streams share the "
+        "victim)",
+        "{migrated} of {streams} streams migrated to the other replica ({resumed:.0f} "
+        "counted `resumed`), each with exactly the undisturbed text and usage; {errors} "
+        "error events; longest pause of a migrated stream: median {pause_median_s:.2f} s, "
+        "max {pause_max_s:.2f} s (streams left alone: max {others_pause_max_s:.2f} s)",
+    ),
+    Scenario(
+        "migration-off",
+        "tests/serve/test_migration.py::"
+        "test_without_migration_the_dead_replicas_streams_end_with_an_error",
+        "the same with `gateway.stream_migration: false`",
+        "{ended_with_error} of the {cut} streams cut by the kill ended with one "
+        "`service_unavailable` error event and `[DONE]`, their text an exact prefix of the "
+        "undisturbed text; the other streams completed",
+    ),
+    Scenario(
         "region-resume",
         "tests/serve/test_region_resume.py::"
         "test_streams_of_a_region_that_lost_every_replica_continue_in_the_peer",
@@ -82,6 +102,48 @@ SCENARIOS: tuple[Scenario, ...] = (
         "{requests} requests; {in_flight} in flight at the kill; {failed_over} failed over "
         "to the peer; first fail-over answer {detect_s:.2f} s after the kill; served "
         "locally again {recovered_s:.1f} s after it",
+    ),
+    Scenario(
+        "redis-outage",
+        "tests/serve/test_redis_outage.py::"
+        "test_no_request_fails_while_redis_is_down_and_hints_resync",
+        "the region's Redis (hints, shared per-key limits) stopped under steady load (3 "
+        "closed-loop clients, 2 replicas) and started again",
+        "{requests} requests, {during} served while Redis was down; `/readyz` said the hint "
+        "feed was stale {stale_after_s:.1f} s after the stop; {priced} of {decisions} "
+        "decisions during the outage still priced by the cost model (queues and the mirror "
+        "it had); the feed reconnected {reconnect_s:.1f} s after Redis came back",
+    ),
+    Scenario(
+        "peer-dark",
+        "tests/serve/test_peer_blackhole.py::"
+        "test_a_peer_that_goes_dark_costs_the_local_region_nothing",
+        "a peer region goes dark (accepts connections, never answers; a TCP relay swallows "
+        "everything, open connections included) while the local region (1 replica, 2 "
+        "closed-loop clients) spills over to it; `router.peer_timeout_s: 60`",
+        "{requests} requests; peer marked down {detect_s:.2f} s after going dark; local TTFT "
+        "p50/p99 {healthy_p50_ms:.0f}/{healthy_p99_ms:.0f} ms with the peer healthy "
+        "({spilled_share:.0%} spilled) vs {dark_p50_ms:.0f}/{dark_p99_ms:.0f} ms dark (p99 "
+        "ratio {p99_ratio:.2f}); {caught} requests caught in flight to the peer, served "
+        "locally within {caught_max_s:.2f} s (not the {peer_timeout_s:.0f} s timeout)",
+    ),
+    Scenario(
+        "overload",
+        "tests/serve/test_overload.py::"
+        "test_twice_the_capacity_is_shed_fast_and_admitted_requests_keep_their_latency",
+        "requests offered at twice a region's capacity (28 requests of ~520 prompt tokens, "
+        "one replica), `router.admission_wait_ms: 1000`, `router.slo.ttft_p95_ms: 2000`",
+        "{admitted} admitted, {shed} refused with 503 `overloaded` and `Retry-After`, "
+        "answered in {shed_p50_ms:.0f} ms (p50; max {shed_max_ms:.0f} ms); admitted TTFT "
+        "p50 {ttft_p50_ms:.0f} ms, p99 {ttft_p99_ms:.0f} ms (objective {objective_ms:.0f} ms)",
+    ),
+    Scenario(
+        "gateway-bound",
+        "tests/serve/test_overload.py::test_the_gateway_bound_refuses_the_excess_at_once",
+        "ten requests at a gateway bounded to 4 in flight (`gateway.max_in_flight: 4`) "
+        "while 4 long streams are open",
+        "{held} held, {refused} refused at once with 503 naming `gateway.max_in_flight`; "
+        "served again once the streams closed",
     ),
 )
 """The runs, in the order of the page's table."""

@@ -76,3 +76,15 @@ def test_the_plugin_stores_outcomes_and_recorded_figures(tmp_path: Path) -> None
     assert records["test_records"]["figures"] == {"lost": 0, "pause_s": 1.5}
     assert records["test_fails"]["outcome"] == "failed"
     assert records["test_fails"]["figures"] == {"lost": 3}
+
+
+def test_the_reliability_page_shows_the_stored_run() -> None:
+    stored = REPO_ROOT / "docs/benchmarks/faults/results.json"
+    if not stored.is_file():
+        pytest.skip("no faults run stored in docs/benchmarks/faults yet")
+    page = (REPO_ROOT / "docs/reliability.md").read_text()
+    section = page[page.index(BEGIN) : page.index(END) + len(END)]
+    assert section == render(json.loads(stored.read_text())), (
+        "docs/reliability.md is stale: firstlight bench faults --tables-only "
+        "--out docs/benchmarks/faults --page docs/reliability.md"
+    )
