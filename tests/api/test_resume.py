@@ -9,6 +9,7 @@ generated under another id would change it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ import pytest
 
 from firstlight.api.forward import HOP_HEADER
 from firstlight.api.resume import RESUME_FIELD, PeerStreamError, peer_chunks
+from firstlight.regions.peers import CircuitBreaker, Peer
 from tests.api.fake_region import MODEL, FakeGateway, fake_gateway, gateway_config
 from tests.api.test_gateway_app import (
     CHAT,
@@ -233,3 +235,28 @@ async def test_a_peer_stream_without_token_ids_is_read_but_not_resumable() -> No
     with pytest.raises(PeerStreamError) as caught:
         _ = [c async for c in peer_chunks(_upstream(broken), "chat")]
     assert caught.value.resumable is False
+
+
+class _SilentAfterFirst(httpx.AsyncByteStream):
+    """A peer's stream that sends one chunk and then nothing, its connection open."""
+
+    def __init__(self, first: bytes) -> None:
+        self.first = first
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield self.first
+        await asyncio.Event().wait()
+
+
+async def test_a_peer_failing_its_probe_mid_answer_breaks_its_stream_resumably() -> None:
+    peer = Peer("west", "http://127.0.0.1:9", 40.0, 0.0, CircuitBreaker(3, 5.0))
+    upstream = httpx.Response(200, stream=_SilentAfterFirst(_event(_piece("a", [7]))))
+    chunks = peer_chunks(upstream, "chat", peer)
+    assert (await anext(chunks)).text == "a"
+    peer.failed()
+    waiting = asyncio.ensure_future(anext(chunks))
+    peer.release_waiters()  # the peer failed a probe
+    with pytest.raises(PeerStreamError, match="broke off: PeerGoneError") as caught:
+        async with asyncio.timeout(10):
+            await waiting
+    assert caught.value.resumable  # continued elsewhere after the tokens already sent

@@ -9,7 +9,14 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable, stop
+from firstlight.regions.peers import (
+    CircuitBreaker,
+    Peer,
+    PeerGoneError,
+    PeerTable,
+    stop,
+    while_answering,
+)
 from firstlight.regions.summary import ModelSummary, RegionSummary
 from tests.conftest import FakeClock
 from tests.regions.peer_server import PeerServer
@@ -401,6 +408,43 @@ async def test_a_failed_probe_releases_the_forwards_waiting_on_the_peer(
     await table.probe(peer)
     assert waiting.is_set()
     assert not peer.failed().is_set(), "the next failure gets a new event"
+
+
+async def test_an_answer_that_started_is_abandoned_when_the_peer_fails_a_probe() -> None:
+    """A peer that answered and then went silent: the read waiting for its next line
+    ends with PeerGoneError (a transport error, so readers treat it as a broken
+    connection) when the peer fails a probe, not after router.peer_timeout_s."""
+    peer = _peer("http://127.0.0.1:9", FakeClock())
+    abandoned = asyncio.Event()
+
+    async def answer() -> AsyncIterator[str]:
+        yield "data: first"
+        try:
+            await asyncio.Event().wait()  # silent from here on
+        finally:
+            abandoned.set()
+
+    reading = while_answering(answer(), peer)
+    assert await anext(reading) == "data: first"
+    peer.failed()  # the event the reader waits on (it may not have asked yet)
+    waiting = asyncio.ensure_future(anext(reading))
+    peer.release_waiters()  # what a failed probe does
+    with pytest.raises(PeerGoneError, match="eu-west stopped answering its probes"):
+        async with asyncio.timeout(10):
+            await waiting
+    assert abandoned.is_set(), "the read in progress was cancelled"
+    assert isinstance(PeerGoneError("x"), httpx.TransportError)
+
+
+async def test_an_answering_peer_is_read_to_the_end() -> None:
+    peer = _peer("http://127.0.0.1:9", FakeClock())
+
+    async def answer() -> AsyncIterator[bytes]:
+        for piece in (b"a", b"b", b"c"):
+            yield piece
+
+    assert [p async for p in while_answering(answer(), peer)] == [b"a", b"b", b"c"]
+    assert not peer.failed().is_set()
 
 
 NON_FINITE_ANSWERS = [

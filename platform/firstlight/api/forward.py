@@ -12,7 +12,9 @@ one is tried; in local mode the configured RTT is waited out first (emulation).
 Forwards always stream from the peer, also for a client that asked for one JSON body
 (the chunks are put together here), so ``router.peer_timeout_s`` bounds the wait for
 the peer's first token and for each later chunk, and a peer that stops answering its
-probes is abandoned while the forward still waits for it. A non-streamed answer that
+probes is abandoned while the forward still waits for it — for its first answer or, once
+that started, for the next chunk (:func:`~firstlight.regions.peers.while_answering`; a
+stream is then continued elsewhere, :mod:`firstlight.api.resume`). A non-streamed answer that
 failed part-way has sent nothing to the client yet: it counts as a failed attempt and
 the next peer (or this region) serves the request instead.
 """
@@ -41,7 +43,7 @@ from firstlight.engine.protocol import GenerationChunk
 from firstlight.errors import NoCapacityError
 from firstlight.prefix import HashScheme
 from firstlight.region.decision import PeerChoice, PeerOption, rank_peers
-from firstlight.regions.peers import Peer, PeerTable
+from firstlight.regions.peers import Peer, PeerTable, while_answering
 from firstlight.routing import Decision
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
@@ -169,7 +171,7 @@ class PeerForwarder:
         if not stream and upstream.status_code < 400 and not rendered:
             return await self._collected(peer, upstream, kind, obs, out_headers)
         if relay is not None and stream and upstream.status_code == 200 and not rendered:
-            chunks = peer_chunks(upstream, kind)
+            chunks = peer_chunks(upstream, kind, peer)
             try:
                 _, first = await first_chunk(chunks)
             except ReplicaFailedError as exc:
@@ -188,7 +190,7 @@ class PeerForwarder:
 
         async def raw() -> AsyncIterator[bytes]:
             try:
-                async for piece in upstream.aiter_raw():
+                async for piece in while_answering(upstream.aiter_raw(), peer):
                     yield piece
             except httpx.HTTPError as exc:
                 self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
@@ -227,7 +229,7 @@ class PeerForwarder:
                 await upstream.aclose()
                 self._failed(peer, obs, f"HTTP {upstream.status_code} to a continuation")
                 continue
-            chunks = peer_chunks(upstream, prepared.kind)
+            chunks = peer_chunks(upstream, prepared.kind, peer)
             try:
                 _, first = await first_chunk(chunks)
             except ReplicaFailedError as exc:
@@ -289,7 +291,7 @@ class PeerForwarder:
         for one; ``None`` when the stream broke off or ended in an error (the client has
         seen nothing yet, so the caller may serve the request elsewhere)."""
         try:
-            answer = await _collect_stream(upstream, kind)
+            answer = await _collect_stream(upstream, kind, peer)
         except httpx.HTTPError as exc:
             self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
             return None
@@ -355,15 +357,16 @@ async def _read_or_none(upstream: httpx.Response) -> bytes | None:
         await upstream.aclose()
 
 
-async def _collect_stream(upstream: httpx.Response, kind: Kind) -> dict[str, Any] | str:
+async def _collect_stream(upstream: httpx.Response, kind: Kind, peer: Peer) -> dict[str, Any] | str:
     """A whole ``chat.completion`` / ``text_completion`` from the peer's server-sent
     events, or the reason it is not one (an error event, a malformed event, or no
-    ``[DONE]``). Raises ``httpx.HTTPError`` when the stream breaks off."""
+    ``[DONE]``). Raises ``httpx.HTTPError`` when the stream breaks off or ``peer`` fails a
+    probe meanwhile."""
     parts: list[str] = []
     request_id, model, created = "", "", int(time.time())
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
-    events = sse_events(upstream.aiter_lines())
+    events = sse_events(while_answering(upstream.aiter_lines(), peer))
     while True:
         try:
             event = await anext(events)

@@ -39,6 +39,7 @@ from firstlight.api.sse import sse_events
 from firstlight.engine.protocol import FinishReason, GenerationChunk, Usage
 from firstlight.errors import BadRequestError
 from firstlight.prefix import HashScheme
+from firstlight.regions.peers import Peer, while_answering
 
 __all__ = [
     "REQUEST_ID_HEADER",
@@ -153,12 +154,17 @@ def resume_body(body: bytes, token_ids: tuple[int, ...]) -> bytes:
     return json.dumps(data).encode()
 
 
-async def peer_chunks(upstream: httpx.Response, kind: Kind) -> AsyncIterator[GenerationChunk]:
+async def peer_chunks(
+    upstream: httpx.Response, kind: Kind, peer: Peer | None = None
+) -> AsyncIterator[GenerationChunk]:
     """The peer's forwarded stream as output chunks; the final chunk carries the usage
     the peer sent after it. Raises :class:`PeerStreamError` for an error event, a
-    malformed event, a broken connection or a stream that ends before ``[DONE]``; it is
-    not ``resumable`` once a chunk came without its token ids. Closes ``upstream``."""
-    events = sse_events(upstream.aiter_lines())
+    malformed event, a broken connection (``peer`` failing a probe mid-answer included:
+    :func:`~firstlight.regions.peers.while_answering`) or a stream that ends before
+    ``[DONE]``; it is not ``resumable`` once a chunk came without its token ids. Closes
+    ``upstream``."""
+    lines = upstream.aiter_lines()
+    events = sse_events(lines if peer is None else while_answering(lines, peer))
     held: GenerationChunk | None = None  # the finishing chunk, until the usage arrives
     exact = True  # every chunk so far carried its token ids
     try:

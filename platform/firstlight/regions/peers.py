@@ -24,14 +24,17 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import httpx
 
 from firstlight.regions.summary import RegionSummary
 
-__all__ = ["CircuitBreaker", "Peer", "PeerTable"]
+__all__ = ["CircuitBreaker", "Peer", "PeerGoneError", "PeerTable", "while_answering"]
+
+_Item = TypeVar("_Item")
 
 _log = logging.getLogger(__name__)
 
@@ -117,6 +120,40 @@ class Peer:
         if self._failure is not None:
             self._failure.set()
             self._failure = None
+
+
+class PeerGoneError(httpx.TransportError):
+    """The peer failed a probe while its answer was being read: raised into the reader
+    as a broken connection (an ``httpx`` transport error), so it is handled as one."""
+
+
+async def while_answering(items: AsyncIterator[_Item], peer: Peer) -> AsyncIterator[_Item]:
+    """``items`` (a peer's answer, read as lines or raw bytes) until ``peer`` fails a
+    probe (any time after the call, also between two reads); then the read in progress is abandoned and :class:`PeerGoneError` raised,
+    rather than waiting out ``router.peer_timeout_s`` for a peer that went silent after
+    its answer had started. Called by :mod:`firstlight.api.forward` and
+    :func:`firstlight.api.resume.peer_chunks` on every forwarded answer."""
+    failure = peer.failed()  # set by the first failed probe from now on
+    while True:
+        read = asyncio.ensure_future(anext(items))
+        gone = asyncio.ensure_future(failure.wait())
+        try:
+            await asyncio.wait({read, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # cancelled (the client left): stop reading too
+            read.cancel()
+            raise
+        finally:
+            gone.cancel()
+        if not read.done():
+            read.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await read
+            raise PeerGoneError(f"peer {peer.region} stopped answering its probes")
+        try:
+            item = read.result()
+        except StopAsyncIteration:
+            return
+        yield item
 
 
 class PeerTable:
