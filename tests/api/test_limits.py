@@ -4,8 +4,10 @@ unreachable."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 from uuid import uuid4
 
 import pytest
@@ -115,3 +117,39 @@ async def test_without_redis_each_gateway_enforces_the_limits_alone(prefix: str)
         assert limits.shared  # Redis is tried again
     finally:
         await client.aclose()
+
+
+class _LateReplies:
+    """A Redis client whose scripts run in Redis but whose replies never come back in
+    time: what a gateway whose event loop is too busy to read them sees."""
+
+    def __init__(self, client: Redis) -> None:
+        self._client = client
+
+    def register_script(self, source: str) -> Any:
+        script = self._client.register_script(source)
+
+        async def late(keys: list[str], args: list[Any]) -> Any:
+            await script(keys=keys, args=args)  # taken in Redis
+            await asyncio.Event().wait()  # the reply is late: the deadline fires
+
+        return late
+
+    async def zrem(self, key: str, *members: str) -> int:
+        return int(await self._client.zrem(key, *members))
+
+
+async def test_a_lease_taken_after_the_deadline_is_given_back(
+    clients: list[Redis], prefix: str
+) -> None:
+    """The take times out (so the request is admitted locally) while Redis did take the
+    lease: the lease is removed anyway, instead of holding a slot for an hour."""
+    client = Redis.from_url(REDIS_URL)
+    clients.append(client)
+    clock = Clock()
+    limits = KeyLimits(1, None, _LateReplies(client), key_prefix=prefix, clock=clock)
+    assert not (await limits.acquire("key-a")).shared  # the deadline fired: local
+    await limits.aclose()  # the pending removal
+    assert await client.zcard(f"{prefix}limits:key-a:leases") == 0
+    other = _limits(clients, prefix, clock, 1, None)
+    assert (await other.acquire("key-a")).shared  # the only slot is free

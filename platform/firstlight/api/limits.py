@@ -37,6 +37,10 @@ _REDIS_DEADLINE_S = 0.05
 _RETRY_AFTER_FAILURE_S = 5.0
 _LEASE_TTL_S = 3600.0
 """A lease outlives any response (a crashed gateway's slot frees after this)."""
+_ORPHAN_DELAY_S = 1.0
+"""How long after a failed take its lease is removed anyway: the script may have run in
+Redis with its reply late (a busy event loop misses the deadline, not Redis), and the
+removal must come after it."""
 
 # KEYS: leases zset, rate counter. ARGV: now, lease id, lease expiry, max concurrent,
 # per-minute limit (0: none), key TTL s. Returns 1 (taken), -1 (concurrency), -2 (rate).
@@ -109,7 +113,10 @@ class KeyLimits:
             else:
                 self._local_inflight.pop(lease.identity, None)
             return
-        task = asyncio.get_running_loop().create_task(self._release_shared(lease))
+        self._release_later(lease, 0.0)
+
+    def _release_later(self, lease: Lease, delay_s: float) -> None:
+        task = asyncio.get_running_loop().create_task(self._release_shared(lease, delay_s))
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 
@@ -135,6 +142,10 @@ class KeyLimits:
                 )
         except Exception as exc:  # Redis down or slow: this gateway decides alone
             self._redis_failed(exc)
+            # The script may have taken the lease all the same, its reply too late: that
+            # lease would hold a slot for _LEASE_TTL_S (a soak lost requests to 429s once
+            # a busy hour had leaked every slot this way), so it is removed regardless.
+            self._release_later(Lease(identity, lease_id, shared=True), _ORPHAN_DELAY_S)
             return None
         if int(taken) == -1:
             raise self._refusal("concurrent requests", self.max_concurrent)
@@ -142,7 +153,9 @@ class KeyLimits:
             raise self._refusal("requests per minute", self.per_minute or 0, 60 - now % 60)
         return Lease(identity, lease_id, shared=True)
 
-    async def _release_shared(self, lease: Lease) -> None:
+    async def _release_shared(self, lease: Lease, delay_s: float = 0.0) -> None:
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
         leases_key = self._keys(lease.identity, self._clock())[0]
         try:
             async with asyncio.timeout(_REDIS_DEADLINE_S * 10):

@@ -129,9 +129,10 @@ class PeerGoneError(httpx.TransportError):
 
 async def while_answering(items: AsyncIterator[_Item], peer: Peer) -> AsyncIterator[_Item]:
     """``items`` (a peer's answer, read as lines or raw bytes) until ``peer`` fails a
-    probe (any time after the call, also between two reads); then the read in progress is abandoned and :class:`PeerGoneError` raised,
-    rather than waiting out ``router.peer_timeout_s`` for a peer that went silent after
-    its answer had started. Called by :mod:`firstlight.api.forward` and
+    probe (any time after the call, also between two reads); then the read in progress
+    is abandoned and :class:`PeerGoneError` raised, rather than waiting out
+    ``router.peer_timeout_s`` for a peer that went silent after its answer had started.
+    Called by :mod:`firstlight.api.forward` and
     :func:`firstlight.api.resume.peer_chunks` on every forwarded answer."""
     failure = peer.failed()  # set by the first failed probe from now on
     while True:
