@@ -129,6 +129,7 @@ async def test_twice_the_capacity_is_shed_fast_and_admitted_requests_keep_their_
     ttft_ms = sorted(o.seconds * 1000 for o in admitted)
     shed_ms = sorted(o.seconds * 1000 for o in shed)
     p50, p99 = statistics.median(ttft_ms), percentile(ttft_ms, 0.99) or 0.0
+    p95 = percentile(ttft_ms, 0.95) or 0.0
     figures = {
         "requests": REQUESTS,
         "offered_per_s": OFFERED_PER_S,
@@ -149,13 +150,17 @@ async def test_twice_the_capacity_is_shed_fast_and_admitted_requests_keep_their_
         f"\n{REQUESTS} requests at {OFFERED_PER_S:.1f}/s (2x capacity): {len(admitted)} "
         f"admitted, {len(shed)} shed (503 overloaded); shed answered in p50 "
         f"{statistics.median(shed_ms):.0f} ms, max {shed_ms[-1]:.0f} ms; admitted TTFT p50 "
-        f"{p50:.0f} ms, p99 {p99:.0f} ms, max {ttft_ms[-1]:.0f} ms "
+        f"{p50:.0f} ms, p95 {p95:.0f} ms, p99 {p99:.0f} ms, max {ttft_ms[-1]:.0f} ms "
         f"(objective router.slo.ttft_p95_ms = {objective_ms:.0f} ms)"
     )
-    # The claim: what is admitted meets the region's objective. Without shedding, 28
-    # requests of ~0.8 s of prefill each arriving over 8.5 s leave the last ones ~9-13 s
-    # behind, far beyond it.
-    assert p99 <= objective_ms, ttft_ms
+    # The claim: what is admitted meets the region's objective, a p95 (the percentile
+    # the objective names, not a stricter one: with 11-12 admitted requests the p99 is
+    # nearly the slowest one: in one CI run two of 11 came in ~0.6 s later than on a quiet
+    # machine, a p99 of 2011 ms (p95 ~1.9 s), while the gateway's predicted TTFT for the
+    # admitted requests (x-firstlight-predicted-ttft-ms) runs above what they get). Without
+    # shedding, 28 requests of ~0.8 s of prefill each arriving over 8.5 s leave the
+    # last ones ~9-13 s behind, far beyond it.
+    assert p95 <= objective_ms, ttft_ms
     # Refused at once, not after queueing: a refusal that had waited for its turn would
     # take at least the admission bound; and refusing is far cheaper than serving.
     assert shed_ms[-1] < BOUND_MS / 2, shed_ms
