@@ -130,8 +130,8 @@ FAULTS: dict[str, Fault] = {
         Fault(
             "replica-removal",
             "the router applies the replica-set update without the replica",
-            "`HintMirror.drop_replica` + `RouterState.set_replicas`, as the request "
-            "router's `update_replicas` does",
+            "`RouterState.replica_set` + `RouterState.set_replicas`, as the request "
+            "router's `update_replicas` calls them",
             "Ray's controller noticing the replica go and long-polling the new set to "
             "the router (needs a Ray cluster)",
         ),
@@ -246,12 +246,9 @@ class _Router:
         self.state = RouterState(region, config.models[0].name, policy, clock=time.time)
         self.state.cache = self.mirror
         self._region = region
-        self._present: set[str] = set()
 
     def set_replicas(self, replica_ids: Sequence[str]) -> None:
-        for gone in self._present - set(replica_ids):
-            self.mirror.drop_replica(gone)
-        self._present = set(replica_ids)
+        self.state.replica_set(replica_ids)
         views = {r: ReplicaStats(at=time.time()).view(r, self._region, None) for r in replica_ids}
         self.state.set_replicas(with_shared_rates(views))
 

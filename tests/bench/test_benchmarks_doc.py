@@ -11,6 +11,7 @@ import pytest
 from firstlight_bench.live_tables import live_table, render_live_sections
 from firstlight_bench.results import short_commit
 from firstlight_bench.suite import BEGIN, END, render_tables, replace_tables, run_suite
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
 PAGE = REPO / "docs" / "benchmarks.md"
@@ -19,8 +20,7 @@ STORED = REPO / "docs" / "benchmarks" / "suite"
 
 def test_the_page_shows_exactly_the_stored_suite_runs() -> None:
     page = PAGE.read_text()
-    start, end = page.index(BEGIN), page.index(END) + len(END)
-    assert page[start:end] == render_tables(STORED), (
+    assert shown_section(page, BEGIN, END) == render_tables(STORED), (
         "docs/benchmarks.md is stale: run `firstlight bench suite --tables-only`"
     )
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from firstlight_bench.decision import BEGIN, END, main, render_table, replace_table
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
 PAGE = REPO / "docs" / "routing.md"
@@ -17,8 +18,7 @@ STORED = REPO / "docs" / "benchmarks" / "decision" / "results.json"
 
 def test_the_routing_page_shows_exactly_the_stored_report() -> None:
     page = PAGE.read_text()
-    start, end = page.index(BEGIN), page.index(END) + len(END)
-    assert page[start:end] == render_table(json.loads(STORED.read_text())), (
+    assert shown_section(page, BEGIN, END) == render_table(json.loads(STORED.read_text())), (
         "docs/routing.md is stale: rerun the command its table names"
     )
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, emit, main, render_idle
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
 STORED = REPO / "docs" / "benchmarks" / "engine-idle" / "results.json"
@@ -44,7 +45,7 @@ def test_the_page_flag_needs_a_stored_report(capsys: pytest.CaptureFixture[str])
 
 def test_the_serving_page_shows_exactly_the_stored_idle_report() -> None:
     page = (REPO / "docs" / "serving.md").read_text()
-    shown = page[page.index(IDLE_BEGIN) : page.index(IDLE_END) + len(IDLE_END)]
+    shown = shown_section(page, IDLE_BEGIN, IDLE_END)
     report = json.loads(STORED.read_text())
     assert shown == render_idle(report), "docs/serving.md is stale: rerun the command it names"
     assert report["meta"]["engine"] == "vllm"

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from firstlight_bench.faults import BEGIN, END, SCENARIOS, Scenario, fill, render, summarize
+from tests.bench.pages import shown_section
 from tests.conftest import REPO_ROOT
 
 
@@ -83,7 +84,7 @@ def test_the_reliability_page_shows_the_stored_run() -> None:
     if not stored.is_file():
         pytest.skip("no faults run stored in docs/benchmarks/faults yet")
     page = (REPO_ROOT / "docs/reliability.md").read_text()
-    section = page[page.index(BEGIN) : page.index(END) + len(END)]
+    section = shown_section(page, BEGIN, END)
     assert section == render(json.loads(stored.read_text())), (
         "docs/reliability.md is stale: firstlight bench faults --tables-only "
         "--out docs/benchmarks/faults --page docs/reliability.md"

@@ -27,6 +27,7 @@ from firstlight_bench.index_faults import (
     summarize,
 )
 from firstlight_bench.results import read_report
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "reliability.md"
@@ -127,7 +128,7 @@ def test_a_small_run_stores_its_report_and_rewrites_the_page(
 
 def test_the_reliability_page_shows_the_stored_run() -> None:
     text = PAGE.read_text()
-    section = text[text.index(INDEX_BEGIN) : text.index(INDEX_END) + len(INDEX_END)]
+    section = shown_section(text, INDEX_BEGIN, INDEX_END)
     if not (STORED / "results.json").is_file():
         pytest.skip(f"no stored run in {STORED} yet: {COMMAND}")
     assert section == render(read_report(STORED)), (

@@ -22,6 +22,7 @@ from firstlight_bench.outliers import (
     steady_messages,
     summarize,
 )
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs/observability.md"
@@ -199,7 +200,7 @@ def test_the_observability_page_shows_the_stored_run() -> None:
     assert stored["simulated"] is True
     begin, end = markers(True)
     page = PAGE.read_text()
-    section = page[page.index(begin) : page.index(end) + len(end)]
+    section = shown_section(page, begin, end)
     assert section == render(stored), (
         "docs/observability.md is stale: firstlight bench outliers --tables-only "
         "--out docs/benchmarks/outliers-sim --page docs/observability.md"

@@ -20,6 +20,7 @@ from firstlight_bench.peers_report import (
     prompts,
     render_markdown,
 )
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
 
@@ -151,7 +152,7 @@ def test_the_serving_page_shows_exactly_the_stored_peers_report() -> None:
     for name in names:
         report = json.loads((REPO / "docs" / "benchmarks" / name / "results.json").read_text())
         begin, end = markers(name)
-        shown = page[page.index(begin) : page.index(end) + len(end)]
+        shown = shown_section(page, begin, end)
         assert shown == render_markdown(report, name), f"{name}: rerun the command it names"
         assert not report["meta"]["git_commit"].endswith("-dirty")
         assert report["meta"]["arms"] == list(ARMS)

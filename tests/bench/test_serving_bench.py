@@ -23,6 +23,7 @@ from firstlight_bench.serving_report import (
     target,
     throughput,
 )
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
 
@@ -229,7 +230,7 @@ def test_the_serving_page_shows_exactly_the_stored_reports() -> None:
     for name in names:
         report = json.loads((REPO / "docs" / "benchmarks" / name / "results.json").read_text())
         begin, end = markers(name)
-        shown = page[page.index(begin) : page.index(end) + len(end)]
+        shown = shown_section(page, begin, end)
         assert shown == render_markdown(report, name), f"{name}: rerun the command it names"
         assert not report["meta"]["git_commit"].endswith("-dirty")
         commits.add(report["meta"]["git_commit"])

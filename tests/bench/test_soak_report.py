@@ -23,6 +23,7 @@ from firstlight_bench.soak_report import (
     rewrite_page,
     write_run,
 )
+from tests.bench.pages import shown_section
 
 REPO = Path(__file__).resolve().parents[2]
 MIB = 1024 * 1024
@@ -172,7 +173,7 @@ def test_the_stored_run_on_the_reliability_page_is_current() -> None:
     if not stored.is_file():
         pytest.skip("no soak run stored in docs/benchmarks/soak-sim yet")
     page = (REPO / "docs/reliability.md").read_text()
-    section = page[page.index(SOAK_BEGIN) : page.index(SOAK_END) + len(SOAK_END)]
+    section = shown_section(page, SOAK_BEGIN, SOAK_END)
     assert section == render(json.loads(stored.read_text())), (
         "docs/reliability.md is stale: firstlight bench soak --tables-only "
         "--out docs/benchmarks/soak-sim --page docs/reliability.md"

@@ -462,13 +462,27 @@ def test_a_replica_added_by_autoscaling_takes_its_share_of_a_burst_not_all_of_it
     assert "old" in picks[5:]
 
 
-def test_a_replica_removed_by_autoscaling_loses_its_hints_and_routes() -> None:
+def test_a_replica_removed_by_autoscaling_loses_its_hints_calibration_and_routes() -> None:
     clock = FakeClock()
-    state = _state(_firstlight(clock), clock, a=0, b=0)
+    policy = _firstlight(clock)
+    state = _state(policy, clock, a=0, b=0)
     mirror = HintMirror(ttl_s=60.0, clock=clock)
     state.cache = mirror
+    assert state.replica_set(["a", "b"]) == {}
     mirror.apply(BlockEvent("b", 1, stored=(1, 2, 3), removed=()))
-    assert mirror.drop_replica("b") == 3  # what the request router does on removal
+    mirror.apply(BlockEvent("a", 1, stored=(9,), removed=()))
+    before = _decide(state, _request("q0", blocks=(1, 2, 3)))
+    assert before.winner.replica_id == "b"
+    assert before.winner.cached_blocks == 3
+    assert before.winner.terms is not None
+    policy.calibrator.observe("b", before.winner.terms, before.winner.terms.total_ms * 3)
+    assert policy.calibrator.correction("b") > 1.0
+    # What the request router's update_replicas does when Ray's set no longer has b.
+    assert state.replica_set(["a"]) == {"b": 3}
+    assert mirror.longest_prefix((1, 2, 3)) == {}
+    assert mirror.longest_prefix((9,)) == {"a": 1}
+    assert policy.calibrator.correction("b") == 1.0
+    assert state.replica_set(["a"]) == {}  # told twice: nothing left to drop
     state.set_replicas({"a": _replica("a")})
     decision = _decide(state, _request(blocks=(1, 2, 3)))
     assert [c.replica_id for c in decision.ranked] == ["a"]

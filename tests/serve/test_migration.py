@@ -240,7 +240,6 @@ async def test_streams_survive_a_replica_killed_mid_stream(
     moved = [r for r, f in zip(results, in_flight, strict=True) if f and r.replica == victim]
     lost = [r for r in results if not r.done]
     gaps_s = sorted(r.longest_gap_s for r in moved) or [0.0]
-    others_s = sorted(r.longest_gap_s for r in results if r.replica != victim) or [0.0]
     figures = {
         "streams": STREAMS,
         "migrated": len(moved),
@@ -249,7 +248,6 @@ async def test_streams_survive_a_replica_killed_mid_stream(
         "errors": sum(len(r.errors) for r in results),
         "pause_median_s": statistics.median(gaps_s),
         "pause_max_s": gaps_s[-1],
-        "others_pause_max_s": others_s[-1],
     }
     for name, value in figures.items():
         record_property(name, value)  # firstlight bench faults stores them
@@ -266,13 +264,11 @@ async def test_streams_survive_a_replica_killed_mid_stream(
     assert counted["gave_up"] == counted_before["gave_up"], (counted_before, counted)
     # Reported, not asserted (shared machine): how long the migrated streams paused.
     gaps_ms = sorted(r.longest_gap_s * 1000 for r in moved)
-    others_ms = sorted(r.longest_gap_s * 1000 for r in results if r.replica != victim)
     print(
         f"\nreplica killed with {STREAMS} streams in flight: {len(moved)} migrated "
         f"({resumed:.0f} resumed by the gateway), 0 lost, 0 errors; longest pause of a "
         f"migrated stream: median {statistics.median(gaps_ms):.0f} ms, max "
-        f"{gaps_ms[-1]:.0f} ms (streams left alone: max "
-        f"{others_ms[-1] if others_ms else 0:.0f} ms)"
+        f"{gaps_ms[-1]:.0f} ms"
     )
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sized
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass, field, replace
 
-from firstlight.hints import SubscriberStatus
+from firstlight.hints import HintMirror, SubscriberStatus
 from firstlight.region.shared_routes import RouteEvent, RouteShareStatus
 from firstlight.region.stats import ReplicaStats
 from firstlight.regions.summary import ModelSummary
@@ -126,6 +126,8 @@ class RouterState:
     peer_routes: OrderedDict[str, PeerRoute] = field(default_factory=OrderedDict)
     """Other routers' requests in flight here, as their announcements told, by request
     id, oldest first (bounded in number and age)."""
+    present: frozenset[str] = frozenset()
+    """Ray's current replica set (ids), as :meth:`replica_set` last received it."""
 
     def __post_init__(self) -> None:
         import random
@@ -139,6 +141,27 @@ class RouterState:
             )
 
     # --- written by the request router ------------------------------------------------
+
+    def replica_set(self, replica_ids: Iterable[str]) -> dict[str, int]:
+        """Ray's replica set is now ``replica_ids`` (a replica started, or autoscaling or
+        a failure removed one). Each replica that left has its hints dropped from the
+        mirror at once, not left to their TTL, and the policy forgets what it learned
+        about it (``on_replica_reset``; Ray never reuses a replica id). Returns the
+        hinted blocks dropped per replica that left.
+
+        Called by :meth:`FirstlightRequestRouter.update_replicas
+        <firstlight.serve.request_router.FirstlightRequestRouter.update_replicas>` and by
+        the index-faults benchmark's router (``firstlight_bench.index_faults``)."""
+        present = frozenset(replica_ids)
+        dropped = {}
+        for gone in sorted(self.present - present):
+            mirror = self.cache
+            dropped[gone] = mirror.drop_replica(gone) if isinstance(mirror, HintMirror) else 0
+            self.policy.on_replica_reset(gone)
+            if self.estimator is not self.policy:
+                self.estimator.on_replica_reset(gone)
+        self.present = present
+        return dropped
 
     def set_replicas(self, views: dict[str, ReplicaView]) -> None:
         """The replica set changed, or fresher stats arrived. Prefill work that finished

@@ -85,8 +85,6 @@ class FirstlightRequestRouter(RequestRouter):
         )
         self._state = RouterState(region=region, model=model, policy=policy, clock=time.time)
         self._measured: set[str] = set()
-        self._mirror: HintMirror | None = None
-        self._present: set[str] = set()
         hints = kwargs.get("hints")
         if hints is not None:
             config = HintsConfig.model_validate(hints)
@@ -103,7 +101,6 @@ class FirstlightRequestRouter(RequestRouter):
             lambda: redis_client(hints), key_prefix, self._state.model, mirror
         )
         self._state.cache = mirror
-        self._mirror = mirror
 
         def status() -> str:
             s = subscriber.status
@@ -128,15 +125,12 @@ class FirstlightRequestRouter(RequestRouter):
         a failure): a removed replica's hints are dropped at once, not left to expire,
         and its calibration is forgotten, so a replica that takes its place starts clean."""
         super().update_replicas(replicas)
-        present = {r.replica_id.unique_id for r in replicas}
-        for gone in self._present - present:
-            if self._mirror is not None:
-                dropped = self._mirror.drop_replica(gone)
-                _log.info(
-                    "replica %s left %s: %d hinted blocks dropped", gone, self._state.model, dropped
-                )
+        dropped = self._state.replica_set(r.replica_id.unique_id for r in replicas)
+        for gone, blocks in dropped.items():
+            _log.info(
+                "replica %s left %s: %d hinted blocks dropped", gone, self._state.model, blocks
+            )
             self._measured.discard(gone)
-        self._present = present
         self._refresh_views(replicas)
 
     def on_replica_actor_died(self, replica_id: ReplicaID) -> None:
