@@ -386,6 +386,7 @@ _TOOLS = {
     "autoscale": "A load step: a model scales 1 -> 2 replicas and back, failures and TTFT.",
     "decision": "Decision time of the routing policies, and hint-mirror memory.",
     "engine": "Engine: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.",
+    "engine-table": "The engine and quantization tables of docs/engines.md, from stored runs.",
     "faults": "The fault and load runs of docs/reliability.md, stored, and its table.",
     "features": "Which OpenAI / vLLM request features each server accepts and honours.",
     "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",

@@ -1,8 +1,9 @@
 """bf16 vs INT8 W8A8 on the same engine: TTFT, decode speed, memory, answer agreement.
 
-Run ``python -m firstlight_bench.quantization --out FILE`` after
-``firstlight prepare-model --quantize int8``. Each model gets its own engine, one after
-the other in this process (peak RSS is measured per model, engine included). Prints JSON
+Run ``firstlight bench quantization --out FILE`` after ``firstlight prepare-model
+--quantize int8`` (:mod:`firstlight_bench.engine_table` makes the table of
+``docs/engines.md`` from it). Each model gets its own engine, one after the other in this
+process (peak RSS is measured per model, engine included). Prints JSON with ``meta`` and
 per model: ``startup_s``, ``ttft_ms`` (a 256-token prompt, nothing cached, median of
 ``--repeats``), ``decode_tokens_per_s`` (8 concurrent requests of 64 greedy tokens),
 ``peak_rss_mib``, and for the INT8 model the agreement of its greedy answers with bf16's
@@ -13,8 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
+import shlex
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +29,7 @@ from firstlight.engine.protocol import GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.prefix import HashScheme
 from firstlight_bench.engine import _PeakMemory, _tokens, _ttft_ms, chat_prompts, emit
+from firstlight_bench.results import git_commit
 
 __all__ = ["PROMPTS", "main"]
 
@@ -102,7 +107,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             dtype="auto",  # what this processor's INT8 kernel answers right with
         ),
     }
-    report: dict[str, Any] = {}
+    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    report: dict[str, Any] = {
+        "meta": {
+            "command": f"firstlight bench quantization {argv_text}".strip(),
+            "git_commit": git_commit(),
+            "model": config.models[0].name,
+            "python": sys.version.split()[0],
+            "cpu_count": os.cpu_count(),
+        }
+    }
     for name, model in variants.items():
         with _PeakMemory() as memory:
             start = time.perf_counter()

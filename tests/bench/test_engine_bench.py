@@ -1,14 +1,25 @@
 """The engine benchmark's report (run on the simulator, which has no engine processes of
-its own) and the idle-CPU section of docs/serving.md, held to the stored report."""
+its own), the idle-CPU section of docs/serving.md and the engine and quantization tables
+of docs/engines.md, held to the stored reports."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, emit, main, render_idle
+from firstlight_bench.engine_table import (
+    COMPARE_BEGIN,
+    COMPARE_END,
+    QUANT_BEGIN,
+    QUANT_END,
+    render_compare,
+    render_quantization,
+)
+from firstlight_bench.engine_table import main as table_main
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
@@ -59,3 +70,95 @@ def test_emit_creates_the_folder_it_stores_into(
     emit({"meta": {"command": "x"}}, out)
     assert json.loads(out.read_text()) == {"meta": {"command": "x"}}
     assert '"command": "x"' in capsys.readouterr().out
+
+
+def _engine_run(engine: str, cold: float, cached: float) -> dict[str, Any]:
+    options = {"engine": engine, "prompt_tokens": 1000, "cached_tokens": 900}
+    options |= {"output_tokens": 64, "concurrency": 4, "repeats": 10, "seed": 0}
+    return {
+        "meta": {
+            "command": f"firstlight bench engine --engine {engine}",
+            "git_commit": "0123456789abcdef",
+            "engine": engine,
+            "model": "SmolLM2-135M-Instruct",
+            "cpu_count": 2,
+            "options": options,
+        },
+        "startup_s": 24.94,
+        "peak_rss_mib": 3532,
+        "ttft_ms": {
+            "cold": {"p50": cold, "p90": cold},
+            "cached": {"p50": cached, "p90": cached},
+            "cached_over_cold": round(cached / cold, 3),
+        },
+        "decode": {"tokens_per_s_total": 92.34, "tokens_per_s_per_request": 23.08},
+    }
+
+
+def test_the_engine_table_puts_the_real_engine_beside_the_simulator() -> None:
+    section = render_compare(_engine_run("vllm", 1864.2, 259.0), _engine_run("sim", 1733, 264))
+    assert section.startswith(COMPARE_BEGIN + "\n")
+    assert section.endswith("\n" + COMPARE_END)
+    assert "| TTFT, 1,000 tokens cold, p50 | 1,864 ms | 1,733 ms |" in section
+    assert "| TTFT, 900 of 1,000 cached, p50 | 259 ms | 264 ms |" in section
+    assert "| cached / cold | **0.139** | **0.152** |" in section
+    assert "92.3 / 23.1 tokens/s" in section
+    assert "takes 86% off the real engine's TTFT (85% simulated)" in section
+
+
+def test_the_engine_table_refuses_runs_that_do_not_compare() -> None:
+    real, sim = _engine_run("vllm", 1864, 259), _engine_run("sim", 1733, 264)
+    sim["meta"]["options"]["prompt_tokens"] = 512
+    with pytest.raises(ValueError, match="different options"):
+        render_compare(real, sim)
+    with pytest.raises(ValueError, match="vllm's"):
+        render_compare(sim, real)
+
+
+def _quantization_run() -> dict[str, Any]:
+    return {
+        "meta": {"command": "firstlight bench quantization", "git_commit": "ab" * 20},
+        "bf16": {"ttft_ms_p50": 382.0, "decode_tokens_per_s": 174.2, "peak_rss_mib": 3527}
+        | {"startup_s": 25.0},
+        "int8_w8a8": {"ttft_ms_p50": 252.0, "decode_tokens_per_s": 219.4, "peak_rss_mib": 3622}
+        | {"startup_s": 21.0}
+        | {
+            "agreement_with_bf16": {
+                "prompts": 20,
+                "exact": 4,
+                "mean_common_prefix_tokens": 9.4,
+                "mean_answer_tokens": 25.4,
+            }
+        },
+    }
+
+
+def test_the_quantization_table_shows_both_models_of_one_run(tmp_path: Path) -> None:
+    report = _quantization_run()
+    report["meta"]["cpu_count"] = 2
+    section = render_quantization(report)
+    assert "| TTFT, 256-token prompt, p50 | 382 ms | **252 ms** (1.52x bf16's speed) |" in section
+    assert "**219 tokens/s** (1.26x)" in section
+    assert (
+        "| greedy answers equal to bf16's | — | 4 of 20; mean common prefix 9.4 of 25.4" in section
+    )
+    # The tool rewrites both sections of a page from the files it is given.
+    files = {}
+    for name, run in {
+        "real": _engine_run("vllm", 1864, 259),
+        "sim": _engine_run("sim", 1733, 264),
+        "quantization": report,
+    }.items():
+        files[name] = tmp_path / f"{name}.json"
+        files[name].write_text(json.dumps(run))
+    page = tmp_path / "engines.md"
+    page.write_text(
+        f"a\n{COMPARE_BEGIN}\nstale\n{COMPARE_END}\nb\n{QUANT_BEGIN}\nstale\n{QUANT_END}\n"
+    )
+    table_main([f"--{k}={v}" for k, v in files.items()] + [f"--page={page}"])
+    text = page.read_text()
+    assert "stale" not in text
+    assert text.startswith(f"a\n{COMPARE_BEGIN}")
+    assert text.endswith(f"{QUANT_END}\n")
+    assert "| cached / cold | **0.139** | **0.152** |" in text
+    assert "**252 ms**" in text
