@@ -1,5 +1,5 @@
-"""The real engine beside the simulator, and bf16 beside INT8: the two tables of
-``docs/engines.md``, generated from stored runs.
+"""The real engine beside the simulator, and the unquantized model beside INT8: the two
+tables of ``docs/engines.md``, generated from stored runs.
 
 ``firstlight bench engine-table --real R --sim S --quantization Q --page docs/engines.md``
 rewrites the page's ``engine-compare`` section from two reports of
@@ -92,9 +92,10 @@ def render_compare(real: dict[str, Any], sim: dict[str, Any]) -> str:
 
 
 def render_quantization(report: dict[str, Any]) -> str:
-    """The ``quantization`` section: bf16 and INT8 W8A8 of one quantization run."""
-    bf16, int8 = report["bf16"], report["int8_w8a8"]
-    agree = int8["agreement_with_bf16"]
+    """The ``quantization`` section: the unquantized model and INT8 W8A8 of one
+    quantization run, each in the dtype it ran in."""
+    ref, int8 = report["reference"], report["int8_w8a8"]
+    agree = int8["agreement_with_reference"]
 
     def faster(a: float, b: float) -> str:
         return f"{a / b:.2f}x"
@@ -102,20 +103,20 @@ def render_quantization(report: dict[str, Any]) -> str:
     lines = [
         QUANT_BEGIN,
         "",
-        f"{_ran(report['meta'])} ({report['meta']['cpu_count']} cores; each model on its "
-        "own engine, one after the other):",
+        f"{_ran(report['meta'])} ({report['meta']['cpu']}, {report['meta']['cpu_count']} "
+        "cores; each model on its own engine, one after the other):",
         "",
-        "| | bf16 | INT8 W8A8 (data-free) |",
+        f"| | unquantized, {ref['dtype']} | INT8 W8A8 (data-free), {int8['dtype']} activations |",
         "|---|---|---|",
-        f"| TTFT, 256-token prompt, p50 | {bf16['ttft_ms_p50']:,.0f} ms | "
+        f"| TTFT, 256-token prompt, p50 | {ref['ttft_ms_p50']:,.0f} ms | "
         f"**{int8['ttft_ms_p50']:,.0f} ms** "
-        f"({faster(bf16['ttft_ms_p50'], int8['ttft_ms_p50'])} bf16's speed) |",
-        f"| decode, 8 x 64 tokens | {bf16['decode_tokens_per_s']:.0f} tokens/s | "
+        f"({faster(ref['ttft_ms_p50'], int8['ttft_ms_p50'])} the reference's speed) |",
+        f"| decode, 8 x 64 tokens | {ref['decode_tokens_per_s']:.0f} tokens/s | "
         f"**{int8['decode_tokens_per_s']:.0f} tokens/s** "
-        f"({faster(int8['decode_tokens_per_s'], bf16['decode_tokens_per_s'])}) |",
-        f"| peak RSS, process tree | {bf16['peak_rss_mib']:,} MiB | {int8['peak_rss_mib']:,} MiB |",
-        f"| start-up | {bf16['startup_s']:.0f} s | {int8['startup_s']:.0f} s |",
-        f"| greedy answers equal to bf16's | — | {agree['exact']} of {agree['prompts']}; "
+        f"({faster(int8['decode_tokens_per_s'], ref['decode_tokens_per_s'])}) |",
+        f"| peak RSS, process tree | {ref['peak_rss_mib']:,} MiB | {int8['peak_rss_mib']:,} MiB |",
+        f"| start-up | {ref['startup_s']:.0f} s | {int8['startup_s']:.0f} s |",
+        f"| greedy answers equal to the reference's | — | {agree['exact']} of {agree['prompts']}; "
         f"mean common prefix {agree['mean_common_prefix_tokens']} of "
         f"{agree['mean_answer_tokens']} tokens |",
         "",

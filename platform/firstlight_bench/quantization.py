@@ -1,13 +1,17 @@
-"""bf16 vs INT8 W8A8 on the same engine: TTFT, decode speed, memory, answer agreement.
+"""The unquantized model vs INT8 W8A8 on the same engine: TTFT, decode speed, memory,
+answer agreement.
 
 Run ``firstlight bench quantization --out FILE`` after ``firstlight prepare-model
 --quantize int8`` (:mod:`firstlight_bench.engine_table` makes the table of
-``docs/engines.md`` from it). Each model gets its own engine, one after the other in this
-process (peak RSS is measured per model, engine included). Prints JSON with ``meta`` and
-per model: ``startup_s``, ``ttft_ms`` (a 256-token prompt, nothing cached, median of
+``docs/engines.md`` from it). Each model gets its own engine, one after the other in
+this process (peak RSS is measured per model, engine included). Prints JSON with
+``meta`` and per model (``reference``: the unquantized model in ``--reference-dtype``,
+float32 by default — bfloat16 answers garbage on CPUs with AMX, docs/engines.md;
+``int8_w8a8``: in the dtype Firstlight resolves for this CPU), each with its ``dtype``:
+``startup_s``, ``ttft_ms`` (a 256-token prompt, nothing cached, median of
 ``--repeats``), ``decode_tokens_per_s`` (8 concurrent requests of 64 greedy tokens),
-``peak_rss_mib``, and for the INT8 model the agreement of its greedy answers with bf16's
-on 20 fixed chat prompts: exact matches and mean common prefix in tokens.
+``peak_rss_mib``, and for the INT8 model the agreement of its greedy answers with the
+reference's on 20 fixed chat prompts: exact matches and mean common prefix in tokens.
 """
 
 from __future__ import annotations
@@ -25,11 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from firstlight.config import HintsConfig, ModelConfig, load_config
+from firstlight.engine.capabilities import detect_cpu_features, engine_dtype
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.prefix import HashScheme
 from firstlight_bench.engine import _PeakMemory, _tokens, _ttft_ms, chat_prompts, emit
-from firstlight_bench.results import git_commit
+from firstlight_bench.results import cpu_model, git_commit
 
 __all__ = ["PROMPTS", "main"]
 
@@ -90,15 +95,21 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Measure bf16 then INT8; print and return the JSON report."""
+    """Measure the reference then INT8; print and return the JSON report."""
     parser = argparse.ArgumentParser(prog="python -m firstlight_bench.quantization")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument(
+        "--reference-dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="dtype of the unquantized model the INT8 one is compared with",
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     args = parser.parse_args(argv)
     config = load_config()
     prompts = chat_prompts(config.default_model_dir, PROMPTS)
     variants = {
-        "bf16": ModelConfig(name="bf16", kv_cache_gib=1),
+        "reference": ModelConfig(name="reference", kv_cache_gib=1, dtype=args.reference_dtype),
         "int8_w8a8": ModelConfig(
             name="int8",
             source="default-int8",
@@ -114,9 +125,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "git_commit": git_commit(),
             "model": config.models[0].name,
             "python": sys.version.split()[0],
+            "cpu": cpu_model(),
             "cpu_count": os.cpu_count(),
         }
     }
+    cpu = detect_cpu_features()
     for name, model in variants.items():
         with _PeakMemory() as memory:
             start = time.perf_counter()
@@ -132,13 +145,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
             measured = asyncio.run(run())
         report[name] = {
+            "dtype": engine_dtype(model, "cpu", cpu),
             "startup_s": round(startup_s, 1),
             "peak_rss_mib": round(memory.peak_bytes / 2**20),
             **measured,
         }
-    reference = report["bf16"].pop("answers")
+    reference = report["reference"].pop("answers")
     candidate = report["int8_w8a8"].pop("answers")
-    report["int8_w8a8"]["agreement_with_bf16"] = {
+    report["int8_w8a8"]["agreement_with_reference"] = {
         "prompts": len(reference),
         "exact": sum(a == b for a, b in zip(reference, candidate, strict=True)),
         "mean_common_prefix_tokens": round(

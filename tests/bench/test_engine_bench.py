@@ -117,13 +117,27 @@ def test_the_engine_table_refuses_runs_that_do_not_compare() -> None:
 
 def _quantization_run() -> dict[str, Any]:
     return {
-        "meta": {"command": "firstlight bench quantization", "git_commit": "ab" * 20},
-        "bf16": {"ttft_ms_p50": 382.0, "decode_tokens_per_s": 174.2, "peak_rss_mib": 3527}
+        "meta": {
+            "command": "firstlight bench quantization",
+            "git_commit": "ab" * 20,
+            "cpu": "a CPU",
+        },
+        "reference": {
+            "dtype": "float32",
+            "ttft_ms_p50": 382.0,
+            "decode_tokens_per_s": 174.2,
+            "peak_rss_mib": 3527,
+        }
         | {"startup_s": 25.0},
-        "int8_w8a8": {"ttft_ms_p50": 252.0, "decode_tokens_per_s": 219.4, "peak_rss_mib": 3622}
+        "int8_w8a8": {
+            "dtype": "bfloat16",
+            "ttft_ms_p50": 252.0,
+            "decode_tokens_per_s": 219.4,
+            "peak_rss_mib": 3622,
+        }
         | {"startup_s": 21.0}
         | {
-            "agreement_with_bf16": {
+            "agreement_with_reference": {
                 "prompts": 20,
                 "exact": 4,
                 "mean_common_prefix_tokens": 9.4,
@@ -137,10 +151,15 @@ def test_the_quantization_table_shows_both_models_of_one_run(tmp_path: Path) -> 
     report = _quantization_run()
     report["meta"]["cpu_count"] = 2
     section = render_quantization(report)
-    assert "| TTFT, 256-token prompt, p50 | 382 ms | **252 ms** (1.52x bf16's speed) |" in section
-    assert "**219 tokens/s** (1.26x)" in section
     assert (
-        "| greedy answers equal to bf16's | — | 4 of 20; mean common prefix 9.4 of 25.4" in section
+        "| TTFT, 256-token prompt, p50 | 382 ms | **252 ms** (1.52x the reference's speed) |"
+        in section
+    )
+    assert "**219 tokens/s** (1.26x)" in section
+    assert "| | unquantized, float32 | INT8 W8A8 (data-free), bfloat16 activations |" in section
+    assert (
+        "| greedy answers equal to the reference's | — | 4 of 20; mean common prefix 9.4 of 25.4"
+        in section
     )
     # The tool rewrites both sections of a page from the files it is given.
     files = {}

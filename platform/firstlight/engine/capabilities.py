@@ -195,6 +195,12 @@ def engine_dtype(model: ModelConfig, device: Device, cpu: CpuFeatures | None) ->
             "kernel that takes bfloat16 or float16 activations only, and the engine dies "
             "at its first request; set dtype: bfloat16 (or auto)"
         )
+    if cpu.amx and model.dtype == "float16":
+        raise UnsupportedEngineConfigError(
+            f"{where} on a CPU with AMX (amx_tile): vLLM-CPU's INT8 kernel there aborts the "
+            "engine while it starts ('scale_C: scalar path not implemented', measured); "
+            "set dtype: bfloat16 (or auto)"
+        )
     if not cpu.amx and model.dtype == "float16":
         raise UnsupportedEngineConfigError(
             f"{where} on a CPU without AMX ({cpu.describe()}): vLLM-CPU answers garbage "
