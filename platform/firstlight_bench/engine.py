@@ -43,7 +43,7 @@ from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme
 from firstlight.telemetry.rolling import percentile
-from firstlight_bench.results import git_commit
+from firstlight_bench.results import cpu_model, git_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = ["IDLE_BEGIN", "IDLE_END", "main", "render_idle"]
@@ -237,13 +237,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--dtype",
+        choices=("auto", "float32", "bfloat16", "float16"),
+        help="the model's dtype (default: the configuration's; the local platform runs the "
+        "default model in float32, as bfloat16 answers garbage on CPUs with AMX)",
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON report here")
     parser.add_argument("--page", type=Path, help="rewrite this page's engine-idle section")
     args = parser.parse_args(argv)
     if args.page is not None and args.out is None:
         parser.error("--page needs --out (the section is made from the stored report)")
     config = load_config(args.config)
-    model = config.models[0].model_copy(update={"kv_cache_gib": config.models[0].kv_cache_gib or 1})
+    update: dict[str, Any] = {"kv_cache_gib": config.models[0].kv_cache_gib or 1}
+    if args.dtype is not None:
+        update["dtype"] = args.dtype
+    model = config.models[0].model_copy(update=update)
     scheme = HashScheme.for_model(model, config.hints if args.config else HintsConfig())
     with _PeakMemory() as memory:
         before = _child_pids()
@@ -268,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "simulated": engine.simulated,
             "model": model.name,
             "python": sys.version.split()[0],
+            "cpu": cpu_model(),
             "cpu_count": os.cpu_count(),
             "options": {k: v for k, v in vars(args).items() if k not in ("config", "out", "page")},
         },

