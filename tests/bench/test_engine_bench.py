@@ -183,3 +183,19 @@ def test_the_quantization_table_shows_both_models_of_one_run(tmp_path: Path) -> 
     assert text.endswith(f"{QUANT_END}\n")
     assert "| cached / cold | **0.139** | **0.152** |" in text
     assert "**252 ms**" in text
+
+
+def test_the_engines_page_shows_exactly_the_stored_runs() -> None:
+    stored = REPO / "docs" / "benchmarks"
+    real = json.loads((stored / "engine-vllm-cpu" / "results.json").read_text())
+    sim = json.loads((stored / "engine-sim" / "results.json").read_text())
+    quant = json.loads((stored / "quantization-vllm-cpu" / "results.json").read_text())
+    page = (REPO / "docs" / "engines.md").read_text()
+    assert shown_section(page, COMPARE_BEGIN, COMPARE_END) == render_compare(real, sim), (
+        "docs/engines.md is stale: rerun the command it names"
+    )
+    assert shown_section(page, QUANT_BEGIN, QUANT_END) == render_quantization(quant)
+    assert real["meta"]["simulated"] is False
+    assert sim["meta"]["simulated"] is True
+    for run in (real, sim, quant):
+        assert not run["meta"]["git_commit"].endswith("-dirty")
