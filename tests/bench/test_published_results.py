@@ -30,6 +30,7 @@ RUNS = sorted(
             "advisor",
             "outliers",
             "soak",
+            "quantization",
         )
     )
 )
