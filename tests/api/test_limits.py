@@ -13,6 +13,7 @@ from uuid import uuid4
 import pytest
 from redis.asyncio import Redis
 
+from firstlight.api import limits as limits_module
 from firstlight.api.limits import KeyLimits
 from firstlight.errors import RateLimitedError
 
@@ -84,14 +85,50 @@ async def test_the_request_rate_is_shared_per_minute(clients: list[Redis], prefi
     assert (await one.acquire("key-a")).shared
 
 
-async def test_a_dead_gateways_leases_expire(clients: list[Redis], prefix: str) -> None:
+async def test_a_dead_gateways_leases_expire_within_the_ttl(
+    clients: list[Redis], prefix: str
+) -> None:
     clock = Clock()
     dead, alive = (_limits(clients, prefix, clock, 1, None) for _ in range(2))
-    await dead.acquire("key-a")  # never released: its gateway died
+    await dead.acquire("key-a")
+    await dead.aclose()  # its gateway died: no release, no more renewals
     with pytest.raises(RateLimitedError):
         await alive.acquire("key-a")
-    clock.now += 3601
+    clock.now += 29
+    with pytest.raises(RateLimitedError):
+        await alive.acquire("key-a")
+    clock.now += 2  # 31 s after the take: the lease has expired
     assert (await alive.acquire("key-a")).shared
+
+
+async def test_a_live_lease_is_renewed_past_its_ttl_and_not_after_its_release(
+    clients: list[Redis], prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A response longer than the lease TTL keeps its slot: the holder's renewal task
+    pushes the expiry forward; once released, a renewal does not bring the lease back."""
+    monkeypatch.setattr(limits_module, "_RENEW_EVERY_S", 0.0)
+    clock = Clock()
+    holder, other = (_limits(clients, prefix, clock, 1, None) for _ in range(2))
+    renewed = asyncio.Event()
+    renew = holder.renew
+
+    async def spied_renew() -> None:
+        await renew()
+        renewed.set()
+
+    monkeypatch.setattr(holder, "renew", spied_renew)
+    lease = await holder.acquire("key-a")  # expires at t0 + 30 unless renewed
+    clock.now += 25
+    await asyncio.wait_for(renewed.wait(), timeout=10)  # the task renewed: t0 + 55
+    clock.now += 25  # t0 + 50: past the first expiry
+    with pytest.raises(RateLimitedError, match="concurrent"):
+        await other.acquire("key-a")
+    holder.release(lease)
+    await holder.renew()
+    await holder.aclose()
+    client = clients[0]
+    assert await client.zscore(f"{prefix}limits:key-a:leases", lease.lease_id) is None
+    assert (await other.acquire("key-a")).shared
 
 
 async def test_without_redis_each_gateway_enforces_the_limits_alone(prefix: str) -> None:
@@ -143,7 +180,7 @@ async def test_a_lease_taken_after_the_deadline_is_given_back(
     clients: list[Redis], prefix: str
 ) -> None:
     """The take times out (so the request is admitted locally) while Redis did take the
-    lease: the lease is removed anyway, instead of holding a slot for an hour."""
+    lease: the lease is removed anyway, instead of holding a slot until it expires."""
     client = Redis.from_url(REDIS_URL)
     clients.append(client)
     clock = Clock()

@@ -5,7 +5,10 @@ before the request is read, :meth:`release` when its response ends. Two limits p
 identity (a digest prefix, never the key):
 
 * **concurrency** (``gateway.max_concurrent_per_key``): leases in a Redis sorted set
-  scored by their expiry, so a gateway that dies mid-request cannot hold a slot for ever;
+  scored by their expiry. A lease lives ``_LEASE_TTL_S`` (30 s) and the gateway holding
+  it pushes its expiry forward every ``_RENEW_EVERY_S`` (one pipeline for all its leases)
+  until the response ends, so a gateway that dies mid-request (OOM, lost node) holds its
+  slots for at most 30 s, however long its responses were;
 * **request rate** (``gateway.max_requests_per_minute_per_key``): a counter per key and
   minute.
 
@@ -35,8 +38,12 @@ _log = logging.getLogger(__name__)
 
 _REDIS_DEADLINE_S = 0.05
 _RETRY_AFTER_FAILURE_S = 5.0
-_LEASE_TTL_S = 3600.0
-"""A lease outlives any response (a crashed gateway's slot frees after this)."""
+_LEASE_TTL_S = 30.0
+"""A lease not renewed for this long is free again: a crashed gateway's slots free after
+at most this, a lease whose release missed its deadline too."""
+_RENEW_EVERY_S = 10.0
+"""How often a gateway renews the leases it holds (a third of the TTL: two renewals may
+be late, or fail, before a live lease expires)."""
 _ORPHAN_DELAY_S = 1.0
 """How long after a failed take its lease is removed anyway: the script may have run in
 Redis with its reply late (a busy event loop misses the deadline, not Redis), and the
@@ -89,6 +96,9 @@ class KeyLimits:
         self._local_rate: dict[tuple[str, int], int] = {}
         self._redis_down_until = 0.0
         self._releases: set[asyncio.Task[None]] = set()
+        self._held: dict[str, set[str]] = {}
+        """Shared lease ids this gateway holds, by identity (renewed until released)."""
+        self._renewer: asyncio.Task[None] | None = None
 
     @property
     def shared(self) -> bool:
@@ -113,6 +123,11 @@ class KeyLimits:
             else:
                 self._local_inflight.pop(lease.identity, None)
             return
+        held = self._held.get(lease.identity)
+        if held is not None:
+            held.discard(lease.lease_id)
+            if not held:
+                del self._held[lease.identity]
         self._release_later(lease, 0.0)
 
     def _release_later(self, lease: Lease, delay_s: float) -> None:
@@ -120,8 +135,42 @@ class KeyLimits:
         self._releases.add(task)
         task.add_done_callback(self._releases.discard)
 
+    async def renew(self) -> None:
+        """Push the expiry of every shared lease this gateway holds to now + TTL, in one
+        pipeline (``ZADD XX``: a lease released meanwhile is not brought back). Called
+        every ``_RENEW_EVERY_S`` by the renewal task while leases are held; tests call it
+        directly."""
+        if not self._held or self._redis is None:
+            return
+        now = self._clock()
+        expiry = now + _LEASE_TTL_S
+        try:
+            async with asyncio.timeout(_REDIS_DEADLINE_S * 10):
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for identity, lease_ids in self._held.items():
+                        key = self._keys(identity, now)[0]
+                        pipe.zadd(key, dict.fromkeys(lease_ids, expiry), xx=True)
+                        pipe.expire(key, int(_LEASE_TTL_S))
+                    await pipe.execute()
+        except Exception as exc:  # the next renewal tries again; a TTL spans two misses
+            self._redis_failed(exc)
+
+    async def _renew_while_held(self) -> None:
+        while self._held:
+            await asyncio.sleep(_RENEW_EVERY_S)
+            await self.renew()
+
+    def _hold(self, lease: Lease) -> None:
+        self._held.setdefault(lease.identity, set()).add(lease.lease_id)
+        if self._renewer is None or self._renewer.done():
+            loop = asyncio.get_running_loop()
+            self._renewer = loop.create_task(self._renew_while_held())
+
     async def aclose(self) -> None:
-        """Wait for pending releases (the gateway's shutdown)."""
+        """Stop renewing and wait for pending releases (the gateway's shutdown)."""
+        if self._renewer is not None:
+            self._renewer.cancel()
+            await asyncio.gather(self._renewer, return_exceptions=True)
         if self._releases:
             await asyncio.gather(*self._releases, return_exceptions=True)
 
@@ -143,15 +192,18 @@ class KeyLimits:
         except Exception as exc:  # Redis down or slow: this gateway decides alone
             self._redis_failed(exc)
             # The script may have taken the lease all the same, its reply too late: that
-            # lease would hold a slot for _LEASE_TTL_S (a soak lost requests to 429s once
-            # a busy hour had leaked every slot this way), so it is removed regardless.
+            # lease would hold a slot until it expires (a soak lost requests to 429s once
+            # a busy hour had leaked every slot this way, with hour-long leases), so it
+            # is removed regardless.
             self._release_later(Lease(identity, lease_id, shared=True), _ORPHAN_DELAY_S)
             return None
         if int(taken) == -1:
             raise self._refusal("concurrent requests", self.max_concurrent)
         if int(taken) == -2:
             raise self._refusal("requests per minute", self.per_minute or 0, 60 - now % 60)
-        return Lease(identity, lease_id, shared=True)
+        lease = Lease(identity, lease_id, shared=True)
+        self._hold(lease)
+        return lease
 
     async def _release_shared(self, lease: Lease, delay_s: float = 0.0) -> None:
         if delay_s > 0:
