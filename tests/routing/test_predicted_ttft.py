@@ -18,6 +18,7 @@ from firstlight.routing import (
     RequestView,
     RoutingInput,
 )
+from tests.conftest import FakeClock
 
 
 class FixedCache:
@@ -176,6 +177,27 @@ def test_calibration_shifts_traffic_away_from_a_slow_replica() -> None:
     policy.on_replica_reset("a")  # its own measurements from now on: calibrate afresh
     assert policy.calibrator.correction("a") == 1.0
     assert policy.choose(RoutingInput(REQUEST, replicas)).winner.replica_id == "a"
+
+
+def test_first_tokens_predicted_before_a_reset_do_not_calibrate_it_afresh() -> None:
+    """A request routed with the prior rate, whose first token comes after the replica's
+    first measurement reset its calibration, is not folded into the fresh calibration;
+    one routed after the reset is."""
+    clock = FakeClock(0.0)
+    policy = FirstlightPolicy(PARAMS, rng=random.Random(0), clock=clock)
+    replicas = [_replica("a")]
+    before = policy.choose(RoutingInput(REQUEST, replicas)).winner
+    policy.on_routed(REQUEST, before)
+    clock.advance(0.1)
+    policy.on_replica_reset("a")
+    clock.advance(0.5)
+    policy.on_first_token(REQUEST, before, 7 * before.score)  # predicted with the prior
+    assert policy.calibrator.correction("a") == 1.0
+    after = policy.choose(RoutingInput(REQUEST, replicas)).winner
+    policy.on_routed(REQUEST, after)
+    clock.advance(0.5)
+    policy.on_first_token(REQUEST, after, 2 * after.score)
+    assert policy.calibrator.correction("a") > 1.0
 
 
 def test_failed_request_releases_its_reservation() -> None:

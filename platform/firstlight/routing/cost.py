@@ -335,10 +335,14 @@ class Reservations:
         self._by_replica.setdefault(replica_id, {})[request_id] = (amount, self._clock())
         self._replica_of[request_id] = replica_id
 
-    def release(self, request_id: str) -> None:
+    def release(self, request_id: str) -> float | None:
+        """Drop ``request_id``'s reservation; returns the clock time it was made (the
+        request's routing), or ``None`` when there was none (never made, or expired)."""
         replica_id = self._replica_of.pop(request_id, None)
-        if replica_id is not None:
-            self._by_replica[replica_id].pop(request_id, None)
+        if replica_id is None:
+            return None
+        entry = self._by_replica[replica_id].pop(request_id, None)
+        return entry[1] if entry is not None else None
 
     @property
     def by_replica(self) -> Mapping[str, Mapping[str, tuple[float, float]]]:

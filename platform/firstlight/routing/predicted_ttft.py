@@ -145,6 +145,9 @@ class FirstlightPolicy:
         self.placements = Placements(params.placement_memory)
         """Where this router last sent each prefix (the affinity penalty's weak hint)."""
         self._routed_memory = params.memory_signal == "router"
+        self._reset_at: dict[str, float] = {}
+        """When each reset replica was last reset (first tokens of requests routed
+        before are not calibrated on)."""
 
     def choose(self, routing: RoutingInput) -> Decision:
         request = routing.request
@@ -343,9 +346,16 @@ class FirstlightPolicy:
     def on_first_token(
         self, request: RequestView, chosen: Candidate, observed_ttft_ms: float
     ) -> None:
-        self.reservations.release(request.request_id)
-        if chosen.terms is not None:
-            self.calibrator.observe(chosen.replica_id, chosen.terms, observed_ttft_ms)
+        routed_at = self.reservations.release(request.request_id)
+        if chosen.terms is None:
+            return
+        reset_at = self._reset_at.get(chosen.replica_id)
+        if routed_at is not None and reset_at is not None and routed_at < reset_at:
+            # Predicted with what the reset forgot (the prior rate before the replica's
+            # first measurement): folding it in would skew the fresh calibration for
+            # dozens of requests (a 107 ms prediction that took 790 ms: correction 1.32).
+            return
+        self.calibrator.observe(chosen.replica_id, chosen.terms, observed_ttft_ms)
 
     def on_done(self, request: RequestView, chosen: Candidate) -> None:
         self.reservations.release(request.request_id)
@@ -355,5 +365,7 @@ class FirstlightPolicy:
 
     def on_replica_reset(self, replica_id: str) -> None:
         """Corrections learned against the prior rate do not apply to the replica's own
-        measurement (or to its restarted engine): calibrate it afresh."""
+        measurement (or to its restarted engine): calibrate it afresh, from the first
+        tokens of requests routed after now."""
         self.calibrator.forget(replica_id)
+        self._reset_at[replica_id] = self._clock()
