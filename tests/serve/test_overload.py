@@ -154,12 +154,10 @@ async def test_twice_the_capacity_is_shed_fast_and_admitted_requests_keep_their_
         f"(objective router.slo.ttft_p95_ms = {objective_ms:.0f} ms)"
     )
     # The claim: what is admitted meets the region's objective, a p95 (the percentile
-    # the objective names, not a stricter one: with 11-12 admitted requests the p99 is
-    # nearly the slowest one: in one CI run two of 11 came in ~0.6 s later than on a quiet
-    # machine, a p99 of 2011 ms (p95 ~1.9 s), while the gateway's predicted TTFT for the
-    # admitted requests (x-firstlight-predicted-ttft-ms) runs above what they get). Without
-    # shedding, 28 requests of ~0.8 s of prefill each arriving over 8.5 s leave the
-    # last ones ~9-13 s behind, far beyond it.
+    # the objective names, not a stricter one: with a dozen admitted requests the p99 is
+    # nearly the slowest one, which a busy shared machine delays). Without shedding,
+    # 28 requests of ~0.8 s of prefill each arriving over 8.5 s leave the last ones
+    # seconds beyond it.
     assert p95 <= objective_ms, ttft_ms
     # Refused at once, not after queueing: a refusal that had waited for its turn would
     # take at least the admission bound; and refusing is far cheaper than serving.
