@@ -51,7 +51,11 @@ def _kill(app: str, replica_id: str) -> None:
     import ray
 
     name = f"SERVE_REPLICA::{app}#gateway#{replica_id}"
-    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+    actor = ray.get_actor(name, namespace="serve")
+    ray.kill(actor, no_restart=True)  # returns before the process is gone
+    # A call on the killed actor fails once Ray knows it is dead.
+    with pytest.raises(ray.exceptions.RayActorError):
+        ray.get(actor.__ray_ready__.remote(), timeout=60)
 
 
 @pytest.mark.slow
@@ -76,8 +80,9 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     assert state["models"][0]["ttft_ms"]["count"] > 0
     victim = min(counts)
 
+    killing_at = load.now_s()
     await asyncio.to_thread(_kill, REGION, victim)
-    killed_at = load.now_s()
+    killed_at = load.now_s()  # Ray has confirmed the gateway dead
     await load.wait_for(len(load.answers) + 40)
     # The dead gateway stops publishing and leaves the scrape (Ray starts a new one).
     async with asyncio.timeout(4 * LIVE_FOR_S):
@@ -86,7 +91,8 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     answers = await load.stop()
 
     def inside_at_kill(started_s: float, total_s: float) -> bool:
-        return started_s <= killed_at <= started_s + total_s
+        """In flight at some moment between the kill and Ray's confirmation of it."""
+        return started_s <= killed_at and killing_at <= started_s + total_s
 
     lost = [a for a in answers if a.lost]
     assert [a for a in lost if not inside_at_kill(a.started_s, a.total_s)] == [], [

@@ -134,27 +134,28 @@ async def while_answering(items: AsyncIterator[_Item], peer: Peer) -> AsyncItera
     ``router.peer_timeout_s`` for a peer that went silent after its answer had started.
     Called by :mod:`firstlight.api.forward` and
     :func:`firstlight.api.resume.peer_chunks` on every forwarded answer."""
-    failure = peer.failed()  # set by the first failed probe from now on
-    while True:
-        read = asyncio.ensure_future(anext(items))
-        gone = asyncio.ensure_future(failure.wait())
-        try:
-            await asyncio.wait({read, gone}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:  # cancelled (the client left): stop reading too
-            read.cancel()
-            raise
-        finally:
-            gone.cancel()
-        if not read.done():
-            read.cancel()
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await read
-            raise PeerGoneError(f"peer {peer.region} stopped answering its probes")
-        try:
-            item = read.result()
-        except StopAsyncIteration:
-            return
-        yield item
+    # Set by the first failed probe from now on; one waiter for the whole answer.
+    gone = asyncio.ensure_future(peer.failed().wait())
+    try:
+        while True:
+            read = asyncio.ensure_future(anext(items))
+            try:
+                await asyncio.wait({read, gone}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:  # cancelled (the client left): stop reading too
+                read.cancel()
+                raise
+            if not read.done():
+                read.cancel()
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await read
+                raise PeerGoneError(f"peer {peer.region} stopped answering its probes")
+            try:
+                item = read.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        gone.cancel()
 
 
 class PeerTable:
