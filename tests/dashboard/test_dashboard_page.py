@@ -104,6 +104,7 @@ STATE: dict[str, Any] = {
         }
     ],
     "outlier_factor": 10.0,
+    "trace_url": None,
     "outliers": [
         {
             "at": 1764479998.2,
@@ -259,12 +260,29 @@ def test_page_renders_regions_models_replicas_and_decisions(
     assert re.search(r'<div id="render-error"[^>]*\bhidden\b', dom)
 
 
+def test_an_outliers_trace_id_links_to_the_configured_trace_viewer(
+    server: _Server, tmp_path: Path
+) -> None:
+    state = copy.deepcopy(STATE)
+    state["trace_url"] = "https://jaeger.example/trace/{trace_id}?uiEmbed=v0"
+    dom = _dump_dom(_serve(server, state), tmp_path / "profile")
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    cell = re.search(r'<td class="trace" data-field="trace">(.*?)</td>', dom, re.DOTALL)
+    assert cell
+    link = re.fullmatch(r"<a ([^>]*)>([^<]*)</a>", cell.group(1))
+    assert link, cell.group(1)
+    assert f'href="https://jaeger.example/trace/{trace_id}?uiEmbed=v0"' in link.group(1)
+    assert 'rel="noopener noreferrer"' in link.group(1)
+    assert link.group(2) == trace_id
+
+
 def test_data_is_escaped_not_interpreted(server: _Server, tmp_path: Path) -> None:
     state = copy.deepcopy(STATE)
     state["simulated"] = True
     state["decisions"][0]["explanation"] = f"winner {XSS} done"
     state["decisions"][0]["model"] = "<script>alert(2)</script>"
     state["outliers"][0]["explanation"] = f"slow {XSS} here"
+    state["trace_url"] = "javascript:alert(3)//{trace_id}"  # not http(s): no link
     state["advisor"] = [
         {
             "group": XSS,
@@ -296,6 +314,8 @@ def test_data_is_escaped_not_interpreted(server: _Server, tmp_path: Path) -> Non
     assert "slow &lt;img src=x onerror=alert(1)&gt; here" in dom
     assert "evicted &lt;img src=x onerror=alert(1)&gt; early" in dom
     assert "<script>alert(2)" not in dom
+    assert "javascript:" not in dom
+    assert ">4bf92f3577b34da6a3ce929d0e0e4736</td>" in dom  # the id as text
     assert "&lt;script&gt;alert(2)&lt;/script&gt;" in dom
     assert not re.search(r'<span id="sim-badge"[^>]*\bhidden\b', dom)  # simulated: shown
 

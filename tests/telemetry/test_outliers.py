@@ -338,6 +338,16 @@ def test_the_dashboard_lists_outliers_newest_first_with_trace_ids(
     data = dashboard_state(telemetry.config, "r1", states, make_peers(clock), summary, telemetry)
     assert json.loads(json.dumps(data, allow_nan=False)) == data
     assert data["outlier_factor"] == 10.0
+    assert data["trace_url"] is None  # telemetry.trace_url unset: ids shown as text
+    linked = telemetry.config.model_copy(
+        update={
+            "telemetry": telemetry.config.telemetry.model_copy(
+                update={"trace_url": "https://jaeger.example/trace/{trace_id}"}
+            )
+        }
+    )
+    data_linked = dashboard_state(linked, "r1", states, make_peers(clock), summary, telemetry)
+    assert data_linked["trace_url"] == "https://jaeger.example/trace/{trace_id}"
     listed = data["outliers"]
     assert len(listed) == telemetry.outliers_kept == 50
     newest = telemetry.outliers[0]

@@ -257,6 +257,12 @@ class TelemetryConfig(Section):
     outlier_window_samples: Annotated[int, Field(ge=1, le=100_000)] = 1000
     """How many of a model's latest successful requests the rolling median covers, per
     gateway; at least ``outlier_min_samples``."""
+    trace_url: Annotated[str, Field(max_length=2048)] | None = None
+    """A link to one trace in the viewer your collector feeds, ``{trace_id}`` standing
+    for the 32-hex-digit id (Jaeger: ``https://jaeger.example/trace/{trace_id}``;
+    Grafana Tempo: an Explore URL with ``{trace_id}`` as its query). The built-in
+    dashboard links each outlier's trace id through it; ``null``: the id is shown as
+    text."""
 
     @model_validator(mode="after")
     def _outlier_window_holds_min_samples(self) -> Self:
@@ -265,6 +271,21 @@ class TelemetryConfig(Section):
                 "outlier_window_samples",
                 self.outlier_window_samples,
                 f"must be at least outlier_min_samples ({self.outlier_min_samples})",
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _trace_url_is_a_link_template(self) -> Self:
+        url = self.trace_url
+        if url is not None and (
+            not url.startswith(("http://", "https://"))
+            or "{trace_id}" not in url
+            or any(c.isspace() for c in url)
+        ):
+            raise FieldValueError(
+                "trace_url",
+                url,
+                "must be an http(s) URL without spaces holding {trace_id} where the trace id goes",
             )
         return self
 

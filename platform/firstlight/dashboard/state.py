@@ -93,6 +93,7 @@ def dashboard_state(
             for d in merged.decisions
         ],
         "outlier_factor": config.telemetry.outlier_factor,
+        "trace_url": config.telemetry.trace_url,
         "outliers": [_outlier(o) for o in telemetry.outliers],
         "advisor": [row.to_json() for row in telemetry.advisor.report()],
     }
