@@ -12,7 +12,7 @@ import pytest
 
 from firstlight.api.context import ContextChoice, ContextLoader, choose_documents, with_documents
 from firstlight.api.prompts import SimPromptEncoder
-from firstlight.config import parse_config
+from firstlight.config import DynamicContextSettings, parse_config
 from firstlight.errors import BadRequestError
 
 
@@ -123,6 +123,25 @@ async def test_the_models_default_budget_applies_and_no_budget_keeps_every_one()
     assert everything.kept == (0, 1, 2)
     assert len(ranker.queries) == 1  # nothing to rank without a budget
     assert all(d in json.loads(body)["messages"][0]["content"] for d in DOCUMENTS)
+
+
+async def test_a_key_opted_in_loads_context_on_any_model_with_its_own_budget() -> None:
+    ranker = KeywordRanker()
+    by_key = DynamicContextSettings(default_budget_tokens=6)
+    body, choice = await _loader(ranker).apply(_body("plain", documents=DOCUMENTS), by_key)
+    assert choice is not None
+    assert choice.kept == (1,)  # the key's budget: one document on a model not opted in
+    assert "lima" in json.loads(body)["messages"][0]["content"]
+    _, wide = await _loader(ranker).apply(
+        _body(documents=DOCUMENTS), DynamicContextSettings(default_budget_tokens=1000)
+    )
+    assert wide is not None
+    assert wide.kept == (0, 1, 2)  # the key's budget wins over the model's (5 tokens)
+    _, model_budget = await _loader(ranker).apply(
+        _body(documents=DOCUMENTS), DynamicContextSettings()
+    )
+    assert model_budget is not None
+    assert model_budget.kept == (1,)  # a key without a budget leaves the model's
 
 
 async def test_a_body_without_documents_is_left_alone() -> None:

@@ -806,6 +806,33 @@ async def test_documents_are_cut_to_the_budget_before_routing(make_gateway: Make
     assert cut.json()["usage"]["prompt_tokens"] < full / 3
 
 
+async def test_a_key_opted_in_to_dynamic_context_has_it_where_others_are_refused(
+    make_gateway: MakeGateway, tmp_path: Path
+) -> None:
+    from firstlight_bench.rag_workload import rag_cases
+
+    keys = {"rag": "sk-rag-0123456789abcdef", "plain": "sk-plain-0123456789abcdef"}
+    refs: list[dict[str, Any]] = []
+    for name, key in keys.items():
+        (tmp_path / name).write_text(key)
+        refs.append({"file": str(tmp_path / name)})
+    refs[0]["dynamic_context"] = {"default_budget_tokens": 50}
+    gw = await make_gateway(gateway_config(auth={"enabled": True, "api_keys": refs}))
+    [case] = rag_cases(seed=5, questions=1, filler=3)
+    body = chat(case.question, max_tokens=2)
+    body["firstlight"] = {"documents": list(case.documents)}
+
+    def as_(name: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {keys[name]}"}
+
+    cut = await gw.client.post(CHAT, json=body, headers=as_("rag"))
+    assert cut.status_code == 200, cut.text
+    assert cut.headers["x-firstlight-context"].endswith(f": {case.relevant}")
+    refused = await gw.client.post(CHAT, json=body, headers=as_("plain"))
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == "firstlight.documents"
+
+
 async def test_healthz_answers_with_the_region(gw: FakeGateway) -> None:
     response = await gw.client.get("/healthz")
     assert response.status_code == 200

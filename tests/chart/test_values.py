@@ -14,7 +14,7 @@ import yaml
 from typer.testing import CliRunner
 
 from firstlight.cli import app
-from firstlight.config import PlatformConfig, load_config, parse_config
+from firstlight.config import DynamicContextSettings, PlatformConfig, load_config, parse_config
 from firstlight.errors import ConfigError
 from firstlight.k8s.helm_values import to_helm_values
 from firstlight.k8s.values_schema import CHART_OWNED_FIELDS, CONFIG_SECTIONS, values_schema
@@ -201,12 +201,15 @@ def test_tenants_reach_the_application_config() -> None:
                 "existingSecret": "keys",
                 "keys": ["api-key-0", "api-key-1"],
                 "tenants": {"api-key-1": "globex"},
+                "dynamicContext": {"api-key-0": {"default_budget_tokens": 700}},
             },
             "tenant_isolation": True,
         }
     )
     auth = parse_config(app_args(render(values))["config"]).auth
     assert [key.tenant for key in auth.api_keys] == [None, "globex"]
+    contexts = [key.dynamic_context for key in auth.api_keys]
+    assert contexts == [DynamicContextSettings(default_budget_tokens=700), None]
     assert auth.tenant_isolation is True
     assert auth.isolates_tenants
     default = parse_config(app_args(render({}))["config"]).auth
@@ -216,11 +219,13 @@ def test_tenants_reach_the_application_config() -> None:
 
 def test_to_helm_values_carries_tenants() -> None:
     config = load_config(REPO / "examples/kubernetes-us-east.yaml", environ={})
-    keys = [{"file": "/k/a", "tenant": "acme"}, {"file": "/k/b"}]
+    keys = [{"file": "/k/a", "tenant": "acme"}, {"file": "/k/b", "dynamic_context": {}}]
     config = parse_config(
         {**config.model_dump(mode="json"), "auth": {"enabled": True, "api_keys": keys}}
     )
     values = to_helm_values(config).values
     assert values["auth"]["apiKeys"]["tenants"] == {"api-key-0": "acme"}
+    assert values["auth"]["apiKeys"]["dynamicContext"] == {"api-key-1": {}}
     back = parse_config(app_args(render(values))["config"]).auth
     assert [key.tenant for key in back.api_keys] == ["acme", None]
+    assert [key.dynamic_context for key in back.api_keys] == [None, DynamicContextSettings()]

@@ -73,10 +73,14 @@ file onto these values; the chart tests check the round trip. */}}
 {{- end -}}
 {{- $keys := list -}}
 {{- $tenants := $v.auth.apiKeys.tenants | default dict -}}
+{{- $contexts := $v.auth.apiKeys.dynamicContext | default dict -}}
 {{- range $v.auth.apiKeys.keys -}}
 {{- $entry := dict "file" (printf "%s/api-keys/%s" $secrets .) -}}
 {{- with index $tenants . -}}
 {{- $_ := set $entry "tenant" . -}}
+{{- end -}}
+{{- if hasKey $contexts . -}}
+{{- $_ := set $entry "dynamic_context" (index $contexts . | default dict) -}}
 {{- end -}}
 {{- $keys = append $keys $entry -}}
 {{- end -}}

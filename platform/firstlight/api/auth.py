@@ -18,7 +18,7 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 
-from firstlight.config import AuthConfig
+from firstlight.config import AuthConfig, DynamicContextSettings
 from firstlight.errors import AuthenticationError
 
 __all__ = ["ApiKeys", "Caller"]
@@ -33,6 +33,9 @@ class Caller:
     cache_salt: str | None = None
     tenant: str | None = None
     """The tenant its key names, if any."""
+    dynamic_context: DynamicContextSettings | None = None
+    """Its key's opt-in to dynamic context loading (``auth.api_keys[].dynamic_context``),
+    read by :class:`~firstlight.api.context.ContextLoader`."""
 
     @property
     def group(self) -> str:
@@ -47,8 +50,16 @@ class ApiKeys:
     def __init__(self, config: AuthConfig) -> None:
         self.enabled = config.enabled
         isolate = config.isolates_tenants
-        self._keys: tuple[tuple[bytes, str | None, str | None], ...] = tuple(
-            (digest, _salt(ref.tenant or digest.hex()) if isolate else None, ref.tenant)
+        self._keys: tuple[tuple[bytes, Caller], ...] = tuple(
+            (
+                digest,
+                Caller(
+                    digest.hex()[:16],
+                    _salt(ref.tenant or digest.hex()) if isolate else None,
+                    ref.tenant,
+                    ref.dynamic_context,
+                ),
+            )
             for ref in config.api_keys
             for digest in (_digest(ref.resolve()),)
         )
@@ -72,9 +83,9 @@ class ApiKeys:
             )
         candidate = _digest(token)
         found: Caller | None = None
-        for digest, salt, tenant in self._keys:  # every key compared: constant time
+        for digest, caller in self._keys:  # every key compared: constant time
             if hmac.compare_digest(candidate, digest):
-                found = Caller(candidate.hex()[:16], salt, tenant)
+                found = caller
         if found is None:
             raise AuthenticationError("incorrect API key provided", code="invalid_api_key")
         return found

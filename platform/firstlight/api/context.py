@@ -27,7 +27,7 @@ from typing import Annotated, Any, Protocol
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from firstlight.api.prompts import PromptEncoder
-from firstlight.config import ModelConfig
+from firstlight.config import DynamicContextSettings, ModelConfig
 from firstlight.errors import BadRequestError
 
 __all__ = [
@@ -140,10 +140,15 @@ class ContextLoader:
         self._encoders = encoders
         self._ranker = ranker
 
-    async def apply(self, body: bytes) -> tuple[bytes, ContextChoice | None]:
+    async def apply(
+        self, body: bytes, by_key: DynamicContextSettings | None = None
+    ) -> tuple[bytes, ContextChoice | None]:
         """``body`` with its documents chosen and written into its messages, and the
         choice; ``body`` itself and ``None`` when it carries no ``firstlight`` field.
-        Raises :class:`~firstlight.errors.BadRequestError` naming the field."""
+        ``by_key`` is the caller's key's opt-in (:attr:`Caller.dynamic_context
+        <firstlight.api.auth.Caller.dynamic_context>`), which allows any chat model and
+        whose default budget wins over the model's. Raises
+        :class:`~firstlight.errors.BadRequestError` naming the field."""
         if EXTENSION_FIELD.encode() not in body:
             return body, None
         try:
@@ -156,17 +161,21 @@ class ContextLoader:
         model = self._models.get(str(data.get("model")))
         if model is None:
             return body, None  # the preparer refuses the model by name
-        if model.dynamic_context is None or self._ranker is None:
+        settings = model.dynamic_context
+        if settings is None or (by_key is not None and by_key.default_budget_tokens):
+            settings = by_key
+        if settings is None or self._ranker is None:
             raise BadRequestError(
                 f"{EXTENSION_FIELD}.documents: model {model.name!r} does not load context "
-                "dynamically (models[].dynamic_context)",
+                "dynamically (models[].dynamic_context) and this API key is not opted in "
+                "(auth.api_keys[].dynamic_context)",
                 param=f"{EXTENSION_FIELD}.documents",
             )
         messages = data.get("messages")
         if not isinstance(messages, list):
             return body, None  # the preparer names the problem
         documents = extension.documents
-        budget = extension.context_budget_tokens or model.dynamic_context.default_budget_tokens
+        budget = extension.context_budget_tokens or settings.default_budget_tokens
         encoder = self._encoders[model.name]
         tokens = [len(encoder.text(d)) for d in documents]
         scores = (

@@ -121,7 +121,10 @@ class GatewayCore:
         )
         self._local = LocalServer(config, region, backend, telemetry, self._schemes, self._hot)
         self._preparer = RequestPreparer(config, encoders, self._schemes)
-        if ranker is None and any(m.dynamic_context is not None for m in config.models):
+        if ranker is None and (
+            any(m.dynamic_context is not None for m in config.models)
+            or any(k.dynamic_context is not None for k in config.auth.api_keys)
+        ):
             embedding_ranker = EmbeddingRanker(packaged_model_dir(DEFAULT_EMBEDDING_PACKAGE))
             embedding_ranker.warm()
             ranker = embedding_ranker
@@ -170,7 +173,7 @@ class GatewayCore:
             body, resume_ids = take_resume(body, from_peer=hop)
             context = None
             if kind == "chat":
-                body, context = await self._context.apply(body)
+                body, context = await self._context.apply(body, caller.dynamic_context)
             prepared = self._preparer.prepare(kind, body, caller.cache_salt)
             forwarded_id = request.headers.get(REQUEST_ID_HEADER) if hop else None
             if forwarded_id is not None:  # one stream keeps one id across regions

@@ -18,6 +18,7 @@ from pydantic import Field, HttpUrl, model_validator
 from firstlight.config._base import FieldValueError, Section
 from firstlight.config.model import (
     DEFAULT_MODEL_NAME,
+    DynamicContextSettings,
     ModelConfig,
 )
 from firstlight.errors import ConfigError, ConfigProblem
@@ -207,6 +208,10 @@ class ApiKeyRef(SecretRef):
     tenant: Annotated[str | None, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")] = None
     """Tenant of the key's callers; keys without one are each their own tenant when
     tenant isolation is on."""
+    dynamic_context: DynamicContextSettings | None = None
+    """Dynamic context loading for this key's chat requests on every chat model, also
+    those without ``models[].dynamic_context``; its ``default_budget_tokens``, when set,
+    wins over the model's (docs/context.md)."""
 
 
 class AuthConfig(Section):

@@ -148,6 +148,23 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             "description": "Tenant of each key (key name -> tenant); with tenant isolation "
             "tenants share no cached prefix.",
         },
+        dynamicContext={
+            "type": "object",
+            "additionalProperties": {
+                "type": ["object", "null"],
+                "properties": {
+                    "default_budget_tokens": {
+                        "type": ["integer", "null"],
+                        "minimum": 1,
+                        "maximum": 1_048_576,
+                    }
+                },
+                "additionalProperties": False,
+            },
+            "description": "Keys opted in to dynamic context loading on every chat model "
+            "(key name -> {default_budget_tokens}; {} for no default budget): "
+            "auth.api_keys[].dynamic_context.",
+        },
     ),
     "redis": _obj(
         "In-chart Redis for prefix-cache hints (AUTH, no persistence: it holds hints).",

@@ -110,9 +110,17 @@ def _auth(config: PlatformConfig, notes: list[str]) -> dict[str, Any]:
     )
     api_keys: dict[str, Any] = {"existingSecret": API_KEYS_SECRET, "keys": keys}
     pairs = zip(keys, config.auth.api_keys, strict=False)  # keys has one even without refs
-    tenants = {name: ref.tenant for name, ref in pairs if ref.tenant}
+    tenants: dict[str, str] = {}
+    contexts: dict[str, Any] = {}
+    for name, ref in pairs:
+        if ref.tenant:
+            tenants[name] = ref.tenant
+        if ref.dynamic_context is not None:
+            contexts[name] = ref.dynamic_context.model_dump(mode="json", exclude_defaults=True)
     if tenants:
         api_keys["tenants"] = tenants
+    if contexts:
+        api_keys["dynamicContext"] = contexts
     auth: dict[str, Any] = {"enabled": True, "apiKeys": api_keys}
     if config.auth.tenant_isolation is not None:
         auth["tenant_isolation"] = config.auth.tenant_isolation
