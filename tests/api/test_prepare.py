@@ -62,6 +62,16 @@ def test_limits_still_apply_to_a_request_for_vllms_layer() -> None:
     assert caught.value.code == "context_length_exceeded"
 
 
+@pytest.mark.parametrize("name", ["n", "best_of"])
+def test_choices_beyond_the_gateways_bound_are_refused_naming_the_field(name: str) -> None:
+    most = CONFIG.gateway.max_choices
+    assert _preparer().prepare("chat", _body("real-m", **{name: most})).openai is not None
+    with pytest.raises(BadRequestError) as caught:
+        _preparer().prepare("chat", _body("real-m", max_tokens=8, **{name: most + 1}))
+    assert caught.value.param == name
+    assert "gateway.max_choices" in str(caught.value)
+
+
 def test_a_simulated_model_refuses_the_first_field_beyond_the_subset() -> None:
     with pytest.raises(BadRequestError) as caught:
         _preparer().prepare("chat", _body("sim-m", top_k=5, logprobs=True))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -133,6 +134,8 @@ class RequestPreparer:
                 "(gateway.max_output_tokens)",
                 param="max_tokens",
             )
+        if extended:
+            _check_choices(raw, limits.max_choices)
         if room < 1 or (max_tokens is not None and max_tokens > room):
             asked = max_tokens if max_tokens is not None else 1
             raise BadRequestError(
@@ -264,3 +267,16 @@ def _param(loc: tuple[int | str, ...]) -> str | None:
 
 def _is_union_tag(part: str) -> bool:
     return part in _UNION_TAGS or "[" in part or part.startswith("constrained-")
+
+
+def _check_choices(body: dict[str, Any], most: int) -> None:
+    """Refuse ``n`` or ``best_of`` above ``gateway.max_choices`` (what is not an integer
+    is left to vLLM's own validation, which names it)."""
+    for name in ("n", "best_of"):
+        value = body.get(name)
+        if isinstance(value, int) and not isinstance(value, bool) and value > most:
+            raise BadRequestError(
+                f"{name} is {value}; at most {most} choices are accepted per request "
+                "(gateway.max_choices)",
+                param=name,
+            )

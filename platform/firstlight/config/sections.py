@@ -348,6 +348,10 @@ class GatewayConfig(Section):
     max_output_tokens: Annotated[int | None, Field(ge=1, le=1_048_576)] = None
     """Largest ``max_tokens`` a request may ask for, and the default when it asks for
     none (400 beyond); ``null``: whatever fits the model's context."""
+    max_choices: Annotated[int, Field(ge=1, le=128)] = 8
+    """Most choices one request may ask for (``n`` and ``best_of``, served by vLLM's own
+    OpenAI layer; 400 beyond): each is a whole generation, so they multiply the work that
+    ``max_output_tokens`` bounds per choice."""
     max_attempts: Annotated[int, Field(ge=1, le=10)] = 3
     """Replica attempts per request, the first included: a replica that fails before
     the first token is retried on another, one that fails mid-stream is resumed on
