@@ -52,10 +52,13 @@ def test_local_mode_puts_the_data_plane_into_its_environment(
     for name in (*_VARS, *LOCAL_ONLY_ENV):
         monkeypatch.setenv(name, "inherited")
     monkeypatch.delenv("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S")
+    monkeypatch.delenv("RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S")
     prepare_local_ray(GatewayConfig(ingress="serve-proxy", throughput_optimized=True))
     assert os.environ["RAY_SERVE_ENABLE_HA_PROXY"] == "0"
     assert os.environ["RAY_SERVE_THROUGHPUT_OPTIMIZED"] == "1"
     assert os.environ["RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S"] == "30"
+    # A stopping gateway holds its port 2 s, not Ray's 30 (no external balancer here).
+    assert os.environ["RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S"] == "2"
 
 
 def test_an_operators_own_proxy_timeout_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:

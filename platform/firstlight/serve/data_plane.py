@@ -25,10 +25,24 @@ from firstlight.errors import ConfigError, ConfigProblem
 
 __all__ = ["HAPROXY_RETRY_ON", "LOCAL_ONLY_ENV", "prepare_local_ray", "ray_environment"]
 
-LOCAL_ONLY_ENV = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"}
-"""Set for local clusters only. Ray gives a starting HTTP proxy (or HAProxy manager) 5 s
-to report ready and kills it after three misses; on a laptop busy starting engines it
-needs longer, and the kill-restart loop then never ends."""
+LOCAL_ONLY_ENV = {
+    "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
+    "RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S": "2",
+}
+"""Set for local clusters only (a value already in the environment wins).
+
+* ``RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S``: Ray gives a starting HTTP proxy (or HAProxy
+  manager) 5 s to report ready and kills it after three misses; on a laptop busy
+  starting engines it needs longer, and the kill-restart loop then never ends.
+* ``RAY_SERVE_DIRECT_INGRESS_MIN_DRAINING_PERIOD_S``: with the HAProxy ingress a
+  stopping gateway replica keeps its port open at least this long (Ray's default 30 s)
+  so that an external load balancer aimed at replica ports can deregister it. Locally
+  nothing but Ray's own HAProxy points there, and it drops the replica when Ray tells
+  it to (a request caught in between is retried, ``HAPROXY_RETRY_ON``); 30 s only made
+  every region deletion — Ctrl-C of ``firstlight up``, a test's teardown — take 31 s
+  instead of 3 (measured with one sim region). Requests in flight still finish: that
+  is the graceful shutdown timeout, which this does not shorten. On Kubernetes the
+  chart leaves Ray's default."""
 
 
 HAPROXY_RETRY_ON = "conn-failure empty-response"
