@@ -45,6 +45,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.model)
 
 
+SLOW_PHASE_S = 120.0
+"""A test phase (setup, call, teardown) slower than this is reported when it ends, not
+only in the closing ``--durations`` table: a run stopped from outside (a CI time limit)
+never prints that table."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.duration > SLOW_PHASE_S:
+        sys.stderr.write(f"\nslow: {report.duration:.0f} s {report.when} {report.nodeid}\n")
+
+
 class FakeClock:
     """A clock that only moves when told to."""
 
