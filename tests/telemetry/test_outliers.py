@@ -303,6 +303,32 @@ def test_a_planted_slow_request_is_captured_with_every_field(
     assert value(samples, "firstlight_outliers_total", model=MODEL, kind="e2e") == 0.0
 
 
+def test_a_slow_request_served_by_a_peer_is_captured_with_the_peer_decision(
+    telemetry: GatewayTelemetry, state: RouterState
+) -> None:
+    """Forwarded the way ``api/forward.py`` drives it: the peer, its prediction against
+    the local one, and no replica facts of this region."""
+    steady(telemetry, state, 200)
+    obs = telemetry.start("chat")
+    obs.model, obs.request_id, obs.input_tokens = MODEL, "chatcmpl-far", 512
+    telemetry.begin_route(obs, "spill_over")
+    obs.served_region, obs.predicted_ttft_ms = "r2", 180.0
+    obs.explanation = "spill-over to r2: predicted 180.0 ms (rtt 80.0 ms) vs local r-a: 900 ms"
+    now = time.monotonic()
+    obs.started = now - 5.0
+    obs.first_token_at = obs.started + 4.0
+    obs.last_token_at = now
+    obs.status = 200
+    telemetry.finish(obs)
+    (record,) = telemetry.outliers
+    assert (record.route, record.served_region, record.peer_region) == ("spill_over", "r2", "r2")
+    assert record.explanation == obs.explanation
+    assert record.predicted_ttft_ms == 180.0
+    assert record.ttft_ms == pytest.approx(4000.0, abs=1.0)
+    assert (record.replica, record.dispatch_ttft_ms, record.replica_queue_len) == (None,) * 3
+    assert record.trace_id is not None
+
+
 def test_no_capture_in_a_steady_run_of_a_thousand_requests(
     telemetry: GatewayTelemetry, state: RouterState, caplog: pytest.LogCaptureFixture
 ) -> None:
