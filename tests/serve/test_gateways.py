@@ -47,6 +47,11 @@ async def _dashboard(endpoint: str) -> dict[str, Any]:
     return state
 
 
+HAPROXY_UPDATE_S = 1.0
+"""Ray broadcasts a replica's death to its HAProxy manager, which coalesces updates for
+0.1 s and reloads HAProxy: within this, new requests may still go to the dead gateway."""
+
+
 def _kill(app: str, replica_id: str) -> None:
     import ray
 
@@ -91,17 +96,23 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     answers = await load.stop()
 
     def inside_at_kill(started_s: float, total_s: float) -> bool:
-        """In flight at some moment between the kill and Ray's confirmation of it."""
-        return started_s <= killed_at and killing_at <= started_s + total_s
+        """In flight at some moment between the kill and Ray's confirmation of it, or
+        sent while Ray's HAProxy still lists the dead gateway (it is told of the death
+        and reloads within ``HAPROXY_UPDATE_S``): such a request can reach the client
+        as a connection closed without a response, which the ingress cannot retry
+        (docs/serving.md, "Several gateways"; the official client retries it)."""
+        return started_s <= killed_at + HAPROXY_UPDATE_S and killing_at <= started_s + total_s
 
     lost = [a for a in answers if a.lost]
     assert [a for a in lost if not inside_at_kill(a.started_s, a.total_s)] == [], [
         (round(a.started_s - killed_at, 2), a.problem) for a in lost
     ]
+    assert len(lost) <= 2 * load.clients, lost  # one in flight and one sent, per client
     served_after = [a for a in answers if a.started_s > killed_at and not a.lost]
     assert len(served_after) >= 40
     print(
         f"\n{REGION}: 2 gateways, one killed under load ({load.clients} clients): "
-        f"{len(answers)} requests, {len(lost)} lost (all in flight at the kill), "
+        f"{len(answers)} requests, {len(lost)} lost (in flight at the kill or sent before "
+        f"the ingress dropped the dead gateway), "
         f"{len(served_after)} served after it; per-gateway before the kill {counts}"
     )
