@@ -352,8 +352,8 @@ class FirstlightPolicy:
         reset_at = self._reset_at.get(chosen.replica_id)
         if routed_at is not None and reset_at is not None and routed_at < reset_at:
             # Predicted with what the reset forgot (the prior rate before the replica's
-            # first measurement): folding it in would skew the fresh calibration for
-            # dozens of requests (a 107 ms prediction that took 790 ms: correction 1.32).
+            # first measurement): alpha is small, so one such sample would skew the
+            # fresh calibration for dozens of requests.
             return
         self.calibrator.observe(chosen.replica_id, chosen.terms, observed_ttft_ms)
 
