@@ -13,6 +13,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from firstlight.engine.sim import SimProfile, get_profile
 from firstlight.errors import ConfigError, ConfigProblem
@@ -22,6 +23,8 @@ from firstlight_bench.workloads import Workload
 
 __all__ = [
     "ARMS",
+    "CROSS_REGION_ARMS",
+    "ArmSpec",
     "ClusterSpec",
     "arm_names",
     "block_hashes",
@@ -30,12 +33,36 @@ __all__ = [
 ]
 
 
-ARMS: dict[str, tuple[str, bool]] = {
-    **{name: (name, False) for name in REGISTRY},
-    "firstlight": ("firstlight", True),
-    "firstlight_local": ("firstlight", False),
+RegionMode = Literal["local", "firstlight", "waterfall", "global_pool", "gorgo"]
+"""How an arm picks the region (:mod:`firstlight_bench.region_arms` has the peers')."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArmSpec:
+    """One arm of the benchmark: its in-region policy and how it picks the region."""
+
+    policy: str
+    """The routing policy of each region's router (registry name)."""
+    regions: RegionMode
+    """``local``: the client's own region (latency DNS; the nearest healthy one while
+    its region is down); ``firstlight``: the gateway's region decision
+    (:func:`~firstlight.region.decide_region`); the others: the cross-region routers
+    users would run instead (:mod:`firstlight_bench.region_arms`)."""
+
+
+ARMS: dict[str, ArmSpec] = {
+    **{name: ArmSpec(name, "local") for name in REGISTRY},
+    "firstlight": ArmSpec("firstlight", "firstlight"),
+    "firstlight_local": ArmSpec("firstlight", "local"),
+    "waterfall": ArmSpec("llmd_sticky", "waterfall"),
+    "global_pool": ArmSpec("llmd_sticky", "global_pool"),
+    "gorgo": ArmSpec("least_queue", "gorgo"),
 }
-"""Arm name → (routing policy, may spill over to a peer region)."""
+"""Arm name → its policy and region choice."""
+
+CROSS_REGION_ARMS = ("waterfall", "global_pool", "gorgo")
+"""The arms that exist for multi-region workloads (W6): elsewhere each reduces to an
+in-region arm already in the matrix, so the suite runs them on W6 only."""
 
 
 def arm_names() -> tuple[str, ...]:
@@ -56,6 +83,9 @@ class ClusterSpec:
     profile's ``reload_ms_per_token``); 0, the default, keeps the profile's (none)."""
     rtt_ms: tuple[tuple[float, ...], ...] = ()
     """``rtt_ms[a][b]``: round trip between regions a and b; empty means 0 everywhere."""
+    replica_capacity_rps: float | None = None
+    """The load-1.0 rate per replica (the sweep's capacity over its replicas): what an
+    operator configures as GKE's ``maxRatePerEndpoint`` (the ``waterfall`` arm)."""
     spill_over_margin_ms: float = 50.0
     stats_period_s: float = 0.5
     probe_interval_s: float = 1.0

@@ -12,12 +12,21 @@ of one GPU profile, or of the cluster's ``fleet`` (mixed GPU generations); a
 policy (the object the gateway's request router fills); a
 :class:`~firstlight.hints.HintMirror` fed with every replica's cache events at the end of
 each step (one :class:`~firstlight_bench.sim_region.SimRegion` per region). Requests
-arrive in their client's region. Arms that may leave the region (``firstlight``) take the
-gateway's region decision — the same function, :func:`~firstlight.region.decide_region`,
-over peers ranked by :func:`~firstlight.region.rank_peers` from their summaries
-(refreshed every ``probe_interval_s``); a forwarded request reaches the peer half a round
-trip later and its tokens come back half a round trip after they exist.
-Every other arm (and ``firstlight_local``) routes inside the client's region only.
+arrive in their client's region. ``firstlight`` takes the gateway's region decision —
+the same function, :func:`~firstlight.region.decide_region`, over peers ranked by
+:func:`~firstlight.region.rank_peers` from their summaries (refreshed every
+``probe_interval_s``); the cross-region arms pick the region as their designs do
+(:mod:`firstlight_bench.region_arms`); a forwarded request reaches the peer half a round
+trip later and its tokens come back half a round trip after they exist. Every other arm
+(and ``firstlight_local``) routes inside the client's region, or, while its region is
+down, in the nearest healthy one (latency DNS with health checks).
+
+Fleet events (W6, :class:`~firstlight_bench.workloads.FleetEvent`): a **brownout** makes
+the region's replicas' steps slower; an **outage** takes every replica of the region
+away at once — the requests they held are dispatched again from their client's region
+(their TTFT still counts from their arrival; one whose first token had come keeps it)
+and the region's peers and health checks see it gone at once — and brings it back with
+cold caches. A request no arm can place anywhere is lost (an error outcome).
 
 Replicas report stats every ``stats_period_s`` (pending prefill tokens, KV usage,
 measured prefill rate: what Ray's controller relays); the queue length is always
@@ -42,9 +51,10 @@ from firstlight.engine.sim import (
 from firstlight.region.decision import PeerOption, decide_region, rank_peers
 from firstlight.routing import RequestView
 from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes
+from firstlight_bench.region_arms import Gorgo, RateWindow, RegionLoad, global_pool, waterfall
 from firstlight_bench.results import Outcome
 from firstlight_bench.sim_region import SimRegion
-from firstlight_bench.workloads import TraceRequest, Workload
+from firstlight_bench.workloads import FleetEvent, TraceRequest, Workload
 
 __all__ = ["SimRun", "simulate"]
 
@@ -87,6 +97,8 @@ class _Flight:
     """Half the round trip back to the client (forwarded requests)."""
     first_token_s: float | None = None
     decision_us: float | None = None
+    preset_replica: str | None = None
+    """The replica a proxy that sees every region (``gorgo``) already chose."""
 
 
 def simulate(
@@ -110,6 +122,11 @@ def simulate(
     return _Run(workload, arm, cluster, seed, hashes).run(started)
 
 
+def _by_distance(cluster: ClusterSpec, home: int) -> list[int]:
+    """Every region, ``home`` first, then by round trip from it (ties by index)."""
+    return sorted(range(cluster.regions), key=lambda g: (cluster.rtt(home, g), g != home, g))
+
+
 class _Run:
     def __init__(
         self,
@@ -124,7 +141,10 @@ class _Run:
         self.arm = arm
         self.cluster = cluster
         self.clock = _Clock()
-        policy_name, self.may_spill = ARMS[arm]
+        spec = ARMS[arm]
+        policy_name, self.mode = spec.policy, spec.regions
+        self.may_spill = self.mode == "firstlight"
+        self.probes = self.mode in ("firstlight", "waterfall", "global_pool")
         self.router = RouterConfig(spill_over_margin_ms=cluster.spill_over_margin_ms)
         profile = cluster.build_profile()
         self.block_size = profile.block_size
@@ -132,6 +152,19 @@ class _Run:
             SimRegion.build(g, cluster, policy_name, seed, self.clock)
             for g in range(cluster.regions)
         ]
+        count = cluster.regions
+        self.by_distance = [_by_distance(cluster, a) for a in range(count)]
+        """Per client region, every region nearest first (itself first)."""
+        self.region_of = {rid: region.index for region in self.regions for rid in region.sims}
+        self.gorgo = Gorgo(profile.kv_cache_blocks) if self.mode == "gorgo" else None
+        self.rates = [RateWindow() for _ in range(count)]
+        self.loads: list[RegionLoad] = []
+        # Fleet events: (time, sequence, event, starting).
+        self.fleet_events: list[tuple[float, int, FleetEvent, bool]] = []
+        for i, event in enumerate(workload.events):
+            self.fleet_events.append((event.start_s, 2 * i, event, True))
+            self.fleet_events.append((event.end_s, 2 * i + 1, event, False))
+        heapq.heapify(self.fleet_events)
         self.flights: dict[str, _Flight] = {}
         self.outcomes: list[Outcome] = []
         # Replica step ends: (end time, sequence, region, replica id); an entry whose
@@ -160,13 +193,18 @@ class _Run:
                 self.forwards[0][0] if self.forwards else math.inf,
             ]
             t = min(candidates)
+            if self.fleet_events and self.fleet_events[0][0] <= t:
+                at, _, event, starting = heapq.heappop(self.fleet_events)
+                self.clock.now = at
+                self._fleet_event(event, starting, at)
+                continue
             # Periodic stats and peer summaries happen at their own times.
             if next_stats <= t:
                 self.clock.now = next_stats
                 self._refresh_stats()
                 next_stats += self.cluster.stats_period_s
                 continue
-            if self.may_spill and next_probe <= t:
+            if self.probes and next_probe <= t:
                 self.clock.now = next_probe
                 self._refresh_summaries()
                 next_probe += self.cluster.probe_interval_s
@@ -178,7 +216,11 @@ class _Run:
                     self._step_end(self.regions[g], rid, t)
             elif t == candidates[2]:
                 _, _, g, request_id = heapq.heappop(self.forwards)
-                self._route_in_region(self.regions[g], self.flights[request_id], t)
+                flight = self.flights[request_id]
+                if self.regions[g].up:
+                    self._route_in_region(self.regions[g], flight, t)
+                else:  # it went down while the request travelled: placed again
+                    self._dispatch(flight, t)
             else:
                 self._arrive(arrivals[next_arrival], t)
                 next_arrival += 1
@@ -203,22 +245,87 @@ class _Run:
         flight = _Flight(request, view)
         self.flights[request.request_id] = flight
         self._sample_imbalance()
-        home = self.regions[request.client_region]
-        if self.may_spill:
-            peer = self._peer_target(home, view)
-            if peer is not None:
-                home.release(request.request_id)  # a gateway of the peer region takes it
-                home.forwarded[peer] = home.forwarded.get(peer, 0) + view.prompt_tokens
-                one_way_s = self.cluster.rtt(home.index, peer) / 2000.0
-                flight.back_s = one_way_s
-                self.seq += 1
-                heapq.heappush(self.forwards, (t + one_way_s, self.seq, peer, request.request_id))
-                return
-        self._route_in_region(home, flight, t)
+        self._dispatch(flight, t)
+
+    def _dispatch(self, flight: _Flight, t: float) -> None:
+        """Place a request that is at its client's region's gateway now: pick the region
+        as the arm does, then serve it there or forward it."""
+        home = self.regions[flight.request.client_region]
+        flight.back_s = 0.0
+        flight.preset_replica = None
+        target: int | None
+        if self.mode == "firstlight":
+            target = self._peer_target(home, flight.view)
+        elif self.mode == "local":
+            target = home.index if home.up else self._nearest_up(home.index)
+        elif self.mode == "waterfall":
+            now_rates = [window.rate(t) for window in self.rates]
+            capacity = self.cluster.replica_capacity_rps or math.inf
+            target = waterfall(self.by_distance[home.index], self.loads, now_rates, capacity)
+        elif self.mode == "global_pool":
+            ordered = [self.loads[g] for g in self.by_distance[home.index]]
+            target = global_pool(flight.view, ordered)
+        else:
+            target = self._gorgo_target(home.index, flight)
+        if target is None:
+            self._lose(flight, "no region can serve it")
+            return
+        self.rates[target].add(t)
+        if target == home.index:
+            self._route_in_region(home, flight, t)
+            return
+        home.release(flight.request.request_id)  # a gateway of the peer region takes it
+        home.forwarded_work(target).sent(flight.request.request_id, flight.view.prompt_tokens)
+        one_way_s = self.cluster.rtt(home.index, target) / 2000.0
+        flight.back_s = one_way_s
+        self.seq += 1
+        heapq.heappush(self.forwards, (t + one_way_s, self.seq, target, flight.request.request_id))
+
+    def _nearest_up(self, home: int) -> int | None:
+        return next((g for g in self.by_distance[home] if self.regions[g].up), None)
+
+    def _gorgo_target(self, home: int, flight: _Flight) -> int | None:
+        """GORGO's proxy picks the replica among every healthy region's; its region."""
+        assert self.gorgo is not None
+        began = time.perf_counter_ns()
+        candidates = [
+            (rid, self.cluster.rtt(home, g))
+            for g in self.by_distance[home]
+            if self.regions[g].up
+            for rid in self.regions[g].sims
+        ]
+        replica = self.gorgo.choose(flight.view, candidates)
+        flight.decision_us = (time.perf_counter_ns() - began) / 1000.0
+        if replica is None:
+            return None
+        self.gorgo.dispatched(flight.view, replica)
+        flight.preset_replica = replica
+        return self.region_of[replica]
+
+    def _lose(self, flight: _Flight, reason: str) -> None:
+        """No region can take the request: it ends in an error."""
+        request = flight.request
+        self.flights.pop(request.request_id, None)
+        self.outcomes.append(
+            Outcome(
+                request_id=request.request_id,
+                arrival_s=request.arrival_s,
+                first_token_s=None,
+                finish_s=None,
+                prompt_tokens=len(request.prompt),
+                output_tokens=0,
+                cached_tokens=0,
+                client_region=request.client_region,
+                served_region=None,
+                replica=None,
+                error=reason,
+            )
+        )
 
     def _peer_target(self, home: SimRegion, view: RequestView) -> int | None:
-        """The gateway's region decision on this state: the peer region the request is
-        forwarded to (simulated peers always answer), or ``None`` to serve it at home."""
+        """The gateway's region decision on this state: the region the request is served
+        in (a peer it is forwarded to, simulated peers always answer, or ``home``), or
+        ``None`` when it is refused."""
         home.fresh_views()
         local = home.gateway_for(view.request_id).estimate(view)
         peers = [
@@ -226,7 +333,7 @@ class _Run:
                 str(region.index),
                 region.summary,
                 self.cluster.rtt(home.index, region.index),
-                home.forwarded.get(region.index, 0),
+                home.forwarded_work(region.index).tokens,
             )
             for region in self.regions
             if region is not home
@@ -243,13 +350,16 @@ class _Run:
         if decision.peers:
             return int(decision.peers[0].region)
         if decision.route != "local" and decision.fallback == "refuse":
-            raise RuntimeError(f"the simulation refused {view.request_id}: {decision}")
-        return None
+            return None  # refused: no healthy replica here and no peer answers
+        return home.index
 
     # --- in-region routing (the request router's choose_replicas) ----------------------
 
     def _route_in_region(self, region: SimRegion, flight: _Flight, t: float) -> None:
-        replica, flight.decision_us = region.route(flight.view)
+        if flight.preset_replica is not None:
+            replica = flight.preset_replica
+        else:
+            replica, flight.decision_us = region.route(flight.view)
         flight.served_region, flight.replica, flight.dispatched_s = region.index, replica, t
         sim = region.sims[replica]
         self._apply(region, replica, sim.advance_to(t))
@@ -288,7 +398,12 @@ class _Run:
             result = step.result
             for request_id in result.first_token_ids:
                 flight = self.flights[request_id]
-                flight.first_token_s = step.end_s
+                if flight.first_token_s is None:  # else: a request placed again
+                    flight.first_token_s = step.end_s
+                if region.index != flight.request.client_region:  # its answer starts
+                    self.regions[flight.request.client_region].forwarded_work(
+                        region.index
+                    ).answered(request_id)
                 observed_ms = (step.end_s - flight.dispatched_s) * 1000.0
                 region.gateway_for(request_id).first_token(request_id, observed_ms)
             for finished in result.finished:
@@ -297,6 +412,8 @@ class _Run:
 
     def _finish(self, region: SimRegion, request_id: str, t: float, usage: Usage) -> None:
         flight = self.flights.pop(request_id)
+        if self.gorgo is not None:
+            self.gorgo.completed(request_id)
         gateway = region.release(request_id)
         if gateway is not None:
             gateway.finished(request_id)
@@ -328,6 +445,40 @@ class _Run:
     def _refresh_summaries(self) -> None:
         for region in self.regions:
             region.refresh_summary()
+        for region in self.regions:  # each gateway reads its peers' new summaries
+            for work in region.forwarded.values():
+                work.reset()
+        self.loads = [region.load() for region in self.regions]
+
+    def _fleet_event(self, event: FleetEvent, starting: bool, t: float) -> None:
+        region = self.regions[event.region]
+        if event.kind == "brownout":
+            region.set_slowdown(event.slowdown if starting else 1.0)
+        elif starting:
+            self._outage(region, t)
+        else:
+            region.up = True
+            region.refresh_stats(t)
+            region.refresh_summary()
+            self.loads = [r.load() for r in self.regions]
+
+    def _outage(self, region: SimRegion, t: float) -> None:
+        """Every replica of ``region`` is gone: what they held is placed again."""
+        lost = [f for f in self.flights.values() if f.served_region == region.index]
+        for flight in lost:
+            request_id = flight.request.request_id
+            gateway = region.release(request_id)
+            if gateway is not None:
+                gateway.finished(request_id)
+            if self.gorgo is not None:
+                self.gorgo.completed(request_id)
+            flight.served_region = flight.replica = None
+        region.go_down(t)
+        for rid in region.sims:
+            self.scheduled.pop(rid, None)
+        self.loads = [r.load() for r in self.regions]
+        for flight in lost:
+            self._dispatch(flight, t)
 
     def _sample_imbalance(self) -> None:
         loads = [load for region in self.regions for load in region.loads()]

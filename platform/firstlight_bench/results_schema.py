@@ -64,6 +64,16 @@ _POINT_SCHEMA: dict[str, Any] = {
         "seed": {"type": "integer"},
         "floor_ttft_ms": _percentile_block("p50", "p90", "p99"),
         "ttft_vs_floor": _percentile_block("p50", "p90"),
+        "day": {
+            "type": "object",
+            "required": ["period_s", "hours", "peak", "events"],
+            "properties": {
+                "period_s": {"type": "number", "exclusiveMinimum": 0},
+                "hours": {"type": "array", "items": {"type": "object"}},
+                "peak": {"type": "object"},
+                "events": {"type": "array", "items": {"type": "object"}},
+            },
+        },
     },
     "additionalProperties": False,
 }

@@ -26,6 +26,7 @@ from firstlight.engine.sim import SimProfile
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.telemetry.rolling import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes, kv_blocks_for, parse_fleet
+from firstlight_bench.day import day_metrics
 from firstlight_bench.des import simulate
 from firstlight_bench.floor import floor_ttfts_ms
 from firstlight_bench.report import write_run
@@ -95,14 +96,17 @@ def measure_capacity_rps(
     regions: int,
     params: Mapping[str, Any],
     ttft_p90_ms: float = 500.0,
-    iterations: int = 8,
+    arm: str = "least_queue",
 ) -> float:
-    """The highest offered rate at which a cache-blind router (``least_queue``) keeps
-    the trace's TTFT p90 within ``ttft_p90_ms`` (the first SLO) — or within twice the
-    trace's own ``floor`` p90 where that is longer (long prompts, such as W7's, miss
-    500 ms with no queue at all) — by bisection on the simulator itself: batching, KV
-    limits and chance prefix hits included. Load 1.0 is this rate; routers that reuse
-    prefixes sustain more (the sweep shows how much)."""
+    """The highest offered rate at which ``arm`` keeps the trace's TTFT p90 within
+    ``ttft_p90_ms`` (the first SLO) — or within twice the trace's own ``floor`` p90
+    where that is longer (long prompts, such as W7's, miss 500 ms with no queue at all)
+    — by bisection on the simulator itself: batching, KV limits and chance prefix hits
+    included. Load 1.0 is this rate. With the default, cache-blind ``least_queue``,
+    routers that reuse prefixes sustain more (the sweep shows how much); W6 measures
+    with a prefix-aware arm (``WorkloadSpec.capacity_arm``), whose capacity can be
+    several times the cache-blind estimate the bisection starts from, so its range and
+    steps grow to match."""
     profile = cluster.build_profile()
     probe = generate(
         workload, seed=seed, rate_rps=1.0, num_requests=requests, regions=regions, **params
@@ -116,13 +120,14 @@ def measure_capacity_rps(
         * (profile.decode_ms_per_seq + profile.step_overhead_ms / profile.max_num_seqs)
     )
     analytic = cluster.total_replicas * 1000.0 / per_request_ms
-    low, high = 0.01 * analytic, 4.0 * analytic
+    blind = arm == "least_queue"
+    low, high = 0.01 * analytic, (4.0 if blind else 16.0) * analytic
     met = False
-    for _ in range(iterations):
+    for _ in range(8 if blind else 10):
         rate = math.sqrt(low * high)
         trace = probe.with_rate(rate)
         hashes = block_hashes(trace, cluster, memo)
-        run = simulate(trace, "least_queue", cluster, seed=seed, hashes=hashes)
+        run = simulate(trace, arm, cluster, seed=seed, hashes=hashes)
         ttfts = sorted(o.ttft_ms for o in run.outcomes if o.ttft_ms is not None)
         p90 = percentile(ttfts, 0.9)
         if p90 is not None and p90 <= ttft_p90_ms:
@@ -134,8 +139,8 @@ def measure_capacity_rps(
             [
                 ConfigProblem(
                     "workload",
-                    f"even {low:.3g} req/s misses a TTFT p90 of {ttft_p90_ms:.0f} ms on "
-                    f"{cluster.profile}: no capacity to sweep a load against",
+                    f"even {low:.3g} req/s misses a TTFT p90 of {ttft_p90_ms:.0f} ms with "
+                    f"{arm} on {cluster.profile}: no capacity to sweep a load against",
                     workload,
                     True,
                 )
@@ -170,6 +175,7 @@ def _run_task(task: _Task) -> tuple[list[dict[str, Any]], dict[str, float], list
         **task.params,
     )
     cluster = task.cluster
+    day_s = _day_s(task.workload, trace.params)
     hashes = block_hashes(trace, cluster)
     floors = floor_ttfts_ms(trace, hashes, region_profiles(cluster))
     points, wall, lines = [], {}, []
@@ -184,6 +190,10 @@ def _run_task(task: _Task) -> tuple[list[dict[str, Any]], dict[str, float], list
             seed=task.seed,
             floor_ttft_ms=list(floors.values()),
         )
+        if day_s is not None:
+            point["day"] = day_metrics(
+                run.outcomes, period_s=day_s, regions=task.regions, events=trace.events
+            )
         points.append(point)
         wall[f"{arm}@{task.load}/seed{task.seed}"] = round(run.wall_s, 2)
         ttft = point["ttft_ms"]
@@ -259,19 +269,39 @@ def run_sim(
         else kv_blocks_for(probe, hashes, total, cluster.build_profile())
     )
     cluster = dataclasses.replace(cluster, kv_cache_blocks=blocks)
+    spec = WORKLOADS.get(workload)
     capacity = measure_capacity_rps(
-        workload, cluster, memo, seed=first, requests=requests, regions=regions, params=params
+        workload,
+        cluster,
+        memo,
+        seed=first,
+        requests=requests,
+        regions=regions,
+        params={**params, **(spec.capacity_params if spec else {})},
+        arm=spec.capacity_arm if spec else "least_queue",
     )
+    day_s = _day_s(workload, probe.params)
+    cluster = dataclasses.replace(cluster, replica_capacity_rps=capacity / total)
     del memo, hashes
     shape = f"fleet {fleet}" if fleet else f"{regions} x {replicas} replicas ({profile})"
+    sizing = f"{requests} requests" if day_s is None else f"a {day_s:g} s day"
+    basis = spec.capacity_arm if spec else "least_queue"
     progress(
-        f"{workload}: {requests} requests, {shape}, "
-        f"{blocks} KV blocks each at most, capacity estimate {capacity:.0f} req/s, "
+        f"{workload}: {sizing}, {shape}, "
+        f"{blocks} KV blocks each at most, capacity estimate {capacity:.0f} req/s ({basis}), "
         f"seeds {', '.join(map(str, seeds))}, {jobs} process(es)"
     )
     tasks = [
         _Task(
-            workload, seed, load, load * capacity, requests, regions, params, tuple(arms), cluster
+            workload,
+            seed,
+            load,
+            load * capacity,
+            requests if day_s is None else max(round(load * capacity * day_s), 10),
+            regions,
+            params,
+            tuple(arms),
+            cluster,
         )
         for seed in seeds
         for load in loads
@@ -294,6 +324,8 @@ def run_sim(
         "config": {
             **asdict(cluster),
             "capacity_rps": capacity,
+            "capacity_arm": basis,
+            "day_s": day_s,
             "arms": list(arms),
             "loads": list(loads),
         },
@@ -301,6 +333,16 @@ def run_sim(
         "wall_s": wall,
     }
     return write_run(out, meta, points)
+
+
+def _day_s(workload: str, params: Mapping[str, Any]) -> float | None:
+    """The wall-clock day of a workload that has one (``WorkloadSpec.day_param``), in
+    seconds, from its resolved parameters; ``None``: a fixed request count."""
+    spec = WORKLOADS.get(workload)
+    if spec is None or spec.day_param is None:
+        return None
+    day = params.get(spec.day_param)
+    return float(day) if day is not None else None
 
 
 def _map(

@@ -22,12 +22,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from firstlight.engine.sim import SimCacheEvent, SimCore, VirtualSim
+from firstlight.engine.sim import SimCacheEvent, SimCore, SimProfile, VirtualSim
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.region import ReplicaStats, RouteEvent, RouterState, with_shared_rates
-from firstlight.regions.summary import HotPrefixes, ModelSummary
+from firstlight.regions.summary import ForwardedWork, HotPrefixes, ModelSummary
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight_bench.cluster import ClusterSpec
+from firstlight_bench.region_arms import RegionLoad
 
 __all__ = ["SimRegion"]
 
@@ -46,9 +47,9 @@ class SimRegion:
     hot: HotPrefixes = field(default_factory=HotPrefixes)
     snapshots: dict[str, ReplicaView] = field(default_factory=dict)
     summary: ModelSummary | None = None
-    forwarded: dict[int, int] = field(default_factory=dict)
-    """Peer region → prompt tokens this region forwarded there since the last probe
-    (the gateway's ``Peer.forwarded_tokens``)."""
+    forwarded: dict[int, ForwardedWork] = field(default_factory=dict)
+    """Peer region → the work this region forwarded there that its last summary does
+    not show (the gateway's ``Peer.forwarded``)."""
     taken_by: dict[str, RouterState] = field(default_factory=dict)
     """Request id → the gateway that took it, until it ends here or is forwarded."""
     turn: int = 0
@@ -57,6 +58,12 @@ class SimRegion:
     """Route announcements reach the other gateways this much later; ``None``: no share."""
     announced: deque[tuple[float, int, RouteEvent]] = field(default_factory=deque)
     """(delivery time, announcing gateway, event), oldest first."""
+    up: bool = True
+    """``False`` during an outage: no replica, no stats, no summary."""
+    slowdown: float = 1.0
+    """The replicas' step-time factor (a brownout), kept for replicas that restart."""
+    restart: Callable[[str, float], VirtualSim] | None = None
+    """Builds a fresh, cold replica ``rid`` starting at a time (after an outage)."""
 
     @classmethod
     def build(
@@ -69,12 +76,22 @@ class SimRegion:
     ) -> SimRegion:
         """Region ``g``'s replicas and router, seeded from ``seed``; the policy reads the
         hint mirror, fed with the replicas' cache events."""
-        sims = {
-            f"g{g}-r{i:02d}": VirtualSim(
-                SimCore(profile, hash_seed=cluster.hash_seed, seed=seed * 7919 + g * 131 + i)
+        profiles = {f"g{g}-r{i:02d}": p for i, p in enumerate(cluster.region_profiles(g))}
+        generation = [0]
+
+        def replica(rid: str, start_s: float) -> VirtualSim:
+            profile: SimProfile = profiles[rid]
+            i = int(rid.rsplit("r", 1)[1])
+            core_seed = seed * 7919 + g * 131 + i + generation[0] * 1_000_003
+            return VirtualSim(
+                SimCore(profile, hash_seed=cluster.hash_seed, seed=core_seed), start_s=start_s
             )
-            for i, profile in enumerate(cluster.region_profiles(g))
-        }
+
+        def restart(rid: str, start_s: float) -> VirtualSim:
+            generation[0] += 1
+            return replica(rid, start_s)
+
+        sims = {rid: replica(rid, 0.0) for rid in profiles}
         mirror = HintMirror(ttl_s=1e12, clock=clock)
         gateways = []
         for k in range(cluster.gateways):
@@ -86,7 +103,7 @@ class SimRegion:
             )
             gateways.append(RouterState(f"region-{g}", _MODEL, policy, cache=mirror, clock=clock))
         share = cluster.route_share_ms
-        region = cls(g, sims, gateways, mirror, clock=clock)
+        region = cls(g, sims, gateways, mirror, clock=clock, restart=restart)
         if len(gateways) > 1 and share is not None:
             region.share_delay_s = share / 1000.0
             for k, state in enumerate(gateways):
@@ -138,6 +155,10 @@ class SimRegion:
         queue length: Ray's queue-length cache is current between stats, the rest of a
         view (running, waiting, KV usage, pending prefill) is as old as the stats, as the
         gateway's request router has them."""
+        if not self.up:
+            for state in self.gateways:
+                state.set_replicas({})
+            return
         views = with_shared_rates(
             {
                 rid: dataclasses.replace(
@@ -188,6 +209,8 @@ class SimRegion:
 
     def refresh_stats(self, now: float) -> None:
         """Every replica reports its stats (Ray's controller relays them)."""
+        if not self.up:
+            return
         for rid, sim in self.sims.items():
             # As the gateway's routers see a replica: its stats record, turned into the
             # cost model's view by the same code (waiting included).
@@ -195,10 +218,54 @@ class SimRegion:
             self.snapshots[rid] = stats.view(rid, self.state.region, None)
 
     def refresh_summary(self) -> None:
-        """The summary peers read at their next probe."""
+        """The summary peers read at their next probe (none while the region is down)."""
+        if not self.up:
+            self.summary = None
+            return
         self.state.set_replicas(with_shared_rates(dict(self.snapshots)))
         self.summary = self.state.summary(self.hot.snapshot())
-        self.forwarded.clear()  # the new summary shows what was forwarded
+
+    def forwarded_work(self, peer: int) -> ForwardedWork:
+        """What this region's gateway forwarded to ``peer`` since its last summary."""
+        work = self.forwarded.get(peer)
+        if work is None:
+            work = self.forwarded[peer] = ForwardedWork()
+        return work
+
+    def load(self) -> RegionLoad:
+        """The region as a multicluster gateway scrapes it (its last stats)."""
+        views = list(self.snapshots.values()) if self.up else []
+        count = max(len(views), 1)
+        return RegionLoad(
+            self.index,
+            self.up and bool(self.sims),
+            len(self.sims) if self.up else 0,
+            sum(v.waiting for v in views) / count,
+            sum(v.kv_cache_usage for v in views) / count,
+            self.hot.snapshot() if self.up else frozenset(),
+        )
+
+    def set_slowdown(self, factor: float) -> None:
+        """A brownout starts (``factor`` > 1) or ends (1): every step of every replica."""
+        self.slowdown = factor
+        for sim in self.sims.values():
+            sim.core.slowdown = factor
+
+    def go_down(self, t: float) -> None:
+        """An outage: every replica is gone (the caller has taken their requests), the
+        routers forget them and their hints; they come back cold when it ends."""
+        assert self.restart is not None
+        self.up = False
+        self.summary = None
+        self.hot = HotPrefixes()
+        for rid in list(self.sims):
+            self.mirror.drop_replica(rid)
+            for state in self.gateways:
+                state.policy.on_replica_reset(rid)
+            sim = self.restart(rid, t)
+            sim.core.slowdown = self.slowdown
+            self.sims[rid] = sim
+        self.fresh_views()
 
     def loads(self) -> list[int]:
         """Outstanding requests per replica."""

@@ -81,10 +81,14 @@ def _mean_tree(values: Sequence[Any]) -> Any:
 
 def mean_points(points: Iterable[Point]) -> list[dict[str, Any]]:
     """One point per (arm, load): every number the mean over its seeds (over the seeds
-    that have it), ``seed`` dropped and ``seeds`` the count. Sorted by arm, then load."""
+    that have it), ``seed`` dropped and ``seeds`` the count; a W6 point's ``day`` (hour
+    by hour, per seed) is left out: the day's tables read it per seed. Sorted by arm,
+    then load."""
     out = []
     for (arm, load), group in sorted(_group(points).items()):
-        merged = _mean_tree([{k: v for k, v in p.items() if k != "seed"} for p in group])
+        merged = _mean_tree(
+            [{k: v for k, v in p.items() if k not in ("seed", "day")} for p in group]
+        )
         merged.update(arm=arm, load=load, seeds=len(group))
         out.append(merged)
     return out

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from firstlight.errors import ConfigError, ConfigProblem
-from firstlight_bench.cluster import ARMS
+from firstlight_bench.cluster import ARMS, CROSS_REGION_ARMS
+from firstlight_bench.day_report import day_tables
 from firstlight_bench.results import short_commit
 from firstlight_bench.spread import Spread, best_other, spreads, verdict
 from firstlight_bench.suite_goals import goals_table
@@ -58,6 +59,12 @@ class SuiteEntry:
     """With several gateways: the route share's delay (``None``: routers do not share)."""
     in_goals: bool = True
     """Counted by the goals table (``False``: a study of a non-default setting)."""
+    regions: int = 4
+    replicas: int = 16
+    """Per region."""
+    profile: str = "h100-llama-8b"
+    arms: tuple[str, ...] | None = None
+    """Its own arms; ``None``: every in-region arm (the cross-region ones are W6's)."""
 
 
 SUITE: tuple[SuiteEntry, ...] = (
@@ -68,7 +75,23 @@ SUITE: tuple[SuiteEntry, ...] = (
     SuiteEntry("w3", "W3", 6000),
     SuiteEntry("w4", "W4", 6000),
     SuiteEntry("w5", "W5", 6000),
-    SuiteEntry("w6", "W6", 6000),
+    SuiteEntry(
+        "w6",
+        "W6",
+        3000,
+        loads=(0.5, 0.7),
+        regions=4,
+        replicas=2,
+        profile="h100x4-llama-70b",
+        arms=(
+            "firstlight",
+            "firstlight_local",
+            "cache_aware",
+            "dynamo_kv",
+            "llmd_sticky",
+            *CROSS_REGION_ARMS,
+        ),
+    ),
     SuiteEntry("w7", "W7", 3000, needs_trace=True),
     SuiteEntry("w8", "W8", 6000),
     SuiteEntry("w1-overload", "W1", 6000, loads=(2.0, 4.0, 6.0, 8.0)),
@@ -130,10 +153,11 @@ def run_suite(
         progress(f"{entry.name}: {workload} {params or ''}")
         run_sim(
             workload=workload,
-            regions=4,
-            replicas=16,
+            regions=entry.regions,
+            replicas=entry.replicas,
+            profile=entry.profile,
             seeds=seeds,
-            arms=tuple(ARMS),
+            arms=entry.arms or tuple(a for a in ARMS if a not in CROSS_REGION_ARMS),
             loads=entry.loads or loads,
             out=folder,
             requests=requests or entry.requests,
@@ -187,8 +211,16 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
     if gateways > 1:
         shared = "not shared" if share is None else f"shared after {share:g} ms"
         routers = f", {gateways} gateways per region, routes {shared}"
+    size = f"{workload['requests']} requests"
+    if config.get("day_s"):
+        size = f"a {config['day_s']:g} s day per load"
+    if (config.get("profile"), config.get("replicas_per_region")) != ("h100-llama-8b", 16):
+        size += (
+            f", {config.get('regions')} regions x {config.get('replicas_per_region')} "
+            f"{config.get('profile')}, load 1.0 by {config.get('capacity_arm', 'least_queue')}"
+        )
     lines = [
-        f"### {name}: {workload['name']}, {workload['requests']} requests, seeds "
+        f"### {name}: {workload['name']}, {size}, seeds "
         f"{', '.join(map(str, meta.get('seeds', [meta['seed']])))} (simulated, commit "
         f"`{commit}`, load 1.0 = {config['capacity_rps']:.0f} req/s{routers})",
         "",
@@ -234,6 +266,8 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
                 cells.append(f"{verdict(spill, local)} {_times(spill.mean / local.mean)}")
         lines.append("| p99 vs firstlight_local | " + " | ".join(cells) + " |")
     lines.append("")
+    if any("day" in p for p in points):
+        lines += day_tables(points)
     return lines
 
 

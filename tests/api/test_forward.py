@@ -20,6 +20,7 @@ from firstlight.config import parse_config
 from firstlight.prefix import HashScheme
 from firstlight.region.decision import PeerChoice
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
+from firstlight.regions.summary import ForwardedWork
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from tests.regions.peer_server import PeerServer
 
@@ -61,6 +62,23 @@ async def peers() -> AsyncIterator[tuple[PeerServer, PeerServer]]:
 async def client() -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(trust_env=False) as http:
         yield http
+
+
+class RecordingWork(ForwardedWork):
+    """The peer's forwarded-work record, with every change it was told of."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str, int]] = []
+
+    def sent(self, request_id: str, tokens: int) -> None:
+        super().sent(request_id, tokens)
+        self.calls.append(("sent", request_id, self.tokens))
+
+    def answered(self, request_id: str) -> None:
+        before = self.tokens
+        super().answered(request_id)
+        self.calls.append(("answered", request_id, before - self.tokens))
 
 
 def _peer(region: str, server: PeerServer) -> Peer:
@@ -126,6 +144,7 @@ async def test_a_non_streamed_request_travels_as_a_stream_and_is_put_together(
     server, _ = peers
     server.body = ANSWER
     peer = _peer("there", server)
+    peer.forwarded = RecordingWork()
     table = PeerTable([peer], client)
     forwarder, telemetry = _forwarder(client, table, timeout_s=10.0)
     response, obs = await _forward(forwarder, telemetry, [peer])
@@ -146,7 +165,14 @@ async def test_a_non_streamed_request_travels_as_a_stream_and_is_put_together(
     assert headers[HOP_HEADER] == "here"
     assert headers["authorization"] == "Bearer k"
     assert obs.first_token_at is not None, "the peer's first token is the request's"
-    assert peer.forwarded_tokens == 7
+    # Charged while the peer had the request and no answer had started; released once
+    # it did (the charge clocks itself by the peer's answers).
+    assert isinstance(peer.forwarded, RecordingWork)
+    assert [(call, tokens) for call, _, tokens in peer.forwarded.calls] == [
+        ("sent", 7),
+        ("answered", 7),
+    ]
+    assert peer.forwarded.tokens == 0
 
 
 async def test_a_request_for_vllms_layer_travels_and_returns_as_it_is(

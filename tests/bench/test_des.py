@@ -13,11 +13,17 @@ from firstlight.engine.sim import profiles
 from firstlight.engine.sim.profiles import SimProfile
 from firstlight.errors import ConfigError
 from firstlight.routing import RequestView
-from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes, kv_blocks_for
+from firstlight_bench.cluster import (
+    ARMS,
+    CROSS_REGION_ARMS,
+    ClusterSpec,
+    block_hashes,
+    kv_blocks_for,
+)
 from firstlight_bench.des import SimRun, simulate
 from firstlight_bench.results import Outcome, summarize
 from firstlight_bench.sim import default_rtt_ms
-from firstlight_bench.workloads import TraceRequest, Workload, generate
+from firstlight_bench.workloads import FleetEvent, TraceRequest, Workload, generate
 from tests.conftest import FakeClock
 
 # Round numbers, so every step's duration is easy to add up by hand:
@@ -248,7 +254,7 @@ def test_every_arm_completes_a_two_region_trace(arm: str) -> None:
         assert outcome.replica.startswith(f"g{outcome.served_region}-r")
         assert outcome.decision_us is not None
         assert outcome.decision_us >= 0
-        if not ARMS[arm][1]:  # not allowed to spill: stays home
+        if ARMS[arm].regions == "local":  # not allowed to leave: stays home
             assert outcome.served_region == outcome.client_region
     point = summarize(arm, 0.5, run.outcomes, imbalance=run.imbalance, duration_s=run.duration_s)
     assert (point["completed"], point["errors"]) == (60, 0)
@@ -383,3 +389,75 @@ def test_kv_blocks_for_sizes_shared_blocks_to_70_percent_of_the_cluster() -> Non
 def test_kv_blocks_for_without_sharing_is_the_floor() -> None:
     hashes = {"x": (1, 2), "y": (3, 4, 5)}
     assert kv_blocks_for(_sizing_workload(), hashes, 8, TINY) == 64
+
+
+# --- fleet events: an outage and a brownout --------------------------------------------
+
+
+def _with_events(workload: Workload, *events: FleetEvent) -> Workload:
+    return dataclasses.replace(workload, events=events)
+
+
+@pytest.mark.parametrize("arm", ["firstlight", "firstlight_local", *CROSS_REGION_ARMS])
+def test_an_outage_loses_no_request_and_serves_its_clients_elsewhere(arm: str) -> None:
+    workload = _w1(requests=200, regions=2, rate_rps=100.0)
+    start, end = 0.5, 1.2  # region 0 down in the middle of the trace
+    events = _with_events(workload, FleetEvent("outage", 0, start, end))
+    cluster = ClusterSpec(
+        2, 2, rtt_ms=default_rtt_ms(2), kv_cache_blocks=2_000, replica_capacity_rps=50.0
+    )
+    run = simulate(events, arm, cluster, seed=3)
+    assert len(run.outcomes) == 200
+    assert all(o.error is None for o in run.outcomes), "a request was lost"
+    during = [o for o in run.outcomes if start <= o.arrival_s < end]
+    assert during
+    assert all(o.served_region == 1 for o in during)
+    # Requests that were on region 0's replicas when it went down are served again
+    # (in region 1, or in region 0 once it is back), counted from their arrival.
+    held = [o for o in run.outcomes if o.arrival_s < start and o.finish_s and o.finish_s > start]
+    assert all(o.served_region is not None for o in held)
+    undisturbed = simulate(workload, arm, cluster, seed=3)
+    assert any(
+        a.served_region != b.served_region
+        for a, b in zip(run.outcomes, undisturbed.outcomes, strict=True)
+    )
+
+
+def test_a_region_comes_back_cold_after_an_outage() -> None:
+    workload = _w1(requests=300, regions=1, rate_rps=100.0)
+    cluster = ClusterSpec(2, 1, kv_cache_blocks=2_000)
+    run = simulate(
+        _with_events(workload, FleetEvent("outage", 0, 1.0, 1.5)), "firstlight_local", cluster
+    )
+    after = sorted((o for o in run.outcomes if o.arrival_s >= 1.5), key=lambda o: o.arrival_s)
+    assert after[0].served_region == 0
+    assert after[0].cached_tokens == 0  # its cache went with the replica
+    assert any(o.cached_tokens for o in after[1:])  # and fills again
+
+
+def test_a_brownout_slows_the_region_while_it_lasts() -> None:
+    workload = _w1(requests=200, regions=1, rate_rps=20.0)
+    cluster = ClusterSpec(1, 1, kv_cache_blocks=2_000)
+    plain = simulate(workload, "firstlight_local", cluster)
+    slow = simulate(
+        _with_events(workload, FleetEvent("brownout", 0, 2.0, 6.0, slowdown=3.0)),
+        "firstlight_local",
+        cluster,
+    )
+
+    def tpot(run: SimRun, inside: bool) -> float:
+        def wanted(arrival: float, finish: float) -> bool:
+            if inside:
+                return arrival >= 2.0 and finish < 6.0
+            return finish < 2.0 or arrival >= 8.0  # clear of it, and of its backlog
+
+        values = [
+            o.tpot_ms
+            for o in run.outcomes
+            if o.tpot_ms is not None and o.finish_s is not None and wanted(o.arrival_s, o.finish_s)
+        ]
+        assert values
+        return sum(values) / len(values)
+
+    assert tpot(slow, True) > 2.5 * tpot(plain, True)  # steps 3x as long
+    assert tpot(slow, False) == pytest.approx(tpot(plain, False), rel=0.2)

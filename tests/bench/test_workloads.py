@@ -99,9 +99,11 @@ def test_same_seed_same_trace_other_seed_other_trace(
 
 @pytest.mark.parametrize("name", [n for n in workload_names() if n != "W2"])
 def test_content_does_not_depend_on_the_rate(name: str) -> None:
-    """(W2's think times are seconds: see the multi-turn tests.)"""
-    slow = generate(name, seed=7, rate_rps=10, num_requests=300, **SMALL[name])
-    fast = generate(name, seed=7, rate_rps=100, num_requests=300, **SMALL[name])
+    """(W2's think times are seconds: see the multi-turn tests; W6's wall-clock day is
+    its own test, this one holds its normalized day.)"""
+    params: dict[str, Any] = {**SMALL[name], **({"period_s": None} if name == "W6" else {})}
+    slow = generate(name, seed=7, rate_rps=10, num_requests=300, **params)
+    fast = generate(name, seed=7, rate_rps=100, num_requests=300, **params)
     assert [content(r) for r in fast.requests] == [content(r) for r in slow.requests]
     assert [r.request_id for r in fast.requests] == [r.request_id for r in slow.requests]
     for s, f in zip(slow.requests, fast.requests, strict=True):
@@ -272,7 +274,7 @@ def test_control_prompts_share_nothing() -> None:
 
 def test_multi_region_peaks_take_turns_at_3_2_times_the_neighbours() -> None:
     regions, n, rate = 4, 40_000, 40.0
-    workload = generate("W6", seed=12, rate_rps=rate, num_requests=n, **SMALL["W6"])
+    workload = generate("W6", seed=12, rate_rps=rate, num_requests=n, period_s=None, **SMALL["W6"])
     assert workload.regions == regions
     period = workload.params["derived"]["period_s"]
     assert period == pytest.approx(n / rate)
@@ -428,3 +430,33 @@ def test_a_slice_of_the_real_conversation_trace_shares_its_system_block() -> Non
     assert {r.prompt[:512] for r in workload.requests}.__len__() == 1
     assert workload.params["derived"]["trace_rows"] == 12_031
     assert {r.client_region for r in workload.requests} == {0, 1, 2, 3}
+
+
+def test_multi_region_day_is_wall_clock_with_an_outage_and_a_brownout_at_peaks() -> None:
+    # 24 hours in 1,200 s: a day's worth of requests at 20 req/s lasts about 1,200 s at
+    # any rate, and each fleet event is centred on its region's peak.
+    regions, rate = 4, 20.0
+    workload = generate("W6", seed=3, rate_rps=rate, num_requests=round(rate * 1200), **SMALL["W6"])
+    assert workload.params["derived"]["period_s"] == 1200.0
+    assert workload.requests[-1].arrival_s == pytest.approx(1200.0, rel=0.05)
+    outage, brownout = workload.events
+    assert (outage.kind, outage.region, outage.slowdown) == ("outage", 0, 1.0)
+    # Region 0's slice is the first quarter of the day; one hour is 50 s.
+    assert (outage.start_s, outage.end_s) == pytest.approx((150.0 - 25.0, 150.0 + 25.0))
+    assert (brownout.kind, brownout.region, brownout.slowdown) == ("brownout", 1, 3.0)
+    assert (brownout.start_s, brownout.end_s) == pytest.approx((450.0 - 50.0, 450.0 + 50.0))
+    # Twice the rate: twice the requests in the same day, events at the same times.
+    fast = generate("W6", seed=3, rate_rps=2 * rate, num_requests=round(2 * rate * 1200))
+    assert fast.requests[-1].arrival_s == pytest.approx(1200.0, rel=0.05)
+    assert fast.events == workload.events
+    off = generate(
+        "W6", seed=3, rate_rps=rate, num_requests=10, outage_region=None, brownout_region=None
+    )
+    assert off.events == ()
+    assert regions == workload.regions
+
+
+def test_multi_region_names_a_fleet_event_in_a_region_that_does_not_exist() -> None:
+    with pytest.raises(ConfigError, match=r"W6\.brownout_region") as caught:
+        generate("W6", seed=0, rate_rps=1.0, num_requests=10, regions=2, brownout_region=2)
+    assert "there are 2 regions" in str(caught.value)

@@ -41,6 +41,7 @@ def test_the_registry_holds_the_built_in_profiles_by_name() -> None:
         "h100-llama-8b",
         "a100-llama-8b",
         "l4-llama-8b",
+        "h100x4-llama-70b",
         "cpu-smollm2-135m",
         "instant",
     )

@@ -117,6 +117,35 @@ def test_spill_over_skips_a_peer_whose_queue_holds_more_than_the_request(
     assert decision.peers == ((peer,) if route == "spill-over" else ())
 
 
+@pytest.mark.parametrize(
+    ("wait_ms", "route"),
+    [(31.0, "spill-over"), (60.0, "spill-over"), (65.0, "spill-over"), (66.0, "local")],
+)
+def test_the_step_that_emits_the_first_token_is_the_requests_own_time_not_queue(
+    wait_ms: float, route: str
+) -> None:
+    """A peer holding the prompt's prefix has 5 ms of prefill left; its 30 ms engine step
+    is part of its wait. Queue = wait - step; saturated past 1 x (5 + 30) of queue, so up
+    to a 65 ms wait it takes the request (counted as queue, the step alone made every
+    such peer look saturated, however idle)."""
+    peer = PeerChoice("p", 20.0 + wait_ms + 5.0, wait_ms=wait_ms, service_ms=5.0, step_ms=30.0)
+    decision = decide_region(
+        _local(900.0), healthy=True, from_peer=False, peers=(peer,), router=DEFAULT
+    )
+    assert decision.route == route
+
+
+def test_a_summary_that_names_its_step_puts_it_in_the_peer_choice() -> None:
+    request = RequestView("q", 100, (11, 12, 13), block_size=32)
+    summary = ModelSummary(2, 40.0, 1.0, frozenset({11, 12}), True, step_ms=30.0)
+    (choice,) = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], None)
+    assert (choice.wait_ms, choice.step_ms, choice.service_ms) == (40.0, 30.0, 36.0)
+    assert not choice.saturated(1.0)  # 10 ms of queue against 66 ms of its own
+    older = ModelSummary(2, 40.0, 1.0, frozenset({11, 12}), True)
+    (legacy,) = rank_peers(request, [PeerOption("p", older, rtt_ms=20.0)], None)
+    assert legacy.step_ms == 0.0  # an older peer: its whole wait counts as queue
+
+
 def test_a_saturated_peer_still_takes_overflow() -> None:
     peer = PeerChoice("p", 500.0, wait_ms=400.0, service_ms=60.0)
     decision = decide_region(

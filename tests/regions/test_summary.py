@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from firstlight.regions.summary import (
+    ForwardedWork,
     HotPrefixes,
     ModelSummary,
     RegionSummary,
@@ -41,6 +42,7 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "hot_blocks": [3, 7, 2**64 - 1],
                 "measured": True,
                 "mean_wait_ms": 60.0,
+                "step_ms": None,
             },
             "down-model": {
                 "healthy_replicas": 0,
@@ -49,6 +51,7 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "hot_blocks": [],
                 "measured": False,
                 "mean_wait_ms": None,
+                "step_ms": None,
             },
         },
     }
@@ -264,3 +267,26 @@ def test_spills_over_compares_predicted_ttfts(
     local: Decision | None, peer_ms: float | None, spills: bool
 ) -> None:
     assert spills_over(local, peer_ms, margin_ms=50.0) is spills
+
+
+def test_forwarded_work_counts_what_was_sent_until_its_answer_starts() -> None:
+    work = ForwardedWork()
+    work.sent("a", 100)
+    work.sent("b", 50)
+    assert (work.tokens, len(work)) == (150, 2)
+    work.sent("a", 120)  # the same request sent again (a retry): counted once
+    assert work.tokens == 170
+    work.answered("a")
+    assert work.tokens == 50
+    work.answered("a")  # twice, or never sent: nothing
+    work.answered("zzz")
+    assert work.tokens == 50
+    work.reset()  # a new summary shows whatever was still queued
+    assert (work.tokens, len(work)) == (0, 0)
+    work.answered("b")
+    assert work.tokens == 0
+
+
+def test_a_summary_round_trips_its_step() -> None:
+    summary = RegionSummary("r", 1.0, {"m": ModelSummary(1, 40.0, 0.5, step_ms=21.5)})
+    assert RegionSummary.from_json(summary.to_json()).models["m"].step_ms == 21.5

@@ -87,7 +87,7 @@ class PeerForwarder:
         for peer in self.peers.usable(model):
             assert peer.summary is not None
             summary = peer.summary.models[model]
-            options.append(PeerOption(peer.region, summary, peer.rtt_ms, peer.forwarded_tokens))
+            options.append(PeerOption(peer.region, summary, peer.rtt_ms, peer.forwarded.tokens))
         return options
 
     async def forward_any(
@@ -105,7 +105,8 @@ class PeerForwarder:
         relay: Relay | None = None,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
-        The answering peer is charged ``prompt_tokens`` of backlog until its next summary.
+        Each peer tried is charged ``prompt_tokens`` of backlog until its answer starts
+        (or the forward fails, or its next summary arrives: ``Peer.forwarded``).
         ``rendered``: the request is one vLLM's OpenAI layer serves (fields beyond the
         gateway's subset), so a JSON answer is relayed as the peer wrote it, not rebuilt
         from a stream. ``relay`` writes a streamed answer from the peer's chunks (so it
@@ -126,11 +127,15 @@ class PeerForwarder:
             span.set_attribute("firstlight.peer", peer.region)
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
             span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
-            response = await self._forward(
-                peer, predicted_ms, body, request, route, obs, kind, stream, rendered, relay
-            )
+            key = obs.request_id or f"forward-{id(obs)}"
+            peer.forwarded.sent(key, prompt_tokens)
+            try:
+                response = await self._forward(
+                    peer, predicted_ms, body, request, route, obs, kind, stream, rendered, relay
+                )
+            finally:
+                peer.forwarded.answered(key)
             if response is not None:
-                peer.forwarded_tokens += prompt_tokens
                 return response
         return None
 
@@ -222,22 +227,26 @@ class PeerForwarder:
             peer = self.peers.peers.get(choice.region)
             if peer is None or not peer.breaker.allow():
                 continue
-            upstream = await self._send(peer, path, content, request, obs)
-            if upstream is None:
-                continue
-            if upstream.status_code != 200:
-                await upstream.aclose()
-                self._failed(peer, obs, f"HTTP {upstream.status_code} to a continuation")
-                continue
-            chunks = peer_chunks(upstream, prepared.kind, peer)
+            key = obs.request_id or f"resume-{id(obs)}"
+            peer.forwarded.sent(key, routing.prompt_tokens)
             try:
-                _, first = await first_chunk(chunks)
-            except ReplicaFailedError as exc:
-                await aclose(chunks)
-                self._failed(peer, obs, str(exc))
-                continue
+                upstream = await self._send(peer, path, content, request, obs)
+                if upstream is None:
+                    continue
+                if upstream.status_code != 200:
+                    await upstream.aclose()
+                    self._failed(peer, obs, f"HTTP {upstream.status_code} to a continuation")
+                    continue
+                chunks = peer_chunks(upstream, prepared.kind, peer)
+                try:
+                    _, first = await first_chunk(chunks)
+                except ReplicaFailedError as exc:
+                    await aclose(chunks)
+                    self._failed(peer, obs, str(exc))
+                    continue
+            finally:
+                peer.forwarded.answered(key)
             obs.served_region = peer.region
-            peer.forwarded_tokens += routing.prompt_tokens
             assert isinstance(first, GenerationChunk)  # peer_chunks yields no other
             return chunks, first
         return None

@@ -166,9 +166,10 @@ class RouterConfig(Section):
     """A peer region must beat the local predicted TTFT by this much to take a request."""
     spill_max_peer_wait_ratio: Annotated[float, Field(ge=0, le=1000)] = 1.0
     """A peer takes spilled requests only while its predicted queueing wait is at most
-    this many times the request's own prefill there: a peer whose queue already holds
-    more work than the request is saturated, and spill-over would only move one region's
-    overflow onto another's users. Overflow and fail-over ignore it."""
+    this many times the request's own work there (its prefill and the engine step that
+    emits its first token): a peer whose queue already holds more work than the request
+    is saturated, and spill-over would only move one region's overflow onto another's
+    users. Overflow and fail-over ignore it."""
     admission_wait_ms: Annotated[float | None, Field(gt=0, le=600_000)] = None
     """Load shedding: the longest queueing wait (predicted, ms) a request may face on
     the best local replica. Beyond it the request goes to a peer region that can take

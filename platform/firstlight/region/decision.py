@@ -74,11 +74,17 @@ class PeerChoice:
     """The queueing wait predicted there (part of ``predicted_ttft_ms``)."""
     service_ms: float = 0.0
     """The request's own prefill there (part of ``predicted_ttft_ms``)."""
+    step_ms: float = 0.0
+    """The engine step that emits its first token there (part of ``wait_ms``)."""
 
     def saturated(self, max_wait_ratio: float) -> bool:
         """Whether the peer's queue holds more than ``max_wait_ratio`` times the
-        request's own work (rule 4 of the module docstring)."""
-        return self.wait_ms > max_wait_ratio * self.service_ms
+        request's own work there, its prefill and the step that emits its first token
+        (rule 4 of the module docstring). The step is the request's own time, not
+        queue: counted as queue, it made every peer that holds the prompt's prefix
+        (a few ms of prefill left) look saturated however idle it was."""
+        queue_ms = self.wait_ms - self.step_ms
+        return queue_ms > max_wait_ratio * (self.service_ms + self.step_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +131,13 @@ def rank_peers(
     for p in peers:
         estimate = estimate_peer(p.summary, request, p.rtt_ms, rate, p.forwarded_tokens)
         choices.append(
-            PeerChoice(p.region, estimate.total_ms, estimate.wait_ms, estimate.service_ms)
+            PeerChoice(
+                p.region,
+                estimate.total_ms,
+                estimate.wait_ms,
+                estimate.service_ms,
+                estimate.step_ms,
+            )
         )
     return tuple(sorted(choices, key=lambda c: c.predicted_ttft_ms))
 

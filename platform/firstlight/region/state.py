@@ -342,6 +342,7 @@ class RouterState:
             hot_blocks=hot_blocks,
             measured=best is not None and best.prefill_tokens_per_s is not None,
             mean_wait_ms=max(sum(scores) / len(scores) - ms_per_token, 0.0),
+            step_ms=terms.overhead_ms,
         )
 
 

@@ -2,10 +2,17 @@
 fail-over between regional gateways."""
 
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
-from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary, predict_peer_ttft
+from firstlight.regions.summary import (
+    ForwardedWork,
+    HotPrefixes,
+    ModelSummary,
+    RegionSummary,
+    predict_peer_ttft,
+)
 
 __all__ = [
     "CircuitBreaker",
+    "ForwardedWork",
     "HotPrefixes",
     "ModelSummary",
     "Peer",

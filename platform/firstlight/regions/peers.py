@@ -30,7 +30,7 @@ from typing import TypeVar
 
 import httpx
 
-from firstlight.regions.summary import RegionSummary
+from firstlight.regions.summary import ForwardedWork, RegionSummary
 
 __all__ = ["CircuitBreaker", "Peer", "PeerGoneError", "PeerTable", "while_answering"]
 
@@ -101,9 +101,10 @@ class Peer:
     summary: RegionSummary | None = None
     summary_received_at: float | None = None
     last_error: str | None = None
-    forwarded_tokens: int = 0
-    """Uncached prompt tokens this gateway forwarded to the peer since its last summary
-    (the summary does not show them yet); reset when a new summary arrives."""
+    forwarded: ForwardedWork = field(default_factory=ForwardedWork)
+    """Prompt tokens this gateway forwarded to the peer since its last summary whose
+    answer has not started (the summary does not show them yet); reset when a new
+    summary arrives."""
     _failure: asyncio.Event | None = field(default=None, repr=False, compare=False)
 
     def failed(self) -> asyncio.Event:
@@ -223,7 +224,7 @@ class PeerTable:
         peer.rtt_ms = (1 - self._alpha) * peer.rtt_ms + self._alpha * sample
         peer.summary = summary
         peer.summary_received_at = self._clock()
-        peer.forwarded_tokens = 0
+        peer.forwarded.reset()
         peer.last_error = None
         peer.breaker.success()
 

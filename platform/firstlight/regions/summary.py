@@ -16,6 +16,7 @@ from typing import Any
 from firstlight.routing import Decision, RequestView
 
 __all__ = [
+    "ForwardedWork",
     "HotPrefixes",
     "ModelSummary",
     "PeerEstimate",
@@ -46,6 +47,10 @@ class ModelSummary:
     mean_wait_ms: float | None = None
     """The same prediction averaged over all healthy replicas: what forwarded requests
     meet once the peer's router spreads them (``None`` from an older peer)."""
+    step_ms: float | None = None
+    """The engine step that emits a first token on that replica (part of
+    ``predicted_wait_ms``): a request's own time there, not a queue (``None`` from an
+    older peer, which then counts it as queue)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,7 @@ class RegionSummary:
                     "hot_blocks": sorted(m.hot_blocks),
                     "measured": m.measured,
                     "mean_wait_ms": m.mean_wait_ms,
+                    "step_ms": m.step_ms,
                 }
                 for name, m in self.models.items()
             },
@@ -90,6 +96,7 @@ class RegionSummary:
                     mean_wait_ms=None
                     if m.get("mean_wait_ms") is None
                     else float(m["mean_wait_ms"]),
+                    step_ms=None if m.get("step_ms") is None else float(m["step_ms"]),
                 )
             return cls(str(data["region"]), float(data["at"]), models)
         except (KeyError, TypeError, AttributeError, OverflowError) as exc:
@@ -102,9 +109,12 @@ class PeerEstimate:
 
     rtt_ms: float
     wait_ms: float
-    """Queueing there: the region's wait plus what this gateway forwarded since."""
+    """Queueing there: the region's wait plus what this gateway forwarded since (with
+    the step that emits the first token, ``step_ms``)."""
     service_ms: float
     """The request's own prefill of what the peer's hot prefixes miss."""
+    step_ms: float = 0.0
+    """The engine step included in ``wait_ms``: the request's own time, not a queue."""
 
     @property
     def total_ms(self) -> float:
@@ -133,7 +143,11 @@ def estimate_peer(
         wait_ms *= local_ms_per_token / ms_per_token
         ms_per_token = local_ms_per_token
     backlog_ms = forwarded_tokens * ms_per_token / max(summary.healthy_replicas, 1)
-    return PeerEstimate(rtt_ms, wait_ms + backlog_ms, uncached * ms_per_token)
+    step_ms = summary.step_ms or 0.0
+    if not summary.measured and local_ms_per_token is not None and summary.prefill_ms_per_token:
+        step_ms *= local_ms_per_token / summary.prefill_ms_per_token
+    step_ms = min(step_ms, wait_ms)
+    return PeerEstimate(rtt_ms, wait_ms + backlog_ms, uncached * ms_per_token, step_ms)
 
 
 def predict_peer_ttft(
@@ -174,6 +188,50 @@ def spills_over(local: Decision | None, best_peer_ms: float | None, margin_ms: f
     if local_ms is None:
         return False
     return best_peer_ms + margin_ms < local_ms
+
+
+class ForwardedWork:
+    """The prefill work a gateway has forwarded to one peer that the peer's summary does
+    not show yet: requests sent since that summary whose answer has not started (their
+    first token, or the end of a whole answer, has not come back). Work that has started
+    is no longer queued there, so the charge clocks itself: a peer that serves quickly
+    takes spilled requests as fast as it answers them, one that queues them is charged
+    until its next summary shows the queue.
+
+    Written by the gateway's forwarder (:mod:`firstlight.api.forward`) and by the
+    benchmark's simulator; read by the region decision through
+    :attr:`~firstlight.region.PeerOption.forwarded_tokens`. Not thread-safe (one event
+    loop)."""
+
+    __slots__ = ("_sent", "_tokens")
+
+    def __init__(self) -> None:
+        self._sent: dict[str, int] = {}
+        self._tokens = 0
+
+    @property
+    def tokens(self) -> int:
+        """Prompt tokens sent and not answered since the last summary."""
+        return self._tokens
+
+    def sent(self, request_id: str, tokens: int) -> None:
+        """``request_id`` was forwarded with ``tokens`` prompt tokens to prefill."""
+        self._tokens += tokens - self._sent.get(request_id, 0)
+        self._sent[request_id] = tokens
+
+    def answered(self, request_id: str) -> None:
+        """Its answer started, or the forward failed: no longer queued there."""
+        tokens = self._sent.pop(request_id, None)
+        if tokens is not None:
+            self._tokens -= tokens
+
+    def reset(self) -> None:
+        """A new summary arrived: it shows whatever of this work was still queued."""
+        self._sent.clear()
+        self._tokens = 0
+
+    def __len__(self) -> int:
+        return len(self._sent)
 
 
 class HotPrefixes:

@@ -15,7 +15,8 @@ W3     no sharing, random lengths (the control)            Poisson
 W4     W1 with Zipf-hot groups                             Poisson
 W5     W1's content                                        Gamma (bursty)
 W6     per-region system prompts                           each region's daily peak
-                                                           in turn (thinning)
+                                                           in turn (thinning), one
+                                                           day of ``period_s``
 W7     the Mooncake conversation trace's prefix blocks     the trace's, scaled
 W8     W1's, for a fleet of H100, A100 and L4 regions      Poisson
 =====  ==================================================  ===========================
@@ -35,7 +36,7 @@ rate but which of their turns make up the trace is not (see :mod:`.multi_turn`).
 Consumers that cache per-request data across loads key it by prompt, not request id.
 """
 
-from firstlight_bench.workloads._model import TraceRequest, Workload, WorkloadParams
+from firstlight_bench.workloads._model import FleetEvent, TraceRequest, Workload, WorkloadParams
 from firstlight_bench.workloads._registry import (
     WORKLOADS,
     WorkloadSpec,
@@ -57,6 +58,7 @@ __all__ = [
     "WORKLOADS",
     "BurstyParams",
     "ControlParams",
+    "FleetEvent",
     "MooncakeParams",
     "MultiRegionParams",
     "MultiTurnParams",

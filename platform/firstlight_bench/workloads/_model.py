@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 __all__ = [
+    "FleetEvent",
     "RequestContent",
     "Trace",
     "TraceRequest",
@@ -49,6 +50,24 @@ class TraceRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class FleetEvent:
+    """Something that happens to the serving fleet during a trace (W6's outage and
+    brownout): the simulator applies it to the region's replicas from ``start_s`` until
+    ``end_s``; the live replay states it beside its results."""
+
+    kind: Literal["outage", "brownout"]
+    """``outage``: every replica of the region is gone (requests on them are lost to the
+    region and must be served elsewhere); ``brownout``: its replicas run ``slowdown``
+    times slower."""
+    region: int
+    start_s: float
+    """Seconds from the start of the trace."""
+    end_s: float
+    slowdown: float = 1.0
+    """A brownout's factor on every engine step (1: none)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """A generated trace plus everything needed to generate it again.
 
@@ -68,6 +87,8 @@ class Workload:
     requests: tuple[TraceRequest, ...]
     regions: int
     """Number of client regions (``client_region`` is in ``0..regions-1``)."""
+    events: tuple[FleetEvent, ...] = ()
+    """What happens to the fleet during the trace (W6), in start order."""
 
     def mean_prompt_tokens(self) -> float:
         """Mean prompt length in tokens over the requests (0 for an empty trace)."""
@@ -134,6 +155,8 @@ class Trace:
     requests: tuple[TraceRequest, ...]
     derived: dict[str, Any]
     """Values computed from the parameters, recorded under ``params["derived"]``."""
+    events: tuple[FleetEvent, ...] = ()
+    """What happens to the fleet during the trace (:attr:`Workload.events`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 from pydantic import ValidationError
@@ -57,6 +58,17 @@ class WorkloadSpec:
     fleet: str | None = None
     """The simulated fleet it is meant for (a ``firstlight_bench.cluster.parse_fleet``
     text): the benchmark's default for it; ``None``: a uniform fleet."""
+    capacity_arm: str = "least_queue"
+    """The arm whose sustainable rate is the benchmark's load 1.0: cache-blind
+    (``least_queue``) by default; W6 measures against a prefix-aware one, so that a
+    region's peak presses routers that reuse prefixes too."""
+    capacity_params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    """Parameter overrides for the trace the capacity is measured on (W6: a flat day
+    with no fleet events, every region at its mean rate)."""
+    day_param: str | None = None
+    """The parameter holding the trace's wall-clock day in seconds (W6: ``period_s``):
+    the benchmark then gives each load one day of requests (``rate x day``), and
+    ``--requests`` sizes only the capacity probe. ``None``: a fixed request count."""
 
     def describe(self) -> str:
         """The summary plus one line per parameter: name, default, docstring."""
@@ -100,11 +112,17 @@ _SPECS: tuple[WorkloadSpec, ...] = (
     ),
     WorkloadSpec(
         "W6",
-        "multi-region: each region's daily peak in turn (3.2x its neighbours'), regional prompts",
+        "multi-region: a day of each region's peak in turn (3.2x its neighbours'), an outage"
+        " and a brownout inside peaks, regional prompts; load 1.0 is prefix-aware capacity",
         MultiRegionParams,
         generate_multi_region,
         default_regions=4,
         min_regions=2,
+        capacity_arm="cache_aware",
+        capacity_params=MappingProxyType(
+            {"peak": 1.0, "trough": 1.0, "outage_region": None, "brownout_region": None}
+        ),
+        day_param="period_s",
     ),
     WorkloadSpec(
         "W7",
@@ -214,4 +232,5 @@ def generate(
         params={**validated.model_dump(mode="json"), "derived": trace.derived},
         requests=trace.requests,
         regions=resolved_regions,
+        events=trace.events,
     )

@@ -93,6 +93,10 @@ class SimCore:
         self._hits = 0
         self._events: list[CacheEvent] = []
         self._recent = RecentSteps()
+        self.slowdown = 1.0
+        """Every step takes this many times the profile's time (a brownout: throttled or
+        degraded hardware, a noisy neighbour); set by the benchmark's fleet events. The
+        stats report the slower steps, as a real engine's would."""
 
     # --- requests ------------------------------------------------------------------------
 
@@ -210,7 +214,8 @@ class SimCore:
         self._take_event()  # evictions made room for this step: announce them now
         self._batch = batch
         context = context2 / 2
-        duration_s = (profile.step_ms(prefill, decodes, context) + reload_ms) / 1000.0
+        step_ms = profile.step_ms(prefill, decodes, context) + reload_ms
+        duration_s = step_ms * self.slowdown / 1000.0
         self._step = StepResult(
             duration_s,
             prefill + decodes,
