@@ -85,7 +85,7 @@ def day_tables(points: list[dict[str, Any]]) -> list[str]:
         rows = {arm: _row(pts, bases) for arm, pts in arms.items()}
         lines += [
             f"The day at load {load:g} (means over the seeds; peak: each region's clients "
-            "in the middle half of its slice of the day; hours worse: hours × client "
+            "in the middle half of its slice of the day; hours worse: hours x client "
             f"regions whose TTFT p90 is over 2 % above `{_BASE}`'s):",
             "",
             "| arm | peak p90 | peak p99 | outage p99 (lost) | brownout p99 (lost) "

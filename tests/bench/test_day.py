@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from firstlight_bench.day import BYTES_PER_TOKEN, day_metrics, in_peak
+from firstlight_bench.day_plot import plot_run
 from firstlight_bench.day_report import day_tables
 from firstlight_bench.results import Outcome
 from firstlight_bench.sim import run_sim
@@ -113,3 +114,6 @@ def test_a_w6_run_stores_its_day_and_the_page_reads_it(tmp_path: Path) -> None:
     assert "| firstlight_local |" in text
     assert "0 of 48" in text  # firstlight_local against itself
     assert "outage: p99 ≤ 0.5x firstlight_local, 0 lost" in text
+    (picture,) = plot_run(tmp_path)
+    assert picture.name == "day_load0.6.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
