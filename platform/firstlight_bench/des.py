@@ -143,7 +143,6 @@ class _Run:
         self.clock = _Clock()
         spec = ARMS[arm]
         policy_name, self.mode = spec.policy, spec.regions
-        self.may_spill = self.mode == "firstlight"
         self.probes = self.mode in ("firstlight", "waterfall", "global_pool")
         self.router = RouterConfig(spill_over_margin_ms=cluster.spill_over_margin_ms)
         profile = cluster.build_profile()
@@ -287,6 +286,8 @@ class _Run:
     def _gorgo_target(self, home: int, flight: _Flight) -> int | None:
         """GORGO's proxy picks the replica among every healthy region's; its region."""
         assert self.gorgo is not None
+        # Placed again (its region went down): what the proxy queued for it is gone.
+        self.gorgo.completed(flight.request.request_id)
         began = time.perf_counter_ns()
         candidates = [
             (rid, self.cluster.rtt(home, g))
@@ -450,6 +451,11 @@ class _Run:
                 work.reset()
         self.loads = [region.load() for region in self.regions]
 
+    def _rescrape(self) -> None:
+        """What a multicluster gateway scrapes of every region (at each probe, and at
+        once when a region goes down or comes back: health checks)."""
+        self.loads = [region.load() for region in self.regions]
+
     def _fleet_event(self, event: FleetEvent, starting: bool, t: float) -> None:
         region = self.regions[event.region]
         if event.kind == "brownout":
@@ -460,7 +466,7 @@ class _Run:
             region.up = True
             region.refresh_stats(t)
             region.refresh_summary()
-            self.loads = [r.load() for r in self.regions]
+            self._rescrape()
 
     def _outage(self, region: SimRegion, t: float) -> None:
         """Every replica of ``region`` is gone: what they held is placed again."""
@@ -476,7 +482,7 @@ class _Run:
         region.go_down(t)
         for rid in region.sims:
             self.scheduled.pop(rid, None)
-        self.loads = [r.load() for r in self.regions]
+        self._rescrape()
         for flight in lost:
             self._dispatch(flight, t)
 
