@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 
-RegionMode = Literal["local", "firstlight", "waterfall", "global_pool", "gorgo"]
+RegionMode = Literal["local", "firstlight", "waterfall", "global_pool", "gorgo", "skywalker"]
 """How an arm picks the region (:mod:`firstlight_bench.region_arms` has the peers')."""
 
 
@@ -47,7 +47,8 @@ class ArmSpec:
     """``local``: the client's own region (latency DNS; the nearest healthy one while
     its region is down); ``firstlight``: the gateway's region decision
     (:func:`~firstlight.region.decide_region`); the others: the cross-region routers
-    users would run instead (:mod:`firstlight_bench.region_arms`)."""
+    users would run instead (:mod:`firstlight_bench.region_arms`,
+    :mod:`firstlight_bench.skywalker`)."""
 
 
 ARMS: dict[str, ArmSpec] = {
@@ -57,10 +58,11 @@ ARMS: dict[str, ArmSpec] = {
     "waterfall": ArmSpec("llmd_sticky", "waterfall"),
     "global_pool": ArmSpec("llmd_sticky", "global_pool"),
     "gorgo": ArmSpec("least_queue", "gorgo"),
+    "skywalker": ArmSpec("least_queue", "skywalker"),
 }
 """Arm name → its policy and region choice."""
 
-CROSS_REGION_ARMS = ("waterfall", "global_pool", "gorgo")
+CROSS_REGION_ARMS = ("waterfall", "global_pool", "gorgo", "skywalker")
 """The arms that exist for multi-region workloads (W6): elsewhere each reduces to an
 in-region arm already in the matrix, so the suite runs them on W6 only."""
 

@@ -16,7 +16,9 @@ arrive in their client's region. ``firstlight`` takes the gateway's region decis
 the same function, :func:`~firstlight.region.decide_region`, over peers ranked by
 :func:`~firstlight.region.rank_peers` from their summaries (refreshed every
 ``probe_interval_s``); the cross-region arms pick the region as their designs do
-(:mod:`firstlight_bench.region_arms`); a forwarded request reaches the peer half a round
+(:mod:`firstlight_bench.region_arms`; ``skywalker`` queues each request at its
+region's load balancer, :mod:`firstlight_bench.skywalker`, which dispatches or pushes it
+on its 10 ms passes); a forwarded request reaches the peer half a round
 trip later and its tokens come back half a round trip after they exist. Every other arm
 (and ``firstlight_local``) routes inside the client's region, or, while its region is
 down, in the nearest healthy one (latency DNS with health checks).
@@ -54,6 +56,7 @@ from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes
 from firstlight_bench.region_arms import Gorgo, RateWindow, RegionLoad, global_pool, waterfall
 from firstlight_bench.results import Outcome
 from firstlight_bench.sim_region import SimRegion
+from firstlight_bench.skywalker import PASS_S, PROBE_S, SkyLb
 from firstlight_bench.workloads import FleetEvent, TraceRequest, Workload
 
 __all__ = ["SimRun", "simulate"]
@@ -98,7 +101,10 @@ class _Flight:
     first_token_s: float | None = None
     decision_us: float | None = None
     preset_replica: str | None = None
-    """The replica a proxy that sees every region (``gorgo``) already chose."""
+    """The replica a proxy that sees every region (``gorgo``) or a region's load
+    balancer (``skywalker``) already chose."""
+    pushed: bool = False
+    """``skywalker``: another region's load balancer pushed it here (not again)."""
 
 
 def simulate(
@@ -156,6 +162,14 @@ class _Run:
         """Per client region, every region nearest first (itself first)."""
         self.region_of = {rid: region.index for region in self.regions for rid in region.sims}
         self.gorgo = Gorgo(profile.kv_cache_blocks) if self.mode == "gorgo" else None
+        self.lbs = (
+            [SkyLb(g, profile.kv_cache_blocks) for g in range(count)]
+            if self.mode == "skywalker"
+            else []
+        )
+        # Load balancer passes (skywalker): (tick, region); a pass runs at tick x PASS_S.
+        self.passes: list[tuple[int, int]] = []
+        self.pass_due: dict[int, int] = {}
         self.rates = [RateWindow() for _ in range(count)]
         self.loads: list[RegionLoad] = []
         # Fleet events: (time, sequence, event, starting).
@@ -183,13 +197,15 @@ class _Run:
         next_arrival = 0
         next_stats = 0.0
         next_probe = 0.0
+        next_lb_probe = 0.0 if self.lbs else math.inf
         self._refresh_stats()
         self._refresh_summaries()
-        while next_arrival < len(arrivals) or self.steps or self.forwards:
+        while next_arrival < len(arrivals) or self.steps or self.forwards or self.passes:
             candidates = [
                 arrivals[next_arrival].arrival_s if next_arrival < len(arrivals) else math.inf,
                 self.steps[0][0] if self.steps else math.inf,
                 self.forwards[0][0] if self.forwards else math.inf,
+                self.passes[0][0] * PASS_S if self.passes else math.inf,
             ]
             t = min(candidates)
             if self.fleet_events and self.fleet_events[0][0] <= t:
@@ -208,8 +224,16 @@ class _Run:
                 self._refresh_summaries()
                 next_probe += self.cluster.probe_interval_s
                 continue
+            if next_lb_probe <= t:
+                self.clock.now = next_lb_probe
+                self._probe_lbs()
+                next_lb_probe += PROBE_S
+                continue
             self.clock.now = t
-            if t == candidates[1]:
+            if t == candidates[3]:
+                tick, g = heapq.heappop(self.passes)
+                self._lb_pass(g, tick, t)
+            elif t == candidates[1]:
                 _, _, g, rid = heapq.heappop(self.steps)
                 if self.scheduled.get(rid) == t:
                     self._step_end(self.regions[g], rid, t)
@@ -217,7 +241,7 @@ class _Run:
                 _, _, g, request_id = heapq.heappop(self.forwards)
                 flight = self.flights[request_id]
                 if self.regions[g].up:
-                    self._route_in_region(self.regions[g], flight, t)
+                    self._arrive_at(self.regions[g], flight, t)
                 else:  # it went down while the request travelled: placed again
                     self._dispatch(flight, t)
             else:
@@ -253,9 +277,10 @@ class _Run:
         flight.back_s = 0.0
         flight.preset_replica = None
         target: int | None
+        flight.pushed = False
         if self.mode == "firstlight":
             target = self._peer_target(home, flight.view)
-        elif self.mode == "local":
+        elif self.mode in ("local", "skywalker"):
             target = home.index if home.up else self._nearest_up(home.index)
         elif self.mode == "waterfall":
             now_rates = [window.rate(t) for window in self.rates]
@@ -271,14 +296,67 @@ class _Run:
             return
         self.rates[target].add(t)
         if target == home.index:
-            self._route_in_region(home, flight, t)
+            self._arrive_at(home, flight, t)
             return
         home.release(flight.request.request_id)  # a gateway of the peer region takes it
         home.forwarded_work(target).sent(flight.request.request_id, flight.view.prompt_tokens)
-        one_way_s = self.cluster.rtt(home.index, target) / 2000.0
-        flight.back_s = one_way_s
+        self._send(flight, home.index, target, t)
+
+    def _send(self, flight: _Flight, source: int, target: int, t: float) -> None:
+        """The request travels from region ``source`` to ``target`` (half a round trip);
+        its tokens will come back the same way."""
+        one_way_s = self.cluster.rtt(source, target) / 2000.0
+        flight.back_s += one_way_s
         self.seq += 1
         heapq.heappush(self.forwards, (t + one_way_s, self.seq, target, flight.request.request_id))
+
+    def _arrive_at(self, region: SimRegion, flight: _Flight, t: float) -> None:
+        """The request reaches the region that serves it (``skywalker``: its load
+        balancer's queue, which may still push it on)."""
+        if not self.lbs:
+            self._route_in_region(region, flight, t)
+            return
+        self.lbs[region.index].enqueue(flight.request.request_id, pushed=flight.pushed)
+        self._schedule_pass(region.index, math.floor(t / PASS_S) + 1)
+
+    # --- skywalker's load balancers ------------------------------------------------------
+
+    def _schedule_pass(self, g: int, tick: int) -> None:
+        if g not in self.pass_due:
+            self.pass_due[g] = tick
+            heapq.heappush(self.passes, (tick, g))
+
+    def _lb_pass(self, g: int, tick: int, t: float) -> None:
+        """One 10 ms pass of region ``g``'s load balancer over the head of its queue."""
+        del self.pass_due[g]
+        lb = self.lbs[g]
+        if not lb.queue:
+            return
+        flight = self.flights[lb.queue[0]]
+        began = time.perf_counter_ns()
+        replica = lb.pick_replica(flight.view)
+        peer = None if replica is not None else lb.pick_peer(flight.view)
+        flight.decision_us = (time.perf_counter_ns() - began) / 1000.0
+        if replica is not None:
+            lb.dispatched(flight.view, replica)
+            flight.preset_replica = replica
+            self._route_in_region(self.regions[g], flight, t)
+        elif peer is not None:
+            lb.forwarded(flight.view, peer)
+            self.regions[g].release(flight.request.request_id)
+            flight.pushed = True
+            self._send(flight, g, peer, t)
+        if lb.queue:  # else the next request to arrive schedules the next pass
+            self._schedule_pass(g, tick + 1)
+
+    def _probe_lbs(self) -> None:
+        """Every load balancer probes its replicas' waiting queues and its peers."""
+        statuses = {lb.region: lb.status() for lb in self.lbs if self.regions[lb.region].up}
+        for lb in self.lbs:
+            region = self.regions[lb.region]
+            waiting = {rid: sim.core.waiting_after_schedule for rid, sim in region.sims.items()}
+            peers = {g: s for g, s in statuses.items() if g != lb.region}
+            lb.probe(waiting if region.up else {}, peers)
 
     def _nearest_up(self, home: int) -> int | None:
         return next((g for g in self.by_distance[home] if self.regions[g].up), None)
@@ -413,8 +491,7 @@ class _Run:
 
     def _finish(self, region: SimRegion, request_id: str, t: float, usage: Usage) -> None:
         flight = self.flights.pop(request_id)
-        if self.gorgo is not None:
-            self.gorgo.completed(request_id)
+        self._completed(request_id)
         gateway = region.release(request_id)
         if gateway is not None:
             gateway.finished(request_id)
@@ -476,15 +553,23 @@ class _Run:
             gateway = region.release(request_id)
             if gateway is not None:
                 gateway.finished(request_id)
-            if self.gorgo is not None:
-                self.gorgo.completed(request_id)
+            self._completed(request_id)
             flight.served_region = flight.replica = None
+        if self.lbs:  # its load balancer's queue: the clients reconnect elsewhere
+            lost += [self.flights[request_id] for request_id in self.lbs[region.index].drain()]
         region.go_down(t)
         for rid in region.sims:
             self.scheduled.pop(rid, None)
         self._rescrape()
         for flight in lost:
             self._dispatch(flight, t)
+
+    def _completed(self, request_id: str) -> None:
+        """The request ended or its replica was lost: the proxies' load counts drop it."""
+        if self.gorgo is not None:
+            self.gorgo.completed(request_id)
+        for lb in self.lbs:
+            lb.completed(request_id)
 
     def _sample_imbalance(self) -> None:
         loads = [load for region in self.regions for load in region.loads()]

@@ -116,6 +116,13 @@ _COLUMNS: tuple[tuple[str, tuple[str, ...], Formatter, str | None], ...] = (
 )
 
 
+_TPOT_P90: tuple[str, tuple[str, ...], Formatter, str | None] = (
+    "TPOT p90 ms",
+    ("tpot_ms", "p90"),
+    _ms,
+    "low",
+)
+
 _FLOOR_COLUMNS: tuple[tuple[str, tuple[str, ...], Formatter, str | None], ...] = (
     ("TTFT p50 ÷ floor", ("ttft_vs_floor", "p50"), _two, "low"),
     ("TTFT p90 ÷ floor", ("ttft_vs_floor", "p90"), _two, "low"),
@@ -134,8 +141,10 @@ def _column_cells(values: list[float | None], fmt: Formatter, better: str | None
 
 def _load_table(points: list[Point]) -> list[str]:
     chosen = _COLUMNS
+    if any("p90" in p["tpot_ms"] for p in points):  # runs stored before it have no p90
+        chosen = (*chosen[:4], _TPOT_P90, *chosen[4:])
     if any("ttft_vs_floor" in p for p in points):
-        chosen = _COLUMNS[:3] + _FLOOR_COLUMNS + _COLUMNS[3:]
+        chosen = (*chosen[:3], *_FLOOR_COLUMNS, *chosen[3:])
     columns = [
         _column_cells([metric(p, keys) for p in points], fmt, better)
         for _, keys, fmt, better in chosen

@@ -250,7 +250,7 @@ def summarize(
         "arm": arm,
         "load": float(load),
         "ttft_ms": _percentiles(ttft, ("p50", "p90", "p99")),
-        "tpot_ms": _percentiles(tpot, ("p50", "p99")),
+        "tpot_ms": _percentiles(tpot, ("p50", "p90", "p99")),
         "e2e_ms": _percentiles(e2e, ("p50", "p99")),
         "prefix_hit_rate": _ratio(
             sum(o.cached_tokens for o in done), sum(o.prompt_tokens for o in done)

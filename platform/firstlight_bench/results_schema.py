@@ -19,11 +19,13 @@ _NUMBER_OR_NULL: dict[str, Any] = {"type": ["number", "null"]}
 _FRACTION_OR_NULL: dict[str, Any] = {"type": ["number", "null"], "minimum": 0, "maximum": 1}
 
 
-def _percentile_block(*names: str) -> dict[str, Any]:
+def _percentile_block(*names: str, optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Percentiles ``names`` (required) and ``optional`` ones (absent from runs stored
+    before they were added)."""
     return {
         "type": "object",
         "required": list(names),
-        "properties": {name: _NUMBER_OR_NULL for name in names},
+        "properties": {name: _NUMBER_OR_NULL for name in (*names, *optional)},
         "additionalProperties": False,
     }
 
@@ -48,7 +50,7 @@ _POINT_SCHEMA: dict[str, Any] = {
         "arm": {"type": "string", "minLength": 1},
         "load": {"type": "number"},
         "ttft_ms": _percentile_block("p50", "p90", "p99"),
-        "tpot_ms": _percentile_block("p50", "p99"),
+        "tpot_ms": _percentile_block("p50", "p99", optional=("p90",)),
         "e2e_ms": _percentile_block("p50", "p99"),
         "prefix_hit_rate": _FRACTION_OR_NULL,
         "goodput": _FRACTION_OR_NULL,

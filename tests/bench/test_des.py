@@ -230,6 +230,27 @@ def test_a_forwarded_request_pays_the_round_trip() -> None:
     assert all(o.ttft_ms is not None and o.ttft_ms >= 72.0 for o in forwarded)
 
 
+def test_skywalker_stays_home_while_a_replica_is_free_and_pushes_only_when_none_is() -> None:
+    rtt = default_rtt_ms(2)
+    cluster = ClusterSpec(2, 1, rtt_ms=rtt, kv_cache_blocks=2_000)
+    light = simulate(_w1(requests=60, regions=1, rate_rps=2.0), "skywalker", cluster)
+    assert all(o.error is None and o.served_region == 0 for o in light.outcomes)
+    # Its load balancer dispatches on a 10 ms clock: even an idle replica waits for it.
+    assert all(o.ttft_ms is not None and o.ttft_ms > 0 for o in light.outcomes)
+    heavy = _w1(requests=120, regions=1, rate_rps=400.0)
+    # Room for every request at once: the replica never leaves one waiting, so nothing
+    # is pushed, however long the load balancer's own queue (one dispatch per pass).
+    roomy = simulate(heavy, "skywalker", cluster)
+    assert all(o.error is None and o.served_region == 0 for o in roomy.outcomes)
+    # A few requests' worth of KV cache: requests wait in the engine, the replica is
+    # unavailable at the probes, and the idle peer takes some.
+    tight = simulate(heavy, "skywalker", dataclasses.replace(cluster, kv_cache_blocks=300))
+    assert all(o.error is None for o in tight.outcomes)
+    pushed = [o for o in tight.outcomes if o.served_region == 1]
+    assert pushed, "the home replica had waiting requests and the peer none: it pushes"
+    assert all(o.ttft_ms is not None and o.ttft_ms >= 72.0 for o in pushed)  # the trip
+
+
 # --- every arm, end to end ------------------------------------------------------------
 
 

@@ -55,7 +55,8 @@ def test_summarize_matches_the_hand_computed_values() -> None:
     assert point["load"] == 0.5
     # TTFT [100, 300, 1000]: p90 at rank 1.8 = 300 + 0.8 * 700, p99 at 1.98.
     assert point["ttft_ms"] == approx({"p50": 300.0, "p90": 860.0, "p99": 986.0})
-    assert point["tpot_ms"] == approx({"p50": 35.0, "p99": 49.7})
+    # TPOT [20, 50]: p90 at rank 0.9 = 20 + 0.9 * 30.
+    assert point["tpot_ms"] == approx({"p50": 35.0, "p90": 47.0, "p99": 49.7})
     assert point["e2e_ms"] == approx({"p50": 500.0, "p99": 990.0})
     assert point["prefix_hit_rate"] == approx(150 / 400)  # r4 is not completed
     assert point["goodput"] == approx(1 / 4)  # only r1 meets 500 ms / 30 ms
@@ -96,7 +97,8 @@ def test_empty_sets_give_nulls_not_nan(
 ) -> None:
     point = summarize("a", 0.2, outcomes, imbalance=0.0)
     assert point["ttft_ms"] == {"p50": None, "p90": None, "p99": None}
-    assert point["tpot_ms"] == point["e2e_ms"] == {"p50": None, "p99": None}
+    assert point["tpot_ms"] == {"p50": None, "p90": None, "p99": None}
+    assert point["e2e_ms"] == {"p50": None, "p99": None}
     assert point["prefix_hit_rate"] is None
     assert point["cross_region_share"] is None
     assert point["goodput"] == goodput
@@ -108,7 +110,7 @@ def test_empty_sets_give_nulls_not_nan(
 def test_decision_time_is_null_when_never_measured() -> None:
     point = summarize("a", 0.2, OUTCOMES[2:3], imbalance=1.0)
     assert point["decision_us"] == {"p50": None, "p99": None}
-    assert point["tpot_ms"] == {"p50": None, "p99": None}  # one output token: no TPOT
+    assert point["tpot_ms"] == {"p50": None, "p90": None, "p99": None}  # one token: no TPOT
     assert point["goodput_by_slo"] == {"500ms/30ms": 0.0, "2000ms/100ms": 1.0}
 
 

@@ -458,3 +458,19 @@ def test_stepping_out_of_order_is_a_programming_error() -> None:
     core.begin_step()
     with pytest.raises(RuntimeError):
         core.begin_step()
+
+
+def test_the_waiting_gauge_counts_what_scheduling_left_not_what_arrived_mid_step() -> None:
+    core = SimCore(TINY)  # max_num_seqs 4
+    for i in range(6):
+        core.add(req(f"r{i}", range(100 * i, 100 * i + 8), max_tokens=3))
+    core.begin_step()
+    # Four admitted, two left waiting: what vLLM's num_requests_waiting shows.
+    assert (core.num_running, core.num_waiting, core.waiting_after_schedule) == (4, 2, 2)
+    core.finish_step()
+    core.add(req("late", range(900, 908)))  # arrives between steps
+    assert core.num_waiting == 3
+    assert core.waiting_after_schedule == 2  # not counted until a step schedules
+    while core.has_work:
+        core.step()
+    assert core.waiting_after_schedule == 0

@@ -85,6 +85,7 @@ class SimCore:
         self._requests: dict[str, SimRequest] = {}
         self._waiting: deque[SimRequest] = deque()
         self._waiting_count = 0
+        self._waiting_unscheduled = 0
         self._running: list[SimRequest] = []
         self._batch: list[tuple[SimRequest, int]] | None = None
         self._step: StepResult | None = None
@@ -209,6 +210,7 @@ class SimCore:
             prefill += admitted
             context2 += admitted_context2
             reload_ms = reloaded * profile.reload_ms_per_token
+        self._waiting_unscheduled = self._waiting_count
         # Work always schedules: a lone request fits the KV cache (SimProfile checks it).
         assert batch, "a step with work scheduled nothing"
         self._take_event()  # evictions made room for this step: announce them now
@@ -407,6 +409,13 @@ class SimCore:
     def num_waiting(self) -> int:
         """Requests queued (including preempted ones)."""
         return self._waiting_count
+
+    @property
+    def waiting_after_schedule(self) -> int:
+        """Requests the last step's scheduling left waiting — what vLLM's
+        ``vllm:num_requests_waiting`` gauge shows between steps (its scheduler reports
+        stats after each step; requests added during a step are not in it yet)."""
+        return self._waiting_unscheduled
 
     def stats(self) -> EngineStats:
         """Load and cache statistics, every number simulated; rates over the last 16
