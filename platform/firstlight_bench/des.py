@@ -299,7 +299,9 @@ class _Run:
             self._arrive_at(home, flight, t)
             return
         home.release(flight.request.request_id)  # a gateway of the peer region takes it
-        home.forwarded_work(target).sent(flight.request.request_id, flight.view.prompt_tokens)
+        home.forwarded_work(target).sent(
+            flight.request.request_id, flight.view.prompt_tokens, flight.view.prompt_blocks
+        )
         self._send(flight, home.index, target, t)
 
     def _send(self, flight: _Flight, source: int, target: int, t: float) -> None:
@@ -413,6 +415,7 @@ class _Run:
                 region.summary,
                 self.cluster.rtt(home.index, region.index),
                 home.forwarded_work(region.index).tokens,
+                home.forwarded_work(region.index).blocks,
             )
             for region in self.regions
             if region is not home

@@ -71,8 +71,8 @@ class RecordingWork(ForwardedWork):
         super().__init__()
         self.calls: list[tuple[str, str, int]] = []
 
-    def sent(self, request_id: str, tokens: int) -> None:
-        super().sent(request_id, tokens)
+    def sent(self, request_id: str, tokens: int, blocks: int = 0) -> None:
+        super().sent(request_id, tokens, blocks)
         self.calls.append(("sent", request_id, self.tokens))
 
     def answered(self, request_id: str) -> None:
@@ -134,6 +134,7 @@ async def _forward(
         stream,
         7,
         rendered=body != BODY and not stream,
+        prompt_blocks=1,
     )
     return response, obs
 
@@ -173,6 +174,8 @@ async def test_a_non_streamed_request_travels_as_a_stream_and_is_put_together(
         ("answered", 7),
     ]
     assert peer.forwarded.tokens == 0
+    # Its cache stays charged while it decodes there, until the peer's next summary.
+    assert peer.forwarded.blocks == 1
 
 
 async def test_a_request_for_vllms_layer_travels_and_returns_as_it_is(

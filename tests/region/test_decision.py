@@ -146,6 +146,27 @@ def test_a_summary_that_names_its_step_puts_it_in_the_peer_choice() -> None:
     assert legacy.step_ms == 0.0  # an older peer: its whole wait counts as queue
 
 
+@pytest.mark.parametrize(
+    ("kv_usage", "route"), [(None, "spill-over"), (0.8, "spill-over"), (0.81, "local")]
+)
+def test_spill_over_skips_a_peer_whose_cache_the_request_would_fill(
+    kv_usage: float | None, route: str
+) -> None:
+    """Rule 4: an idle queue is not enough; past ``spill_max_peer_kv_usage`` (0.8) of its
+    KV cache, the peer's own users would wait for room. A peer that does not report its
+    cache is judged by its queue alone."""
+    peer = PeerChoice("p", 100.0, wait_ms=20.0, service_ms=60.0, kv_usage=kv_usage)
+    decision = decide_region(
+        _local(900.0), healthy=True, from_peer=False, peers=(peer,), router=DEFAULT
+    )
+    assert decision.route == route
+    full = PeerChoice("p", 100.0, wait_ms=20.0, service_ms=60.0, kv_usage=0.95)
+    fail_over = decide_region(
+        _local(0.0), healthy=False, from_peer=False, peers=(full,), router=DEFAULT
+    )
+    assert fail_over.peers == (full,)  # fail-over forwards what would be refused
+
+
 def test_a_saturated_peer_still_takes_overflow() -> None:
     peer = PeerChoice("p", 500.0, wait_ms=400.0, service_ms=60.0)
     decision = decide_region(

@@ -6,6 +6,7 @@ Real policies from the registry and a real hint mirror; no Ray is started.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import replace
 
@@ -440,6 +441,20 @@ def test_the_summary_publishes_the_best_replicas_wait_and_the_mean_over_all() ->
     assert summary.mean_wait_ms == pytest.approx(5.0 + (0 + 100 + 500) / 3)
     assert summary.prefill_ms_per_token == pytest.approx(1.0)
     assert summary.hot_blocks == frozenset({7})
+    assert (summary.kv_used_blocks, summary.kv_total_blocks) == (None, None)  # not reported
+
+
+def test_the_summary_publishes_the_kv_cache_held_over_its_capacity() -> None:
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock)
+    state.set_replicas(
+        {
+            "a": dataclasses.replace(_replica("a"), kv_cache_usage=0.5, kv_cache_blocks=1000),
+            "b": dataclasses.replace(_replica("b"), kv_cache_usage=0.25, kv_cache_blocks=2000),
+        }
+    )
+    summary = state.summary()
+    assert (summary.kv_used_blocks, summary.kv_total_blocks) == (1000, 3000)
 
 
 def test_a_replica_added_by_autoscaling_takes_its_share_of_a_burst_not_all_of_it() -> None:

@@ -12,6 +12,7 @@ from firstlight.regions.summary import (
     HotPrefixes,
     ModelSummary,
     RegionSummary,
+    estimate_peer,
     predict_peer_ttft,
     spills_over,
 )
@@ -43,6 +44,8 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "measured": True,
                 "mean_wait_ms": 60.0,
                 "step_ms": None,
+                "kv_used_blocks": None,
+                "kv_total_blocks": None,
             },
             "down-model": {
                 "healthy_replicas": 0,
@@ -52,6 +55,8 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "measured": False,
                 "mean_wait_ms": None,
                 "step_ms": None,
+                "kv_used_blocks": None,
+                "kv_total_blocks": None,
             },
         },
     }
@@ -290,3 +295,27 @@ def test_forwarded_work_counts_what_was_sent_until_its_answer_starts() -> None:
 def test_a_summary_round_trips_its_step() -> None:
     summary = RegionSummary("r", 1.0, {"m": ModelSummary(1, 40.0, 0.5, step_ms=21.5)})
     assert RegionSummary.from_json(summary.to_json()).models["m"].step_ms == 21.5
+
+
+def test_forwarded_blocks_stay_charged_after_the_answer_starts_until_the_next_summary() -> None:
+    work = ForwardedWork()
+    work.sent("a", 100, 4)
+    work.sent("b", 50, 2)
+    work.sent("a", 100, 4)  # a retry: counted once
+    assert work.blocks == 6
+    work.answered("a")  # it decodes there, holding its cache: still charged
+    assert (work.tokens, work.blocks) == (50, 6)
+    work.reset()  # the peer's summary now counts them in its KV usage
+    assert work.blocks == 0
+
+
+def test_kv_usage_counts_the_request_and_what_was_forwarded_since_the_summary() -> None:
+    summary = ModelSummary(
+        2, 10.0, 1.0, frozenset({1, 2}), True, kv_used_blocks=50, kv_total_blocks=100
+    )
+    request = RequestView("q", 100, (1, 2, 3), 32)  # 4 blocks, the first 2 hot there
+    assert estimate_peer(summary, request, 0.0).kv_usage == pytest.approx((50 + 2) / 100)
+    assert estimate_peer(summary, request, 0.0, forwarded_blocks=10).kv_usage == pytest.approx(0.62)
+    assert estimate_peer(ModelSummary(2, 10.0, 1.0), request, 0.0).kv_usage is None
+    round_trip = RegionSummary.from_json(RegionSummary("r", 1.0, {"m": summary}).to_json())
+    assert round_trip.models["m"] == summary

@@ -87,7 +87,15 @@ class PeerForwarder:
         for peer in self.peers.usable(model):
             assert peer.summary is not None
             summary = peer.summary.models[model]
-            options.append(PeerOption(peer.region, summary, peer.rtt_ms, peer.forwarded.tokens))
+            options.append(
+                PeerOption(
+                    peer.region,
+                    summary,
+                    peer.rtt_ms,
+                    peer.forwarded.tokens,
+                    peer.forwarded.blocks,
+                )
+            )
         return options
 
     async def forward_any(
@@ -103,10 +111,12 @@ class PeerForwarder:
         local: Decision | None = None,
         rendered: bool = False,
         relay: Relay | None = None,
+        prompt_blocks: int = 0,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
         Each peer tried is charged ``prompt_tokens`` of backlog until its answer starts
-        (or the forward fails, or its next summary arrives: ``Peer.forwarded``).
+        (or the forward fails, or its next summary arrives: ``Peer.forwarded``), and
+        ``prompt_blocks`` of KV cache until its next summary.
         ``rendered``: the request is one vLLM's OpenAI layer serves (fields beyond the
         gateway's subset), so a JSON answer is relayed as the peer wrote it, not rebuilt
         from a stream. ``relay`` writes a streamed answer from the peer's chunks (so it
@@ -128,7 +138,7 @@ class PeerForwarder:
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
             span.set_attribute("firstlight.terms.rtt_ms", peer.rtt_ms)
             key = obs.request_id or f"forward-{id(obs)}"
-            peer.forwarded.sent(key, prompt_tokens)
+            peer.forwarded.sent(key, prompt_tokens, prompt_blocks)
             try:
                 response = await self._forward(
                     peer, predicted_ms, body, request, route, obs, kind, stream, rendered, relay
@@ -228,7 +238,7 @@ class PeerForwarder:
             if peer is None or not peer.breaker.allow():
                 continue
             key = obs.request_id or f"resume-{id(obs)}"
-            peer.forwarded.sent(key, routing.prompt_tokens)
+            peer.forwarded.sent(key, routing.prompt_tokens, routing.prompt_blocks)
             try:
                 upstream = await self._send(peer, path, content, request, obs)
                 if upstream is None:

@@ -413,6 +413,7 @@ class GatewayCore:
             None if route == "fail-over" else decision.local,
             rendered=prepared.openai is not None,
             relay=relay,
+            prompt_blocks=prepared.routing.prompt_blocks,
         )
 
     async def _fail_over(

@@ -170,6 +170,13 @@ class RouterConfig(Section):
     emits its first token): a peer whose queue already holds more work than the request
     is saturated, and spill-over would only move one region's overflow onto another's
     users. Overflow and fail-over ignore it."""
+    spill_max_peer_kv_usage: Annotated[float, Field(gt=0, le=1.5)] = 0.8
+    """A peer takes spilled requests only while its KV-cache usage (its summary's, with
+    the prompts forwarded there since) stays at most this share: a spilled request holds
+    its cache there for its whole answer, and once the peer's cache is full its own
+    users wait for room. Lower protects the receiving regions' users more and relieves
+    a region's peak less (SageServe, arXiv 2502.14617, uses 0.7); above 1 turns the
+    check off. Overflow and fail-over ignore it."""
     admission_wait_ms: Annotated[float | None, Field(gt=0, le=600_000)] = None
     """Load shedding: the longest queueing wait (predicted, ms) a request may face on
     the best local replica. Beyond it the request goes to a peer region that can take

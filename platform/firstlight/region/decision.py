@@ -24,7 +24,11 @@ The rules, in order:
    request's own service there: its queue already holds more work than the request, and
    sending it more only moves one region's overflow to another's users, each request
    paying a round trip (when every region is saturated, they would trade overflow back
-   and forth on summaries a probe interval old). Overflow and fail-over ignore this:
+   and forth on summaries a probe interval old). It is saturated too when the request
+   (with what this gateway forwarded there since its summary) would take the peer's
+   KV-cache usage over ``router.spill_max_peer_kv_usage``: a spilled request holds its
+   cache there for its whole answer, and a peer whose cache is full makes its own
+   users wait for room. Overflow and fail-over ignore this:
    they forward what would otherwise be refused.
 5. Otherwise served here.
 """
@@ -61,7 +65,9 @@ class PeerOption:
     summary: ModelSummary
     rtt_ms: float
     forwarded_tokens: int = 0
-    """Prefill tokens forwarded there since its summary was built."""
+    """Prefill tokens forwarded there since its summary was built, not answered yet."""
+    forwarded_blocks: int = 0
+    """KV blocks of the prompts forwarded there since its summary was built."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +82,19 @@ class PeerChoice:
     """The request's own prefill there (part of ``predicted_ttft_ms``)."""
     step_ms: float = 0.0
     """The engine step that emits its first token there (part of ``wait_ms``)."""
+    kv_usage: float | None = None
+    """The peer's KV-cache usage with this request and what was forwarded since its
+    summary added (``None``: the peer does not report it)."""
 
-    def saturated(self, max_wait_ratio: float) -> bool:
+    def saturated(self, max_wait_ratio: float, max_kv_usage: float = 1.0) -> bool:
         """Whether the peer's queue holds more than ``max_wait_ratio`` times the
-        request's own work there, its prefill and the step that emits its first token
-        (rule 4 of the module docstring). The step is the request's own time, not
-        queue: counted as queue, it made every peer that holds the prompt's prefix
-        (a few ms of prefill left) look saturated however idle it was."""
+        request's own work there, its prefill and the step that emits its first token,
+        or the request would take its KV usage over ``max_kv_usage`` (rule 4 of the
+        module docstring). The step is the request's own time, not queue: counted as
+        queue, it made every peer that holds the prompt's prefix (a few ms of prefill
+        left) look saturated however idle it was."""
+        if self.kv_usage is not None and self.kv_usage > max_kv_usage:
+            return True
         queue_ms = self.wait_ms - self.step_ms
         return queue_ms > max_wait_ratio * (self.service_ms + self.step_ms)
 
@@ -129,7 +141,9 @@ def rank_peers(
     rate = local_ms_per_token(local)
     choices = []
     for p in peers:
-        estimate = estimate_peer(p.summary, request, p.rtt_ms, rate, p.forwarded_tokens)
+        estimate = estimate_peer(
+            p.summary, request, p.rtt_ms, rate, p.forwarded_tokens, p.forwarded_blocks
+        )
         choices.append(
             PeerChoice(
                 p.region,
@@ -137,6 +151,7 @@ def rank_peers(
                 estimate.wait_ms,
                 estimate.service_ms,
                 estimate.step_ms,
+                estimate.kv_usage,
             )
         )
     return tuple(sorted(choices, key=lambda c: c.predicted_ttft_ms))
@@ -169,7 +184,11 @@ def decide_region(
         local_ms = local.winner.predicted_ttft_ms or wait_ms
         better = tuple(p for p in peers if p.predicted_ttft_ms < local_ms)
         return RegionDecision("overflow", local, better, "refuse", "overloaded", wait_ms)
-    open_peers = tuple(p for p in peers if not p.saturated(router.spill_max_peer_wait_ratio))
+    open_peers = tuple(
+        p
+        for p in peers
+        if not p.saturated(router.spill_max_peer_wait_ratio, router.spill_max_peer_kv_usage)
+    )
     best_ms = open_peers[0].predicted_ttft_ms if open_peers else None
     if spills_over(local, best_ms, router.spill_over_margin_ms):
         return RegionDecision("spill-over", local, open_peers, "local")

@@ -335,6 +335,8 @@ class RouterState:
         # overhead and one token's prefill (no affinity penalty applies).
         ms_per_token = terms.prefill_ms / max(terms.uncached_tokens, 1)
         scores = [c.score for c in decision.ranked]
+        views = list(self.replicas.values())
+        reported = all(v.kv_cache_blocks for v in views)
         return ModelSummary(
             healthy_replicas=self.healthy_replicas,
             predicted_wait_ms=terms.wait_ms + terms.overhead_ms,
@@ -343,6 +345,10 @@ class RouterState:
             measured=best is not None and best.prefill_tokens_per_s is not None,
             mean_wait_ms=max(sum(scores) / len(scores) - ms_per_token, 0.0),
             step_ms=terms.overhead_ms,
+            kv_used_blocks=round(sum(v.kv_cache_usage * (v.kv_cache_blocks or 0) for v in views))
+            if reported
+            else None,
+            kv_total_blocks=sum(v.kv_cache_blocks or 0 for v in views) if reported else None,
         )
 
 

@@ -51,6 +51,11 @@ class ModelSummary:
     """The engine step that emits a first token on that replica (part of
     ``predicted_wait_ms``): a request's own time there, not a queue (``None`` from an
     older peer, which then counts it as queue)."""
+    kv_used_blocks: int | None = None
+    """KV-cache blocks held by running requests, summed over the healthy replicas
+    (``None``: a replica does not report its capacity, or an older peer)."""
+    kv_total_blocks: int | None = None
+    """KV-cache capacity in blocks, summed over the healthy replicas."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,8 @@ class RegionSummary:
                     "measured": m.measured,
                     "mean_wait_ms": m.mean_wait_ms,
                     "step_ms": m.step_ms,
+                    "kv_used_blocks": m.kv_used_blocks,
+                    "kv_total_blocks": m.kv_total_blocks,
                 }
                 for name, m in self.models.items()
             },
@@ -97,10 +104,16 @@ class RegionSummary:
                     if m.get("mean_wait_ms") is None
                     else float(m["mean_wait_ms"]),
                     step_ms=None if m.get("step_ms") is None else float(m["step_ms"]),
+                    kv_used_blocks=_int_or_none(m.get("kv_used_blocks")),
+                    kv_total_blocks=_int_or_none(m.get("kv_total_blocks")),
                 )
             return cls(str(data["region"]), float(data["at"]), models)
         except (KeyError, TypeError, AttributeError, OverflowError) as exc:
             raise ValueError(f"malformed summary: {type(exc).__name__}: {exc}") from exc
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +128,10 @@ class PeerEstimate:
     """The request's own prefill of what the peer's hot prefixes miss."""
     step_ms: float = 0.0
     """The engine step included in ``wait_ms``: the request's own time, not a queue."""
+    kv_usage: float | None = None
+    """The share of the peer's KV cache in use once this request and what this gateway
+    forwarded since the summary hold their prompts' blocks there (``None``: the peer
+    does not say)."""
 
     @property
     def total_ms(self) -> float:
@@ -127,8 +144,10 @@ def estimate_peer(
     rtt_ms: float,
     local_ms_per_token: float | None = None,
     forwarded_tokens: int = 0,
+    forwarded_blocks: int = 0,
 ) -> PeerEstimate:
-    """The terms of :func:`predict_peer_ttft` (whose docstring says what they hold)."""
+    """The terms of :func:`predict_peer_ttft` (whose docstring says what they hold), and
+    the peer's KV usage with this request and ``forwarded_blocks`` added."""
     cached_blocks = 0
     for block in request.block_hashes:
         if block not in summary.hot_blocks:
@@ -147,7 +166,15 @@ def estimate_peer(
     if not summary.measured and local_ms_per_token is not None and summary.prefill_ms_per_token:
         step_ms *= local_ms_per_token / summary.prefill_ms_per_token
     step_ms = min(step_ms, wait_ms)
-    return PeerEstimate(rtt_ms, wait_ms + backlog_ms, uncached * ms_per_token, step_ms)
+    kv_usage = None
+    if summary.kv_used_blocks is not None and summary.kv_total_blocks:
+        held = (
+            summary.kv_used_blocks
+            + forwarded_blocks
+            + max(request.prompt_blocks - cached_blocks, 1)
+        )
+        kv_usage = held / summary.kv_total_blocks
+    return PeerEstimate(rtt_ms, wait_ms + backlog_ms, uncached * ms_per_token, step_ms, kv_usage)
 
 
 def predict_peer_ttft(
@@ -196,28 +223,42 @@ class ForwardedWork:
     first token, or the end of a whole answer, has not come back). Work that has started
     is no longer queued there, so the charge clocks itself: a peer that serves quickly
     takes spilled requests as fast as it answers them, one that queues them is charged
-    until its next summary shows the queue.
+    until its next summary shows the queue. Their KV blocks stay charged until that
+    summary whether answered or not: an answered request still holds its cache there
+    while it decodes, and the summary's KV usage is what counts it.
 
     Written by the gateway's forwarder (:mod:`firstlight.api.forward`) and by the
     benchmark's simulator; read by the region decision through
     :attr:`~firstlight.region.PeerOption.forwarded_tokens`. Not thread-safe (one event
     loop)."""
 
-    __slots__ = ("_sent", "_tokens")
+    __slots__ = ("_blocks", "_blocks_of", "_sent", "_tokens")
 
     def __init__(self) -> None:
         self._sent: dict[str, int] = {}
         self._tokens = 0
+        self._blocks_of: dict[str, int] = {}
+        self._blocks = 0
 
     @property
     def tokens(self) -> int:
         """Prompt tokens sent and not answered since the last summary."""
         return self._tokens
 
-    def sent(self, request_id: str, tokens: int) -> None:
-        """``request_id`` was forwarded with ``tokens`` prompt tokens to prefill."""
+    @property
+    def blocks(self) -> int:
+        """KV blocks of the prompts sent since the last summary, answered or not: a
+        forwarded request holds its blocks there while it decodes, until the peer's
+        next summary counts them."""
+        return self._blocks
+
+    def sent(self, request_id: str, tokens: int, blocks: int = 0) -> None:
+        """``request_id`` was forwarded with ``tokens`` prompt tokens to prefill, in
+        ``blocks`` KV blocks."""
         self._tokens += tokens - self._sent.get(request_id, 0)
         self._sent[request_id] = tokens
+        self._blocks += blocks - self._blocks_of.get(request_id, 0)
+        self._blocks_of[request_id] = blocks
 
     def answered(self, request_id: str) -> None:
         """Its answer started, or the forward failed: no longer queued there."""
@@ -229,6 +270,8 @@ class ForwardedWork:
         """A new summary arrived: it shows whatever of this work was still queued."""
         self._sent.clear()
         self._tokens = 0
+        self._blocks_of.clear()
+        self._blocks = 0
 
     def __len__(self) -> int:
         return len(self._sent)

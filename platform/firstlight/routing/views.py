@@ -37,6 +37,11 @@ class RequestView:
     client_region: str | None = None
     """Region the request entered through (for RTT); ``None`` means local."""
 
+    @property
+    def prompt_blocks(self) -> int:
+        """KV blocks the whole prompt fills (the last one partly)."""
+        return -(-self.prompt_tokens // max(self.block_size, 1))
+
 
 @dataclass(frozen=True, slots=True)
 class ReplicaView:
