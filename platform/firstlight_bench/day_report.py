@@ -66,6 +66,7 @@ def _row(
         "cross": _mean([p["cross_region_share"] for p in points]),
         "bytes_per_hour": sum(h["crossing_bytes"] for d in days for h in d["hours"]) / hours,
         "tpot": _mean([p["tpot_ms"][tpot_q] for p in points]),
+        "ape": _mean([p["prediction_ape"]["p50"] for p in points if "prediction_ape" in p]),
     }
 
 
@@ -153,6 +154,11 @@ def _goals(load: float, rows: dict[str, dict[str, Any]], tpot_q: str) -> list[st
         out.append(
             f"| {load:g} | no hour worse than {_BASE} by > 2 % | {worse[0]} of {worse[1]} "
             f"hours worse | {_verdict(worse[0] == 0)} |"
+        )
+    if mine["ape"] is not None:
+        out.append(
+            f"| {load:g} | prediction: the chosen route's TTFT, median absolute error "
+            f"≤ 10 % (simulator) | {100 * mine['ape']:.1f} % | {_verdict(mine['ape'] <= 0.1)} |"
         )
     tpot = _ratio(mine["tpot"], base["tpot"])
     out.append(

@@ -105,6 +105,10 @@ class _Flight:
     balancer (``skywalker``) already chose."""
     pushed: bool = False
     """``skywalker``: another region's load balancer pushed it here (not again)."""
+    predicted_first_s: float | None = None
+    """When the router that chose its route predicted its first token (the cost-model
+    arms): the peer's prediction for a spilled request, the region router's for one
+    served where it was placed."""
 
 
 def simulate(
@@ -278,8 +282,9 @@ class _Run:
         flight.preset_replica = None
         target: int | None
         flight.pushed = False
+        flight.predicted_first_s = None
         if self.mode == "firstlight":
-            target = self._peer_target(home, flight.view)
+            target = self._peer_target(home, flight, t)
         elif self.mode in ("local", "skywalker"):
             target = home.index if home.up else self._nearest_up(home.index)
         elif self.mode == "waterfall":
@@ -403,10 +408,11 @@ class _Run:
             )
         )
 
-    def _peer_target(self, home: SimRegion, view: RequestView) -> int | None:
+    def _peer_target(self, home: SimRegion, flight: _Flight, t: float) -> int | None:
         """The gateway's region decision on this state: the region the request is served
         in (a peer it is forwarded to, simulated peers always answer, or ``home``), or
         ``None`` when it is refused."""
+        view = flight.view
         home.fresh_views()
         local = home.gateway_for(view.request_id).estimate(view)
         peers = [
@@ -430,6 +436,7 @@ class _Run:
             router=self.router,
         )
         if decision.peers:
+            flight.predicted_first_s = t + decision.peers[0].predicted_ttft_ms / 1000.0
             return int(decision.peers[0].region)
         if decision.route != "local" and decision.fallback == "refuse":
             return None  # refused: no healthy replica here and no peer answers
@@ -441,7 +448,9 @@ class _Run:
         if flight.preset_replica is not None:
             replica = flight.preset_replica
         else:
-            replica, flight.decision_us = region.route(flight.view)
+            replica, flight.decision_us, predicted_ms = region.route(flight.view)
+            if predicted_ms is not None and flight.predicted_first_s is None:
+                flight.predicted_first_s = t + predicted_ms / 1000.0
         flight.served_region, flight.replica, flight.dispatched_s = region.index, replica, t
         sim = region.sims[replica]
         self._apply(region, replica, sim.advance_to(t))
@@ -501,6 +510,7 @@ class _Run:
         request = flight.request
         back = flight.back_s
         first = flight.first_token_s
+        predicted = flight.predicted_first_s
         self.outcomes.append(
             Outcome(
                 request_id=request_id,
@@ -514,6 +524,9 @@ class _Run:
                 served_region=flight.served_region,
                 replica=flight.replica,
                 decision_us=flight.decision_us,
+                predicted_ttft_ms=None
+                if predicted is None
+                else (predicted - request.arrival_s) * 1000.0,
             )
         )
 

@@ -123,6 +123,13 @@ _TPOT_P90: tuple[str, tuple[str, ...], Formatter, str | None] = (
     "low",
 )
 
+_PREDICTION: tuple[str, tuple[str, ...], Formatter, str | None] = (
+    "TTFT prediction error p50 %",
+    ("prediction_ape", "p50"),
+    _percent,
+    None,
+)
+
 _FLOOR_COLUMNS: tuple[tuple[str, tuple[str, ...], Formatter, str | None], ...] = (
     ("TTFT p50 ÷ floor", ("ttft_vs_floor", "p50"), _two, "low"),
     ("TTFT p90 ÷ floor", ("ttft_vs_floor", "p90"), _two, "low"),
@@ -143,6 +150,8 @@ def _load_table(points: list[Point]) -> list[str]:
     chosen = _COLUMNS
     if any("p90" in p["tpot_ms"] for p in points):  # runs stored before it have no p90
         chosen = (*chosen[:4], _TPOT_P90, *chosen[4:])
+    if any("prediction_ape" in p for p in points):
+        chosen = (*chosen, _PREDICTION)
     if any("ttft_vs_floor" in p for p in points):
         chosen = (*chosen[:3], *_FLOOR_COLUMNS, *chosen[3:])
     columns = [

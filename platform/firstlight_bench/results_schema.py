@@ -64,6 +64,7 @@ _POINT_SCHEMA: dict[str, Any] = {
         "throughput_rps": {"type": "number", "minimum": 0},
         "output_tokens_per_s": {"type": "number", "minimum": 0},
         "seed": {"type": "integer"},
+        "prediction_ape": _percentile_block("p50", "p90"),
         "floor_ttft_ms": _percentile_block("p50", "p90", "p99"),
         "ttft_vs_floor": _percentile_block("p50", "p90"),
         "day": {

@@ -170,11 +170,12 @@ class SimRegion:
         for state in self.gateways:
             state.set_replicas(views)
 
-    def route(self, view: RequestView) -> tuple[str, float]:
+    def route(self, view: RequestView) -> tuple[str, float, float | None]:
         """The request router's ``choose_replicas`` and ``on_request_routed`` for one
-        request: the chosen replica and the decision time in µs (wall clock), the
+        request: the chosen replica, the decision time in µs (wall clock), the
         bookkeeping after the choice included (the policy's ``on_routed``: reservations,
-        prefix-tree inserts), by the gateway that took the request."""
+        prefix-tree inserts), by the gateway that took the request, and the TTFT the
+        policy predicted there (``None`` from a policy without a cost model)."""
         state = self.gateway_for(view.request_id)
         self.fresh_views()
         began = time.perf_counter_ns()
@@ -186,7 +187,7 @@ class SimRegion:
         state.record_routed(view.request_id, replica)  # the policy's on_routed
         decision_us = (time.perf_counter_ns() - began) / 1000.0
         self.hot.add(view.block_hashes)
-        return replica, decision_us
+        return replica, decision_us, decision.winner.predicted_ttft_ms
 
     def learn_cache_events(self, replica: str) -> None:
         """Feed the replica's cache events since the last call to the hint mirror, with

@@ -482,3 +482,26 @@ def test_a_brownout_slows_the_region_while_it_lasts() -> None:
 
     assert tpot(slow, True) > 2.5 * tpot(plain, True)  # steps 3x as long
     assert tpot(slow, False) == pytest.approx(tpot(plain, False), rel=0.2)
+
+
+def test_the_cost_model_arm_records_the_ttft_it_predicted_for_its_route() -> None:
+    workload = _w1(requests=60, regions=2, rate_rps=5.0)
+    cluster = ClusterSpec(2, 2, rtt_ms=default_rtt_ms(2), kv_cache_blocks=2_000)
+    run = simulate(workload, "firstlight", cluster)
+    assert all(o.predicted_ttft_ms is not None for o in run.outcomes)
+    point = summarize("firstlight", 0.1, run.outcomes, imbalance=0.0)
+    errors = [
+        abs(o.predicted_ttft_ms - o.ttft_ms) / o.ttft_ms
+        for o in run.outcomes
+        if o.predicted_ttft_ms is not None and o.ttft_ms
+    ]
+    assert point["prediction_ape"]["p50"] == pytest.approx(
+        sorted(errors)[len(errors) // 2], rel=0.2
+    )
+    # At this light load what the model cannot know is where in the running engine
+    # step a request lands (up to a step of a ~15 ms TTFT); a wrong term (a missing
+    # step, the wrong rate, the RTT left out of a forward) would put it far off.
+    assert point["prediction_ape"]["p50"] < 0.35
+    blind = simulate(workload, "round_robin", cluster)
+    assert all(o.predicted_ttft_ms is None for o in blind.outcomes)
+    assert "prediction_ape" not in summarize("round_robin", 0.1, blind.outcomes, imbalance=0.0)

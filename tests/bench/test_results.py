@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import math
 import subprocess
@@ -302,3 +303,15 @@ def test_tables_only_rewrites_the_page_from_the_stored_report(tmp_path: Path) ->
     with pytest.raises(SystemExit):
         rewrote_tables(parser, parser.parse_args(["--tables-only", "--page", "p.md"]), rewrite)
     assert len(seen) == 1
+
+
+def test_the_prediction_error_is_relative_to_the_measured_ttft() -> None:
+    outcomes = [
+        dataclasses.replace(OUTCOMES[0], predicted_ttft_ms=120.0),  # 100 measured: 20 %
+        dataclasses.replace(OUTCOMES[1], predicted_ttft_ms=150.0),  # 300 measured: 50 %
+        OUTCOMES[2],  # nothing predicted it: left out
+    ]
+    point = summarize("firstlight", 0.5, outcomes, imbalance=1.0)
+    assert point["prediction_ape"] == pytest.approx({"p50": 0.35, "p90": 0.47})
+    validate_results({"meta": _meta(), "points": [point]})
+    assert "prediction_ape" not in summarize("x", 0.5, OUTCOMES, imbalance=1.0)
