@@ -331,7 +331,9 @@ def bench_live(
     replicas: Annotated[
         int | None, typer.Option(min=1, max=64, help="Replicas per region, every model.")
     ] = None,
-    arms: Annotated[str, typer.Option(help="Comma-separated platform policies.")] = _LIVE_ARMS,
+    arms: Annotated[
+        str, typer.Option(help="Comma-separated platform policies, or firstlight_local.")
+    ] = _LIVE_ARMS,
     workload: Annotated[str, typer.Option(help="W1..W6 (see bench sim --describe).")] = "W1",
     rate: Annotated[float, typer.Option(min=0.001, help="Offered load, requests/s.")] = 2.0,
     requests: Annotated[int, typer.Option(min=1)] = 60,

@@ -49,6 +49,10 @@ class _Stream:
     served_region: int | None = None
     replica: str | None = None
     error: str | None = None
+    sent_s: float | None = None
+    predicted_ms: float | None = None
+    """The gateway's ``x-firstlight-predicted-ttft-ms``: the TTFT it predicted for the
+    route it chose, from its decision."""
 
     @property
     def first_token_s(self) -> float | None:
@@ -82,6 +86,14 @@ def region_index(targets: Sequence[str], region: str | None) -> int | None:
         if target.rstrip("/").endswith(f"/{region}"):
             return index
     return None
+
+
+def _float(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) and value >= 0 else None
 
 
 def _int(value: Any) -> int | None:
@@ -125,6 +137,7 @@ async def _stream(run: _Replay, request: TraceRequest, state: _Stream) -> None:
         "stream_options": {"include_usage": True},
     }
     url = f"{target.rstrip('/')}/v1/completions"
+    state.sent_s = run.now()
     async with run.client.stream("POST", url, json=body, timeout=run.timeout_s) as response:
         headers = response.headers
         if headers.get("x-firstlight-simulated", "").lower() == "true":
@@ -135,6 +148,7 @@ async def _stream(run: _Replay, request: TraceRequest, state: _Stream) -> None:
             return
         state.served_region = region_index(run.targets, headers.get("x-firstlight-region"))
         state.replica = headers.get("x-firstlight-replica")
+        state.predicted_ms = _float(headers.get("x-firstlight-predicted-ttft-ms"))
         async for event in sse_events(response.aiter_lines()):
             if _handle_event(run, state, event):
                 return
@@ -152,6 +166,10 @@ def _outcome(request: TraceRequest, state: _Stream) -> Outcome:
     first = state.first_token_s
     if completed and first is None and (output or 0) > 0:
         first = state.finish_s  # tokens were counted but never shown: seen at the end
+    predicted = None
+    if state.predicted_ms is not None and state.sent_s is not None:
+        # From the scheduled arrival, as the TTFT is (a full client queue sends late).
+        predicted = state.predicted_ms + max(state.sent_s - request.arrival_s, 0.0) * 1000.0
     return Outcome(
         request_id=request.request_id,
         arrival_s=request.arrival_s,
@@ -164,6 +182,7 @@ def _outcome(request: TraceRequest, state: _Stream) -> Outcome:
         served_region=state.served_region,
         replica=state.replica,
         error=None if completed else (state.error or "no response"),
+        predicted_ttft_ms=predicted,
     )
 
 

@@ -27,24 +27,48 @@ from typing import Any
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing.registry import policy_names
+from firstlight_bench.day import day_metrics
 from firstlight_bench.driver import replay_trace
 from firstlight_bench.report import write_run
 from firstlight_bench.results import Outcome, git_commit, summarize
+from firstlight_bench.sim import day_length_s
 from firstlight_bench.workloads import Workload, generate
 
-__all__ = ["live_meta", "live_point", "run_live", "run_live_arms", "with_policy"]
+__all__ = [
+    "LOCAL_ARM",
+    "live_arm_names",
+    "live_meta",
+    "live_point",
+    "run_live",
+    "run_live_arms",
+    "with_policy",
+]
 
 _NOT_MEASURED_IMBALANCE = 1.0
 """What :func:`run_live` stores as ``imbalance``: the per-replica load is not visible to a
 client, and the results schema needs a finite number (1.0 = perfectly balanced)."""
 
 
+LOCAL_ARM = "firstlight_local"
+"""The region-local arm: ``firstlight`` with ``router.spill_over`` off (requests leave
+their region only on fail-over), as the simulator's arm of that name."""
+
+
+def live_arm_names() -> tuple[str, ...]:
+    """What ``firstlight bench live --arms`` accepts: the platform's policies and
+    :data:`LOCAL_ARM`."""
+    return (*policy_names(), LOCAL_ARM)
+
+
 def with_policy(config: PlatformConfig, arm: str) -> PlatformConfig:
     """``config`` routing with ``arm``; its ``router.params`` are kept only for the
     policy they were written for (a baseline takes none of firstlight's)."""
     router = config.router
-    params = router.params if arm == router.policy else {}
-    update: dict[str, Any] = {"policy": arm, "params": params}
+    policy = "firstlight" if arm == LOCAL_ARM else arm
+    params = router.params if policy == router.policy else {}
+    update: dict[str, Any] = {"policy": policy, "params": params}
+    if arm == LOCAL_ARM:
+        update["spill_over"] = False
     return config.model_copy(update={"router": router.model_copy(update=update)})
 
 
@@ -67,14 +91,16 @@ def run_live_arms(
     """Run the trace once per arm against a freshly deployed local platform and write
     the run folder; returns the written paths.
 
-    The model is the config's first. Raises ``ConfigError`` for an arm that is not a
-    platform policy (``firstlight_local`` is the simulator's) or a bad workload,
+    The model is the config's first. A workload with a wall-clock day (W6) gets the day
+    block in each point (:func:`~firstlight_bench.day.day_metrics`). Raises
+    ``ConfigError`` for an arm that is not a platform policy or ``firstlight_local``, a
+    bad workload,
     and whatever :func:`~firstlight.serve.local_mode.start_local` raises when the platform
     does not come up (the applications of that arm are deleted first).
     """
     from firstlight.serve.local_mode import start_local, stop_local
 
-    allowed = policy_names()
+    allowed = live_arm_names()
     unknown = [a for a in arms if a not in allowed]
     if not arms or unknown:
         raise ConfigError(
@@ -115,6 +141,11 @@ def run_live_arms(
             stop_local(running)
         simulated = simulated or arm_simulated
         point = live_point(arm, rate_rps, outcomes)
+        day_s = day_length_s(workload, trace.params)
+        if day_s is not None:
+            point["day"] = day_metrics(
+                outcomes, period_s=day_s, regions=len(config.regions), events=trace.events
+            )
         points.append(point)
         ttft = point["ttft_ms"]
         report(

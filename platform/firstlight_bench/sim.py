@@ -33,7 +33,7 @@ from firstlight_bench.report import write_run
 from firstlight_bench.results import git_commit, summarize
 from firstlight_bench.workloads import WORKLOADS, generate
 
-__all__ = ["default_rtt_ms", "measure_capacity_rps", "operator_params", "run_sim"]
+__all__ = ["day_length_s", "default_rtt_ms", "measure_capacity_rps", "operator_params", "run_sim"]
 
 PUBLISHED_RTT_MS: tuple[tuple[float, ...], ...] = (
     (0.0, 72.0, 72.0, 162.0),
@@ -175,7 +175,7 @@ def _run_task(task: _Task) -> tuple[list[dict[str, Any]], dict[str, float], list
         **task.params,
     )
     cluster = task.cluster
-    day_s = _day_s(task.workload, trace.params)
+    day_s = day_length_s(task.workload, trace.params)
     hashes = block_hashes(trace, cluster)
     floors = floor_ttfts_ms(trace, hashes, region_profiles(cluster))
     points, wall, lines = [], {}, []
@@ -280,7 +280,7 @@ def run_sim(
         params={**params, **(spec.capacity_params if spec else {})},
         arm=spec.capacity_arm if spec else "least_queue",
     )
-    day_s = _day_s(workload, probe.params)
+    day_s = day_length_s(workload, probe.params)
     cluster = dataclasses.replace(cluster, replica_capacity_rps=capacity / total)
     del memo, hashes
     shape = f"fleet {fleet}" if fleet else f"{regions} x {replicas} replicas ({profile})"
@@ -335,7 +335,7 @@ def run_sim(
     return write_run(out, meta, points)
 
 
-def _day_s(workload: str, params: Mapping[str, Any]) -> float | None:
+def day_length_s(workload: str, params: Mapping[str, Any]) -> float | None:
     """The wall-clock day of a workload that has one (``WorkloadSpec.day_param``), in
     seconds, from its resolved parameters; ``None``: a fixed request count."""
     spec = WORKLOADS.get(workload)

@@ -120,11 +120,13 @@ class Script:
             yield _sse("[DONE]")
 
         if key == 0:
-            return httpx.Response(200, headers=self.headers("r-west", "rep-1"), content=ok())
+            predicted = {"x-firstlight-predicted-ttft-ms": "200.0"}
+            headers = {**self.headers("r-west", "rep-1"), **predicted}
+            return httpx.Response(200, headers=headers, content=ok())
         if key == 1:
-            return httpx.Response(
-                200, headers=self.headers("elsewhere", "rep-9"), content=no_usage()
-            )
+            garbled = {"x-firstlight-predicted-ttft-ms": "soon"}
+            headers = {**self.headers("elsewhere", "rep-9"), **garbled}
+            return httpx.Response(200, headers=headers, content=no_usage())
         if key == 2:
             error = {"error": {"message": "no replica", "type": "service_unavailable"}}
             return httpx.Response(503, json=error)
@@ -176,11 +178,14 @@ def test_replay_measures_streams_and_turns_failures_into_outcomes() -> None:
     assert ok.finish_s == pytest.approx(0.5 + 0.25 + 0.1 + 0.05)
     assert (ok.prompt_tokens, ok.output_tokens, ok.cached_tokens) == (10, 3, 8)
     assert (ok.client_region, ok.served_region, ok.replica) == (0, 1, "rep-1")
+    # The gateway's prediction, counted from the scheduled arrival (sent on time here).
+    assert ok.predicted_ttft_ms == pytest.approx(200.0 + (script.sent[0] - 0.5) * 1000.0)
 
     fallback = outcomes[1]
     assert fallback.error is None
     assert (fallback.prompt_tokens, fallback.output_tokens, fallback.cached_tokens) == (10, 2, 0)
     assert (fallback.served_region, fallback.replica) == (None, "rep-9")
+    assert fallback.predicted_ttft_ms is None  # an unreadable header predicts nothing
 
     errors = {o.request_id: o.error for o in outcomes[2:]}
     assert errors == {

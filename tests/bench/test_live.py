@@ -38,13 +38,21 @@ def test_with_policy_switches_the_policy_and_drops_foreign_params() -> None:
     assert baseline.regions == config.regions
 
 
+def test_the_region_local_arm_is_firstlight_that_never_spills_over() -> None:
+    config = _config(8000, policy="firstlight", params={"affinity_weight": 2.0})
+    local = with_policy(config, "firstlight_local")
+    assert (local.router.policy, local.router.spill_over) == ("firstlight", False)
+    assert dict(local.router.params) == {"affinity_weight": 2.0}
+    assert with_policy(config, "firstlight").router.spill_over is True
+
+
 def test_a_simulator_only_arm_is_refused_before_anything_runs(
     tmp_path: Path,
 ) -> None:
-    with pytest.raises(ConfigError, match="firstlight_local") as caught:
+    with pytest.raises(ConfigError, match="gorgo") as caught:
         run_live_arms(
             config=_config(8000),
-            arms=["firstlight", "firstlight_local"],
+            arms=["firstlight", "gorgo"],
             workload="W1",
             seed=0,
             rate_rps=1.0,

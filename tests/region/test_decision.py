@@ -167,6 +167,17 @@ def test_spill_over_skips_a_peer_whose_cache_the_request_would_fill(
     assert fail_over.peers == (full,)  # fail-over forwards what would be refused
 
 
+def test_with_spill_over_off_requests_stay_home_but_still_fail_over() -> None:
+    off = RouterConfig(spill_over=False)
+    spilling = decide_region(_local(300.0), healthy=True, from_peer=False, peers=PEERS, router=off)
+    assert (spilling.route, spilling.peers) == ("local", ())
+    down = decide_region(_local(0.0), healthy=False, from_peer=False, peers=PEERS, router=off)
+    assert (down.route, down.peers) == ("fail-over", PEERS)
+    bounded = RouterConfig(spill_over=False, admission_wait_ms=200.0)
+    over = decide_region(_local(300.0), healthy=True, from_peer=False, peers=PEERS, router=bounded)
+    assert (over.route, over.peers) == ("overflow", (FAST,))
+
+
 def test_a_saturated_peer_still_takes_overflow() -> None:
     peer = PeerChoice("p", 500.0, wait_ms=400.0, service_ms=60.0)
     decision = decide_region(

@@ -162,6 +162,11 @@ class RouterConfig(Section):
     ``weighted_scorer``, ``llmd_sticky``, ``dynamo_kv``)."""
     params: Mapping[str, float | int | bool | str] = Field(default_factory=dict)
     """Policy-specific parameters, checked by the policy when the router is built."""
+    spill_over: bool = True
+    """Whether requests spill over to a peer region that predicts a faster first token.
+    ``false`` keeps every request in its region while it has a healthy replica (fail-over
+    and overflow still forward): regions that must not carry each other's load, and the
+    benchmark's region-local arm."""
     spill_over_margin_ms: Annotated[float, Field(ge=0, le=60_000)] = 50.0
     """A peer region must beat the local predicted TTFT by this much to take a request."""
     spill_max_peer_wait_ratio: Annotated[float, Field(ge=0, le=1000)] = 1.0

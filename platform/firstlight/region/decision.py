@@ -16,8 +16,9 @@ The rules, in order:
    refused if none answers.
 3. Predicted queueing wait here above ``router.admission_wait_ms``: **overflow** to the
    peers that predict a faster first token than here; refused if none answers.
-4. The best *unsaturated* peer's prediction (round trip included) beats the local
-   winner's by more than ``router.spill_over_margin_ms``: **spill over** to the
+4. Spill-over is on (``router.spill_over``) and the best *unsaturated* peer's
+   prediction (round trip included) beats the local winner's by more than
+   ``router.spill_over_margin_ms``: **spill over** to the
    unsaturated peers, best first; served here if none answers. A peer is saturated for
    a request when its predicted queueing wait (what this gateway forwarded there since
    its summary included) exceeds ``router.spill_max_peer_wait_ratio`` times the
@@ -184,6 +185,8 @@ def decide_region(
         local_ms = local.winner.predicted_ttft_ms or wait_ms
         better = tuple(p for p in peers if p.predicted_ttft_ms < local_ms)
         return RegionDecision("overflow", local, better, "refuse", "overloaded", wait_ms)
+    if not router.spill_over:
+        return RegionDecision("local", local)
     open_peers = tuple(
         p
         for p in peers
