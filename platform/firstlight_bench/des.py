@@ -432,7 +432,13 @@ class _Run:
             local,
             healthy=bool(home.state.replicas),
             from_peer=False,
-            peers=rank_peers(view, peers, local),
+            peers=rank_peers(
+                view,
+                peers,
+                local,
+                self.router.spill_copy_weight,
+                home.hot.leading(view.block_hashes),
+            ),
             router=self.router,
         )
         if decision.peers:

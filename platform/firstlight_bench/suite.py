@@ -92,6 +92,22 @@ SUITE: tuple[SuiteEntry, ...] = (
             *CROSS_REGION_ARMS,
         ),
     ),
+    SuiteEntry(
+        "w6-small",
+        "W6",
+        2000,
+        params={
+            "period_s": 600.0,
+            "output_tokens": 16,
+            "outage_region": None,
+            "brownout_region": None,
+        },
+        loads=(0.6, 0.8),
+        regions=3,
+        replicas=1,
+        profile="cpu-smollm2-135m",
+        arms=("firstlight", "firstlight_local", "cache_aware", *CROSS_REGION_ARMS),
+    ),
     SuiteEntry("w7", "W7", 3000, needs_trace=True),
     SuiteEntry("w8", "W8", 6000),
     SuiteEntry("w1-overload", "W1", 6000, loads=(2.0, 4.0, 6.0, 8.0)),
@@ -106,7 +122,10 @@ the matrix: load 1.0 is what the cache-blind ``least_queue`` sustains, and the
 prefix-aware arms only saturate on W1 several times beyond it (the goals table counts
 only the matrix's loads). ``w2-gateways2`` is W2 through two gateways per region, the
 deployed default, sharing their routes; ``w2-gateways2-unshared`` the same without the
-share, a study the goals table does not count."""
+share, a study the goals table does not count. ``w6-small`` is a second fleet shape for
+the day — three regions of one slow replica with a tight cache, where copying a prefix
+to another region is expensive — and the shape the live platform replays
+(``live-sim-w6``), without the outage and brownout."""
 
 
 def _entries(only: Sequence[str] | None) -> list[SuiteEntry]:

@@ -166,7 +166,7 @@ def test_empty_or_repeated_arms_and_loads_fail_cleanly_before_the_sweep(
 @pytest.mark.parametrize(
     ("arms", "expected_code", "named"),
     [
-        ("firstlight,firstlight_local", 2, "firstlight_local"),
+        ("firstlight,skywalker", 2, "skywalker"),
         ("round_robin,round_robin", 2, "--arms"),
     ],
     ids=["simulator-only-arm", "repeated-arm"],

@@ -191,3 +191,36 @@ def test_an_unmeasured_peer_is_priced_at_the_local_rate() -> None:
     peer = PeerOption("p", _summary(10.0, 0.5, measured=False), rtt_ms=0.0)
     (choice,) = rank_peers(request, [peer], _local(0.0, prefill_ms=200.0, uncached=100))
     assert choice.predicted_ttft_ms == pytest.approx(10.0 * 4 + 101 * 2.0)
+
+
+def _holding(cached: int, wait_ms: float = 900.0) -> Decision:
+    terms = TtftTerms(0.0, wait_ms, 10.0, 5.0, cached_tokens=cached, uncached_tokens=64)
+    return Decision("firstlight", (Candidate("r1", "here", terms.total_ms, terms),), "test")
+
+
+def test_copying_a_prefix_to_a_peer_is_priced_by_the_requests_it_holds_up_there() -> None:
+    # The local winner holds 64 of the 96 tokens; the peer's hot prefixes hold 32
+    # (block 11), so spilling re-prefills 32 tokens there at 1 ms each, and the peer's
+    # replicas have 3 requests each: 32 x 1 x (1 + 3) = 128 ms, ranking only.
+    request = RequestView("q", 96, (11, 12, 13), block_size=32)
+    summary = ModelSummary(2, 10.0, 1.0, frozenset({11}), True, mean_queue_len=3.0)
+    (choice,) = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], _holding(64))
+    assert choice.copy_penalty_ms == pytest.approx(128.0)
+    assert choice.predicted_ttft_ms == pytest.approx(20.0 + 10.0 + 64.0)  # still a TTFT
+    assert choice.ranking_ms == pytest.approx(choice.predicted_ttft_ms + 128.0)
+    (free,) = rank_peers(
+        request, [PeerOption("p", summary, rtt_ms=20.0)], _holding(64), copy_weight=0.0
+    )
+    assert free.copy_penalty_ms == 0.0
+    # A prefix this region served recently but lost (evicted) still counts as its own.
+    (evicted,) = rank_peers(
+        request, [PeerOption("p", summary, rtt_ms=20.0)], _holding(0), home_blocks=2
+    )
+    assert evicted.copy_penalty_ms == pytest.approx(128.0)
+    # Spill-over compares the ranking: a 200 ms local wait beats a 94 ms peer plus its
+    # 128 ms copy (with the 50 ms margin), an 300 ms one does not.
+    for wait_ms, route in ((200.0, "local"), (300.0, "spill-over")):
+        local = _holding(64, wait_ms)
+        peers = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], local)
+        decision = decide_region(local, healthy=True, from_peer=False, peers=peers, router=DEFAULT)
+        assert decision.route == route

@@ -442,6 +442,7 @@ def test_the_summary_publishes_the_best_replicas_wait_and_the_mean_over_all() ->
     assert summary.prefill_ms_per_token == pytest.approx(1.0)
     assert summary.hot_blocks == frozenset({7})
     assert (summary.kv_used_blocks, summary.kv_total_blocks) == (None, None)  # not reported
+    assert summary.mean_queue_len == pytest.approx(2 / 3)  # b and c have one each
 
 
 def test_the_summary_publishes_the_kv_cache_held_over_its_capacity() -> None:
@@ -455,6 +456,7 @@ def test_the_summary_publishes_the_kv_cache_held_over_its_capacity() -> None:
     )
     summary = state.summary()
     assert (summary.kv_used_blocks, summary.kv_total_blocks) == (1000, 3000)
+    assert summary.mean_queue_len == 0.0
 
 
 def test_a_replica_added_by_autoscaling_takes_its_share_of_a_burst_not_all_of_it() -> None:

@@ -46,6 +46,7 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "step_ms": None,
                 "kv_used_blocks": None,
                 "kv_total_blocks": None,
+                "mean_queue_len": None,
             },
             "down-model": {
                 "healthy_replicas": 0,
@@ -57,6 +58,7 @@ def test_to_json_is_plain_json_with_sorted_hot_blocks() -> None:
                 "step_ms": None,
                 "kv_used_blocks": None,
                 "kv_total_blocks": None,
+                "mean_queue_len": None,
             },
         },
     }
@@ -319,3 +321,16 @@ def test_kv_usage_counts_the_request_and_what_was_forwarded_since_the_summary() 
     assert estimate_peer(ModelSummary(2, 10.0, 1.0), request, 0.0).kv_usage is None
     round_trip = RegionSummary.from_json(RegionSummary("r", 1.0, {"m": summary}).to_json())
     assert round_trip.models["m"] == summary
+
+
+def test_hot_prefixes_count_the_leading_blocks_served_recently() -> None:
+    hot = HotPrefixes()
+    hot.add([1, 2, 3])
+    assert hot.leading([1, 2, 9, 3]) == 2
+    assert hot.leading([9, 1]) == 0
+    assert hot.leading([]) == 0
+
+
+def test_a_summary_round_trips_its_mean_queue_length() -> None:
+    summary = RegionSummary("r", 1.0, {"m": ModelSummary(1, 40.0, 0.5, mean_queue_len=2.5)})
+    assert RegionSummary.from_json(summary.to_json()).models["m"].mean_queue_len == 2.5

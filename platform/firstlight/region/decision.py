@@ -86,6 +86,17 @@ class PeerChoice:
     kv_usage: float | None = None
     """The peer's KV-cache usage with this request and what was forwarded since its
     summary added (``None``: the peer does not report it)."""
+    copy_penalty_ms: float = 0.0
+    """Ranking only (rule 4): the prefill the request costs there beyond what it costs
+    here, for the prefix the peer lacks, once for the request and once for each request
+    it holds up there (``1 +`` the peer's mean queue length) times
+    ``router.spill_copy_weight``. Not part of ``predicted_ttft_ms``."""
+
+    @property
+    def ranking_ms(self) -> float:
+        """What spill-over compares with the local prediction: the prediction plus the
+        copy penalty."""
+        return self.predicted_ttft_ms + self.copy_penalty_ms
 
     def saturated(self, max_wait_ratio: float, max_kv_usage: float = 1.0) -> bool:
         """Whether the peer's queue holds more than ``max_wait_ratio`` times the
@@ -135,16 +146,32 @@ def local_ms_per_token(local: Decision | None) -> float | None:
 
 
 def rank_peers(
-    request: RequestView, peers: Iterable[PeerOption], local: Decision | None
+    request: RequestView,
+    peers: Iterable[PeerOption],
+    local: Decision | None,
+    copy_weight: float = 1.0,
+    home_blocks: int = 0,
 ) -> tuple[PeerChoice, ...]:
     """The peers with their predicted TTFT for ``request``, best first (ties keep the
-    given order)."""
+    given order), each with its copy penalty (the caller passes
+    ``router.spill_copy_weight``) for the prefix this region holds or served recently
+    (``home_blocks``, leading blocks in its hot prefixes: a prefix evicted here by
+    spilled-in work is still this region's to rebuild, not a peer's to copy)."""
     rate = local_ms_per_token(local)
+    local_cached = (
+        local.winner.terms.cached_tokens
+        if local is not None and local.winner.terms is not None
+        else 0
+    )
+    local_cached = max(local_cached, home_blocks * request.block_size)
     choices = []
     for p in peers:
         estimate = estimate_peer(
             p.summary, request, p.rtt_ms, rate, p.forwarded_tokens, p.forwarded_blocks
         )
+        missing = max(local_cached - estimate.cached_tokens, 0)
+        holds_up = 1.0 + (p.summary.mean_queue_len or 0.0)
+        penalty = copy_weight * missing * estimate.ms_per_token * holds_up
         choices.append(
             PeerChoice(
                 p.region,
@@ -153,6 +180,7 @@ def rank_peers(
                 estimate.service_ms,
                 estimate.step_ms,
                 estimate.kv_usage,
+                penalty,
             )
         )
     return tuple(sorted(choices, key=lambda c: c.predicted_ttft_ms))
@@ -188,11 +216,16 @@ def decide_region(
     if not router.spill_over:
         return RegionDecision("local", local)
     open_peers = tuple(
-        p
-        for p in peers
-        if not p.saturated(router.spill_max_peer_wait_ratio, router.spill_max_peer_kv_usage)
+        sorted(
+            (
+                p
+                for p in peers
+                if not p.saturated(router.spill_max_peer_wait_ratio, router.spill_max_peer_kv_usage)
+            ),
+            key=lambda p: p.ranking_ms,
+        )
     )
-    best_ms = open_peers[0].predicted_ttft_ms if open_peers else None
+    best_ms = open_peers[0].ranking_ms if open_peers else None
     if spills_over(local, best_ms, router.spill_over_margin_ms):
         return RegionDecision("spill-over", local, open_peers, "local")
     return RegionDecision("local", local)

@@ -349,6 +349,7 @@ class RouterState:
             if reported
             else None,
             kv_total_blocks=sum(v.kv_cache_blocks or 0 for v in views) if reported else None,
+            mean_queue_len=sum(v.queue_len for v in views) / len(views) if views else None,
         )
 
 

@@ -56,6 +56,9 @@ class ModelSummary:
     (``None``: a replica does not report its capacity, or an older peer)."""
     kv_total_blocks: int | None = None
     """KV-cache capacity in blocks, summed over the healthy replicas."""
+    mean_queue_len: float | None = None
+    """Requests on a replica (waiting or running), averaged over the healthy replicas:
+    how many requests a spilled request's extra prefill holds up there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +84,7 @@ class RegionSummary:
                     "step_ms": m.step_ms,
                     "kv_used_blocks": m.kv_used_blocks,
                     "kv_total_blocks": m.kv_total_blocks,
+                    "mean_queue_len": m.mean_queue_len,
                 }
                 for name, m in self.models.items()
             },
@@ -106,6 +110,9 @@ class RegionSummary:
                     step_ms=None if m.get("step_ms") is None else float(m["step_ms"]),
                     kv_used_blocks=_int_or_none(m.get("kv_used_blocks")),
                     kv_total_blocks=_int_or_none(m.get("kv_total_blocks")),
+                    mean_queue_len=None
+                    if m.get("mean_queue_len") is None
+                    else float(m["mean_queue_len"]),
                 )
             return cls(str(data["region"]), float(data["at"]), models)
         except (KeyError, TypeError, AttributeError, OverflowError) as exc:
@@ -132,6 +139,10 @@ class PeerEstimate:
     """The share of the peer's KV cache in use once this request and what this gateway
     forwarded since the summary hold their prompts' blocks there (``None``: the peer
     does not say)."""
+    cached_tokens: int = 0
+    """Prompt tokens the peer's hot prefixes hold."""
+    ms_per_token: float = 0.0
+    """The prefill cost there (what ``service_ms`` was priced at)."""
 
     @property
     def total_ms(self) -> float:
@@ -174,7 +185,15 @@ def estimate_peer(
             + max(request.prompt_blocks - cached_blocks, 1)
         )
         kv_usage = held / summary.kv_total_blocks
-    return PeerEstimate(rtt_ms, wait_ms + backlog_ms, uncached * ms_per_token, step_ms, kv_usage)
+    return PeerEstimate(
+        rtt_ms,
+        wait_ms + backlog_ms,
+        uncached * ms_per_token,
+        step_ms,
+        kv_usage,
+        cached_blocks * request.block_size,
+        ms_per_token,
+    )
 
 
 def predict_peer_ttft(
@@ -293,6 +312,15 @@ class HotPrefixes:
             self._blocks.move_to_end(block)
         while len(self._blocks) > self._capacity:
             self._blocks.popitem(last=False)
+
+    def leading(self, blocks: Iterable[int]) -> int:
+        """How many of ``blocks``, from the first, the region served recently."""
+        count = 0
+        for block in blocks:
+            if block not in self._blocks:
+                break
+            count += 1
+        return count
 
     def snapshot(self) -> frozenset[int]:
         return frozenset(self._blocks)
