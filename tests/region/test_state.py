@@ -504,3 +504,13 @@ def test_a_replica_removed_by_autoscaling_loses_its_hints_calibration_and_routes
     decision = _decide(state, _request(blocks=(1, 2, 3)))
     assert [c.replica_id for c in decision.ranked] == ["a"]
     assert decision.winner.cached_blocks == 0
+
+
+def test_the_summary_offers_peers_only_hot_blocks_a_replica_still_caches() -> None:
+    clock = FakeClock()
+    mirror = HintMirror(ttl_s=60.0, clock=clock)
+    state = RouterState(REGION, MODEL, _firstlight(clock), cache=mirror, clock=clock)
+    state.set_replicas({"a": _replica("a")})
+    mirror.apply(BlockEvent("a", 0, stored=(7, 8), removed=()))
+    mirror.apply(BlockEvent("a", 0, stored=(), removed=(8,)))  # evicted since it was served
+    assert state.summary(frozenset({7, 8, 9})).hot_blocks == frozenset({7})

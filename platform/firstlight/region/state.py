@@ -324,8 +324,10 @@ class RouterState:
     def summary(self, hot_blocks: frozenset[int] = frozenset()) -> ModelSummary:
         """This model's entry in the region's summary for peers: the cost model's floor
         (queueing + step overhead on the best replica, nothing cached), the same averaged
-        over the replicas, and the calibrated prefill cost on the best one. Called by the
-        gateway per summary request and by the benchmark's simulator per probe."""
+        over the replicas, the calibrated prefill cost on the best one, and of
+        ``hot_blocks`` (served recently) those a replica still caches by the hint mirror.
+        Called by the gateway per summary request and by the benchmark's simulator per
+        probe."""
         decision = self.estimate(RequestView("summary", 1))
         if decision is None or decision.winner.terms is None:
             return ModelSummary(0, 0.0, 0.0)
@@ -336,6 +338,11 @@ class RouterState:
         ms_per_token = terms.prefill_ms / max(terms.uncached_tokens, 1)
         scores = [c.score for c in decision.ranked]
         views = list(self.replicas.values())
+        if self.cache is not NO_CACHE:
+            # Served recently *and* still cached on a replica here (the hint mirror):
+            # a block the engines evicted is no hit for a peer's request.
+            lookup = self.cache.longest_prefix
+            hot_blocks = frozenset(b for b in hot_blocks if lookup((b,)))
         reported = all(v.kv_cache_blocks for v in views)
         return ModelSummary(
             healthy_replicas=self.healthy_replicas,
