@@ -154,6 +154,22 @@ def bench_sim(
     profile: Annotated[str, typer.Option(help="Simulator GPU profile.")] = "h100-llama-8b",
     fleet: Annotated[str | None, typer.Option(help=_FLEET_HELP)] = None,
     kv_blocks: Annotated[int | None, typer.Option(help=_KV_HELP)] = None,
+    wan_gbps: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            max=100_000,
+            help="The warm region priced: firstlight may pull a prefix's KV from the region "
+            "that holds it over a link of this many Gbit/s; each such request's ways "
+            "(recompute, forward, pull) are replayed in hindsight.",
+        ),
+    ] = None,
+    hindsight_share: Annotated[
+        float,
+        typer.Option(
+            min=0.001, max=1.0, help="With --wan-gbps: the share of warm requests replayed."
+        ),
+    ] = 1.0,
     param: Annotated[
         list[str] | None, typer.Option(help="Workload parameter NAME=VALUE (repeatable).")
     ] = None,
@@ -200,6 +216,8 @@ def bench_sim(
             kv_blocks=kv_blocks,
             gateways=gateways,
             route_share_ms=_share_ms(route_share_ms),
+            wan_gbps=wan_gbps,
+            hindsight_share=hindsight_share,
             jobs=jobs,
             params=workload_params,
             command=command,

@@ -102,6 +102,14 @@ class ClusterSpec:
     fleet: tuple[tuple[str, ...], ...] = ()
     """Per region, the profile of each of its replicas (a mixed fleet; :func:`parse_fleet`);
     empty: ``replicas_per_region`` replicas of ``profile`` in every region."""
+    wan_gbps: float | None = None
+    """The warm region priced (``firstlight`` only): a request whose prefix a peer holds
+    may have that KV pulled to its own region over a link of this many Gbit/s
+    (:mod:`firstlight.region.warm`), and each such request's three ways are replayed
+    in hindsight. ``None``: no pulls, no replays."""
+    hindsight_share: float = 1.0
+    """With ``wan_gbps``: the share of warm requests replayed in hindsight (chosen by a
+    hash of the request id, the same at every arm and load)."""
     policy_params: dict[str, dict[str, object]] = field(default_factory=dict)
     """Per policy: the parameters that differ from its defaults (the hardware figures an
     operator configures, such as the cost model's priors); other parameters and policies
@@ -169,6 +177,14 @@ class ClusterSpec:
             for region in self.fleet:
                 for name in region:
                     get_profile(name)
+        if self.wan_gbps is not None and not (math.isfinite(self.wan_gbps) and self.wan_gbps > 0):
+            raise ConfigError(
+                [ConfigProblem("wan_gbps", "must be a finite number > 0", self.wan_gbps, True)]
+            )
+        if not 0 < self.hindsight_share <= 1:
+            raise ConfigError(
+                [ConfigProblem("hindsight_share", "must be in (0, 1]", self.hindsight_share, True)]
+            )
         if self.rtt_ms and (
             len(self.rtt_ms) != self.regions or any(len(row) != self.regions for row in self.rtt_ms)
         ):

@@ -30,6 +30,12 @@ away at once — the requests they held are dispatched again from their client's
 and the region's peers and health checks see it gone at once — and brings it back with
 cold caches. A request no arm can place anywhere is lost (an error outcome).
 
+The warm region (``ClusterSpec.wan_gbps``, ``firstlight`` only,
+:mod:`firstlight_bench.des_warm`): a request whose prefix a peer holds is recomputed
+here, forwarded, or has that prefix's KV pulled here (it joins the local replica's cache
+a round trip plus its transfer later); each such request's ways are replayed in
+hindsight on forks of the whole run.
+
 Replicas report stats every ``stats_period_s`` (pending prefill tokens, KV usage,
 measured prefill rate: what Ray's controller relays); the queue length is always
 current (Ray's queue-length cache). The policy's decision time is measured in wall
@@ -50,18 +56,29 @@ from firstlight.engine.sim import (
     VirtualSim,
     VirtualStep,
 )
-from firstlight.region.decision import PeerOption, decide_region, rank_peers
+from firstlight.region.decision import (
+    PeerOption,
+    decide_region,
+    rank_peers,
+)
+from firstlight.region.warm import (
+    WarmOption,
+)
 from firstlight.routing import RequestView
 from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes
+from firstlight_bench.des_warm import measured_choices, start_pull, warm_way
 from firstlight_bench.region_arms import Gorgo, RateWindow, RegionLoad, global_pool, waterfall
 from firstlight_bench.results import Outcome
 from firstlight_bench.sim_region import SimRegion
 from firstlight_bench.skywalker import PASS_S, PROBE_S, SkyLb
+from firstlight_bench.warm import WarmRecord
 from firstlight_bench.workloads import FleetEvent, TraceRequest, Workload
 
 __all__ = ["SimRun", "simulate"]
 
 _MODEL = "bench"
+_PULLING = -1
+""":meth:`_Run._peer_target`: the request waits for its prefix's KV (not a region)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +92,8 @@ class SimRun:
     duration_s: float
     """Virtual time from the first arrival to the last token."""
     wall_s: float
+    warm: tuple[WarmRecord, ...] = ()
+    """The warm requests (``ClusterSpec.wan_gbps``, ``firstlight`` only), in order."""
 
 
 class _Clock:
@@ -190,67 +209,31 @@ class _Run:
         self.scheduled: dict[str, float] = {}
         # Forwarded requests arriving at a peer: (time, sequence, region, request id).
         self.forwards: list[tuple[float, int, int, str]] = []
+        # Pulled KV landing (the warm region): (time, sequence, region, request id,
+        # replica, blocks).
+        self.pulls: list[tuple[float, int, int, str, str, int]] = []
         self.seq = 0
         self.imbalance_sum = 0.0
         self.imbalance_n = 0
+        self.next_arrival = 0
+        self.next_stats = 0.0
+        self.next_probe = 0.0
+        self.next_lb_probe = 0.0 if self.lbs else math.inf
+        self.warm: list[WarmRecord] = []
+        self.forced: tuple[str, WarmOption] | None = None
+        """In a hindsight fork: the request whose way is forced, and the way."""
+        self.replay_all = False
+        """Replay the way the run takes too (tests: a fork reproduces the run)."""
+        self.kv_bytes_per_token = profile.kv_bytes_per_token
 
     # --- the event loop -------------------------------------------------------------
 
     def run(self, wall_started: float) -> SimRun:
-        arrivals = self.workload.requests
-        next_arrival = 0
-        next_stats = 0.0
-        next_probe = 0.0
-        next_lb_probe = 0.0 if self.lbs else math.inf
         self._refresh_stats()
         self._refresh_summaries()
-        while next_arrival < len(arrivals) or self.steps or self.forwards or self.passes:
-            candidates = [
-                arrivals[next_arrival].arrival_s if next_arrival < len(arrivals) else math.inf,
-                self.steps[0][0] if self.steps else math.inf,
-                self.forwards[0][0] if self.forwards else math.inf,
-                self.passes[0][0] * PASS_S if self.passes else math.inf,
-            ]
-            t = min(candidates)
-            if self.fleet_events and self.fleet_events[0][0] <= t:
-                at, _, event, starting = heapq.heappop(self.fleet_events)
-                self.clock.now = at
-                self._fleet_event(event, starting, at)
-                continue
-            # Periodic stats and peer summaries happen at their own times.
-            if next_stats <= t:
-                self.clock.now = next_stats
-                self._refresh_stats()
-                next_stats += self.cluster.stats_period_s
-                continue
-            if self.probes and next_probe <= t:
-                self.clock.now = next_probe
-                self._refresh_summaries()
-                next_probe += self.cluster.probe_interval_s
-                continue
-            if next_lb_probe <= t:
-                self.clock.now = next_lb_probe
-                self._probe_lbs()
-                next_lb_probe += PROBE_S
-                continue
-            self.clock.now = t
-            if t == candidates[3]:
-                tick, g = heapq.heappop(self.passes)
-                self._lb_pass(g, tick, t)
-            elif t == candidates[1]:
-                _, _, g, rid = heapq.heappop(self.steps)
-                if self.scheduled.get(rid) == t:
-                    self._step_end(self.regions[g], rid, t)
-            elif t == candidates[2]:
-                _, _, g, request_id = heapq.heappop(self.forwards)
-                flight = self.flights[request_id]
-                if self.regions[g].up:
-                    self._arrive_at(self.regions[g], flight, t)
-                else:  # it went down while the request travelled: placed again
-                    self._dispatch(flight, t)
-            else:
-                self._arrive(arrivals[next_arrival], t)
-                next_arrival += 1
+        while self._next_event():
+            pass
+        arrivals = self.workload.requests
         first = arrivals[0].arrival_s if arrivals else 0.0
         return SimRun(
             self.arm,
@@ -258,7 +241,73 @@ class _Run:
             self.imbalance_sum / self.imbalance_n if self.imbalance_n else 1.0,
             self.clock.now - first,
             time.perf_counter() - wall_started,
+            tuple(measured_choices(self)),
         )
+
+    def _next_event(self) -> bool:
+        """Handle the next event in time; ``False`` when none is left."""
+        arrivals = self.workload.requests
+        if not (
+            self.next_arrival < len(arrivals)
+            or self.steps
+            or self.forwards
+            or self.passes
+            or self.pulls
+        ):
+            return False
+        candidates = [
+            arrivals[self.next_arrival].arrival_s
+            if self.next_arrival < len(arrivals)
+            else math.inf,
+            self.steps[0][0] if self.steps else math.inf,
+            self.forwards[0][0] if self.forwards else math.inf,
+            self.passes[0][0] * PASS_S if self.passes else math.inf,
+            self.pulls[0][0] if self.pulls else math.inf,
+        ]
+        t = min(candidates)
+        if self.fleet_events and self.fleet_events[0][0] <= t:
+            at, _, event, starting = heapq.heappop(self.fleet_events)
+            self.clock.now = at
+            self._fleet_event(event, starting, at)
+            return True
+        # Periodic stats and peer summaries happen at their own times.
+        if self.next_stats <= t:
+            self.clock.now = self.next_stats
+            self._refresh_stats()
+            self.next_stats += self.cluster.stats_period_s
+            return True
+        if self.probes and self.next_probe <= t:
+            self.clock.now = self.next_probe
+            self._refresh_summaries()
+            self.next_probe += self.cluster.probe_interval_s
+            return True
+        if self.next_lb_probe <= t:
+            self.clock.now = self.next_lb_probe
+            self._probe_lbs()
+            self.next_lb_probe += PROBE_S
+            return True
+        self.clock.now = t
+        if t == candidates[3]:
+            tick, g = heapq.heappop(self.passes)
+            self._lb_pass(g, tick, t)
+        elif t == candidates[1]:
+            _, _, g, rid = heapq.heappop(self.steps)
+            if self.scheduled.get(rid) == t:
+                self._step_end(self.regions[g], rid, t)
+        elif t == candidates[2]:
+            _, _, g, request_id = heapq.heappop(self.forwards)
+            flight = self.flights[request_id]
+            if self.regions[g].up:
+                self._arrive_at(self.regions[g], flight, t)
+            else:  # it went down while the request travelled: placed again
+                self._dispatch(flight, t)
+        elif t == candidates[4]:
+            _, _, g, request_id, replica, blocks = heapq.heappop(self.pulls)
+            self._pulled(self.regions[g], self.flights[request_id], replica, blocks, t)
+        else:
+            self.next_arrival += 1  # first: a fork made during the arrival goes on after it
+            self._arrive(arrivals[self.next_arrival - 1], t)
+        return True
 
     # --- arrivals and the region decision ----------------------------------------------
 
@@ -285,6 +334,9 @@ class _Run:
         flight.predicted_first_s = None
         if self.mode == "firstlight":
             target = self._peer_target(home, flight, t)
+            if target == _PULLING:
+                self.rates[home.index].add(t)
+                return
         elif self.mode in ("local", "skywalker"):
             target = home.index if home.up else self._nearest_up(home.index)
         elif self.mode == "waterfall":
@@ -410,8 +462,9 @@ class _Run:
 
     def _peer_target(self, home: SimRegion, flight: _Flight, t: float) -> int | None:
         """The gateway's region decision on this state: the region the request is served
-        in (a peer it is forwarded to, simulated peers always answer, or ``home``), or
-        ``None`` when it is refused."""
+        in (a peer it is forwarded to, simulated peers always answer, or ``home``),
+        ``None`` when it is refused, or :data:`_PULLING` when its prefix's KV is being
+        pulled to ``home`` (the warm region, ``ClusterSpec.wan_gbps``)."""
         view = flight.view
         home.fresh_views()
         local = home.gateway_for(view.request_id).estimate(view)
@@ -428,25 +481,53 @@ class _Run:
             and region.summary is not None
             and region.summary.healthy_replicas > 0
         ]
+        ranked = rank_peers(
+            view,
+            peers,
+            local,
+            self.router.spill_copy_weight,
+            home.hot.leading(view.block_hashes),
+        )
         decision = decide_region(
             local,
             healthy=bool(home.state.replicas),
             from_peer=False,
-            peers=rank_peers(
-                view,
-                peers,
-                local,
-                self.router.spill_copy_weight,
-                home.hot.leading(view.block_hashes),
-            ),
+            peers=ranked,
             router=self.router,
         )
+        warm = warm_way(self, home, flight, local, ranked, decision, t)
+        if warm is not None:
+            way, peer, prices = warm
+            if way == "pull":
+                assert local is not None
+                start_pull(self, home, flight, local, prices, t)
+                return _PULLING
+            if way == "forward":
+                flight.predicted_first_s = t + prices.forward_ms / 1000.0
+                return peer
+            return home.index
         if decision.peers:
             flight.predicted_first_s = t + decision.peers[0].predicted_ttft_ms / 1000.0
             return int(decision.peers[0].region)
         if decision.route != "local" and decision.fallback == "refuse":
             return None  # refused: no healthy replica here and no peer answers
         return home.index
+
+    # --- the warm region (:mod:`firstlight_bench.des_warm`) ---------------------------
+
+    def _pulled(
+        self, region: SimRegion, flight: _Flight, replica: str, blocks: int, t: float
+    ) -> None:
+        """The pulled KV lands on ``replica`` (its cache takes what fits, its routers
+        learn it at once); the request is then routed in the region as any other."""
+        if not region.up or replica not in region.sims:
+            self._dispatch(flight, t)  # the region went down meanwhile: placed again
+            return
+        sim = region.sims[replica]
+        self._apply(region, replica, sim.advance_to(t))
+        sim.core.receive_blocks(flight.view.block_hashes[:blocks])
+        region.learn_cache_events(replica)
+        self._route_in_region(region, flight, t)
 
     # --- in-region routing (the request router's choose_replicas) ----------------------
 

@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from firstlight.regions.summary import leading_blocks
 from firstlight.routing import RequestView
 from firstlight.routing.baselines._block_index import BlockIndex
 
@@ -111,12 +112,7 @@ def _hot_share(request: RequestView, hot: frozenset[int]) -> float:
     """The share of the prompt's leading blocks in ``hot`` (0 with no blocks)."""
     if not request.block_hashes or not hot:
         return 0.0
-    matched = 0
-    for block in request.block_hashes:
-        if block not in hot:
-            break
-        matched += 1
-    return matched / len(request.block_hashes)
+    return leading_blocks(request.block_hashes, hot) / len(request.block_hashes)
 
 
 def global_pool(request: RequestView, loads: Sequence[RegionLoad]) -> int | None:

@@ -67,6 +67,21 @@ _POINT_SCHEMA: dict[str, Any] = {
         "prediction_ape": _percentile_block("p50", "p90"),
         "floor_ttft_ms": _percentile_block("p50", "p90", "p99"),
         "ttft_vs_floor": _percentile_block("p50", "p90"),
+        "warm": {
+            "type": "object",
+            "required": ["requests", "chosen", "replayed", "differing", "best_share"],
+            "properties": {
+                "requests": {"type": "integer", "minimum": 0},
+                "chosen": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "pulled_bytes": {"type": "integer", "minimum": 0},
+                "replayed": {"type": "integer", "minimum": 0},
+                "differing": {"type": "integer", "minimum": 0},
+                "best_share": _FRACTION_OR_NULL,
+                "best_way": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "price_ape_p50": {"type": "object", "additionalProperties": _NUMBER_OR_NULL},
+            },
+            "additionalProperties": False,
+        },
         "day": {
             "type": "object",
             "required": ["period_s", "hours", "peak", "events"],

@@ -25,12 +25,13 @@ from typing import Any
 from firstlight.engine.sim import SimProfile
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.telemetry.rolling import percentile
-from firstlight_bench.cluster import ClusterSpec, block_hashes, kv_blocks_for, parse_fleet
+from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes, kv_blocks_for, parse_fleet
 from firstlight_bench.day import day_metrics
 from firstlight_bench.des import simulate
 from firstlight_bench.floor import floor_ttfts_ms
 from firstlight_bench.report import write_run
 from firstlight_bench.results import git_commit, summarize
+from firstlight_bench.warm import warm_metrics
 from firstlight_bench.workloads import WORKLOADS, generate
 
 __all__ = ["day_length_s", "default_rtt_ms", "measure_capacity_rps", "operator_params", "run_sim"]
@@ -194,6 +195,8 @@ def _run_task(task: _Task) -> tuple[list[dict[str, Any]], dict[str, float], list
             point["day"] = day_metrics(
                 run.outcomes, period_s=day_s, regions=task.regions, events=trace.events
             )
+        if cluster.wan_gbps is not None and ARMS[arm].regions == "firstlight":
+            point["warm"] = warm_metrics(run.warm)
         points.append(point)
         wall[f"{arm}@{task.load}/seed{task.seed}"] = round(run.wall_s, 2)
         ttft = point["ttft_ms"]
@@ -220,6 +223,8 @@ def run_sim(
     kv_blocks: int | None = None,
     gateways: int = 1,
     route_share_ms: float | None = 1.0,
+    wan_gbps: float | None = None,
+    hindsight_share: float = 1.0,
     params: Mapping[str, Any] | None = None,
     command: str | None = None,
     jobs: int = 1,
@@ -236,7 +241,9 @@ def run_sim(
     stays the reference for the cost model's priors and the KV sizing. ``gateways``
     routers per region take the requests in turn (``measure_capacity_rps`` sizes load 1.0
     with the cluster's), telling each other their routes ``route_share_ms`` later
-    (``None``: not at all)."""
+    (``None``: not at all). ``wan_gbps`` prices the warm region (KV pulls at that
+    bandwidth, ``firstlight`` only) and replays ``hindsight_share`` of the warm requests'
+    three ways (:mod:`firstlight_bench.warm`)."""
     if not seeds or len(set(seeds)) != len(seeds):
         raise ConfigError([ConfigProblem("seeds", "empty or repeated", list(seeds), True)])
     params = dict(params or {})
@@ -258,6 +265,8 @@ def run_sim(
         policy_params=priors,
         gateways=gateways,
         route_share_ms=route_share_ms,
+        wan_gbps=wan_gbps,
+        hindsight_share=hindsight_share,
     )
     cluster.check("least_queue", probe.regions)
     total = cluster.total_replicas

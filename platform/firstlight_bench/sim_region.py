@@ -62,8 +62,11 @@ class SimRegion:
     """``False`` during an outage: no replica, no stats, no summary."""
     slowdown: float = 1.0
     """The replicas' step-time factor (a brownout), kept for replicas that restart."""
-    restart: Callable[[str, float], VirtualSim] | None = None
-    """Builds a fresh, cold replica ``rid`` starting at a time (after an outage)."""
+    restart: Callable[[str, float, int], VirtualSim] | None = None
+    """Builds a fresh, cold replica ``rid`` starting at a time (after an outage), seeded
+    by its generation."""
+    generation: int = 0
+    """How many outages the region went through (the restarted replicas' seeds)."""
 
     @classmethod
     def build(
@@ -77,21 +80,16 @@ class SimRegion:
         """Region ``g``'s replicas and router, seeded from ``seed``; the policy reads the
         hint mirror, fed with the replicas' cache events."""
         profiles = {f"g{g}-r{i:02d}": p for i, p in enumerate(cluster.region_profiles(g))}
-        generation = [0]
 
-        def replica(rid: str, start_s: float) -> VirtualSim:
+        def replica(rid: str, start_s: float, generation: int) -> VirtualSim:
             profile: SimProfile = profiles[rid]
             i = int(rid.rsplit("r", 1)[1])
-            core_seed = seed * 7919 + g * 131 + i + generation[0] * 1_000_003
+            core_seed = seed * 7919 + g * 131 + i + generation * 1_000_003
             return VirtualSim(
                 SimCore(profile, hash_seed=cluster.hash_seed, seed=core_seed), start_s=start_s
             )
 
-        def restart(rid: str, start_s: float) -> VirtualSim:
-            generation[0] += 1
-            return replica(rid, start_s)
-
-        sims = {rid: replica(rid, 0.0) for rid in profiles}
+        sims = {rid: replica(rid, 0.0, 0) for rid in profiles}
         mirror = HintMirror(ttl_s=1e12, clock=clock)
         gateways = []
         for k in range(cluster.gateways):
@@ -103,12 +101,19 @@ class SimRegion:
             )
             gateways.append(RouterState(f"region-{g}", _MODEL, policy, cache=mirror, clock=clock))
         share = cluster.route_share_ms
-        region = cls(g, sims, gateways, mirror, clock=clock, restart=restart)
+        region = cls(g, sims, gateways, mirror, clock=clock, restart=replica)
         if len(gateways) > 1 and share is not None:
             region.share_delay_s = share / 1000.0
-            for k, state in enumerate(gateways):
-                state.route_sink = region.announcer(k)
+        region.rebind()
         return region
+
+    def rebind(self) -> None:
+        """Point each gateway's route sink at this region's announcements (after
+        :meth:`build`, and in a copy of the simulation: a copied sink would still feed
+        the original)."""
+        if self.share_delay_s is not None:
+            for k, state in enumerate(self.gateways):
+                state.route_sink = self.announcer(k)
 
     def announcer(self, k: int) -> Callable[[RouteEvent], None]:
         """Gateway ``k``'s route sink: queue the event for the other gateways."""
@@ -259,11 +264,12 @@ class SimRegion:
         self.up = False
         self.summary = None
         self.hot = HotPrefixes()
+        self.generation += 1
         for rid in list(self.sims):
             self.mirror.drop_replica(rid)
             for state in self.gateways:
                 state.policy.on_replica_reset(rid)
-            sim = self.restart(rid, t)
+            sim = self.restart(rid, t, self.generation)
             sim.core.slowdown = self.slowdown
             self.sims[rid] = sim
         self.fresh_views()

@@ -24,6 +24,7 @@ from firstlight_bench.day_report import day_tables
 from firstlight_bench.results import short_commit
 from firstlight_bench.spread import Spread, best_other, spreads, verdict
 from firstlight_bench.suite_goals import goals_table
+from firstlight_bench.warm import warm_table
 
 __all__ = [
     "LOADS",
@@ -65,6 +66,10 @@ class SuiteEntry:
     profile: str = "h100-llama-8b"
     arms: tuple[str, ...] | None = None
     """Its own arms; ``None``: every in-region arm (the cross-region ones are W6's)."""
+    wan_gbps: float | None = None
+    """The warm region priced (``firstlight bench sim --wan-gbps``)."""
+    hindsight_share: float = 1.0
+    """With ``wan_gbps``: the share of warm requests replayed in hindsight."""
 
 
 SUITE: tuple[SuiteEntry, ...] = (
@@ -109,6 +114,19 @@ SUITE: tuple[SuiteEntry, ...] = (
         arms=("firstlight", "firstlight_local", "cache_aware", *CROSS_REGION_ARMS),
     ),
     SuiteEntry("w7", "W7", 3000, needs_trace=True),
+    SuiteEntry(
+        "w7-moving",
+        "W7",
+        3000,
+        params={"move_probability": 0.5},
+        needs_trace=True,
+        loads=(0.5, 0.8),
+        regions=3,
+        replicas=2,
+        arms=("firstlight", "firstlight_local", "cache_aware"),
+        wan_gbps=40.0,
+        in_goals=False,
+    ),
     SuiteEntry("w8", "W8", 6000),
     SuiteEntry("w1-overload", "W1", 6000, loads=(2.0, 4.0, 6.0, 8.0)),
     SuiteEntry("w2-gateways2", "W2", 6000, gateways=2),
@@ -125,7 +143,12 @@ deployed default, sharing their routes; ``w2-gateways2-unshared`` the same witho
 share, a study the goals table does not count. ``w6-small`` is a second fleet shape for
 the day — three regions of one slow replica with a tight cache, where copying a prefix
 to another region is expensive — and the shape the live platform replays
-(``live-sim-w6``), without the outage and brownout."""
+(``live-sim-w6``), without the outage and brownout. ``w7-moving`` is the warm region
+priced: W7's conversations on three regions, half of their later turns arriving from
+another region than the last one, with KV pulls over a 40 Gbit/s link (about what one
+GPU-to-GPU transfer over 100 GbE TCP moves, llm-d's networking blog, 2026-06) and every
+warm request's three ways replayed in hindsight; a study the goals table does not
+count."""
 
 
 def _entries(only: Sequence[str] | None) -> list[SuiteEntry]:
@@ -182,6 +205,8 @@ def run_suite(
             requests=requests or entry.requests,
             gateways=entry.gateways,
             route_share_ms=entry.route_share_ms,
+            wan_gbps=entry.wan_gbps,
+            hindsight_share=entry.hindsight_share,
             params=params,
             command=command,
             jobs=jobs,
@@ -287,6 +312,8 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
     lines.append("")
     if any("day" in p for p in points):
         lines += day_tables(points)
+    if any("warm" in p for p in points):
+        lines += warm_table(points, config.get("wan_gbps"))
     return lines
 
 

@@ -168,6 +168,40 @@ def test_lru_evicts_the_least_recently_used_blocks_first() -> None:
     assert core.cache_contents() == frozenset(blocks["a"] + blocks["c"] + blocks["d"] + blocks["e"])
 
 
+def test_received_blocks_are_a_prefix_hit_and_announced_stored() -> None:
+    profile = PROFILES["h100-llama-8b"]
+    donor, core = SimCore(profile), SimCore(profile)
+    prompt = tuple(range(1024))
+    cold = run_alone(donor, req("cold", prompt))
+    pulled = hashes(core, prompt[:768])  # 48 blocks of another site's KV
+    assert core.receive_blocks(pulled) == 48
+    (event,) = core.drain_cache_events()
+    assert event.stored == pulled
+    warm = run_alone(core, req("pulled", prompt))
+    assert cold - warm == pytest.approx(768 * profile.prefill_ms_per_token / 1000)
+
+
+def test_received_blocks_evict_the_least_recent_and_stop_where_everything_is_pinned() -> None:
+    core = SimCore(TINY)  # 32 blocks
+    blocks = fill(core, "a", "b", "c", "d")
+    core.drain_cache_events()
+    incoming = hashes(core, range(5000, 5016))  # 4 blocks
+    assert core.receive_blocks(incoming) == 4
+    (event,) = core.drain_cache_events()
+    assert set(event.removed) == set(blocks["a"][4:])  # a's tail, least recently released
+    assert event.stored == incoming
+    full = SimCore(TINY)
+    sim = VirtualSim(full)
+    sim.add(req("grows", range(64), max_tokens=64))  # each grows to 32 blocks: they
+    sim.add(req("grows-too", range(1000, 1064), max_tokens=64))  # fill the cache
+    t = 0.0
+    while full.kv_blocks_used < TINY.kv_cache_blocks and t < 5.0:
+        t += 0.001
+        sim.advance_to(t)
+    assert full.kv_blocks_used == TINY.kv_cache_blocks  # every block held by a request
+    assert full.receive_blocks(incoming) == 0  # no room: nothing lands
+
+
 def test_a_prompt_releases_its_tail_first_so_its_leading_blocks_outlive_it() -> None:
     core = SimCore(TINY)
     blocks = fill(core, "a", "b", "c", "d")

@@ -87,9 +87,9 @@ def test_peers_are_ranked_by_predicted_ttft_with_round_trip_backlog_and_hot_pref
     ranked = rank_peers(request, peers, _local(0.0))
     # near: 20 + 10 + (100 - 64 cached) x 1; near-busy adds 400 tokens over 2 replicas.
     assert ranked == (
-        PeerChoice("near", 66.0, wait_ms=10.0, service_ms=36.0),
-        PeerChoice("far", 246.0, wait_ms=10.0, service_ms=36.0),
-        PeerChoice("near-busy", 266.0, wait_ms=210.0, service_ms=36.0),
+        PeerChoice("near", 66.0, wait_ms=10.0, service_ms=36.0, cached_tokens=64),
+        PeerChoice("far", 246.0, wait_ms=10.0, service_ms=36.0, cached_tokens=64),
+        PeerChoice("near-busy", 266.0, wait_ms=210.0, service_ms=36.0, cached_tokens=64),
     )
 
 

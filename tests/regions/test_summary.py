@@ -13,6 +13,7 @@ from firstlight.regions.summary import (
     ModelSummary,
     RegionSummary,
     estimate_peer,
+    leading_blocks,
     predict_peer_ttft,
     spills_over,
 )
@@ -334,3 +335,36 @@ def test_hot_prefixes_count_the_leading_blocks_served_recently() -> None:
 def test_a_summary_round_trips_its_mean_queue_length() -> None:
     summary = RegionSummary("r", 1.0, {"m": ModelSummary(1, 40.0, 0.5, mean_queue_len=2.5)})
     assert RegionSummary.from_json(summary.to_json()).models["m"].mean_queue_len == 2.5
+
+
+def test_a_long_prompt_keeps_its_first_blocks_then_landmarks_and_its_last() -> None:
+    hot = HotPrefixes()
+    prompt = list(range(1000, 1100))  # 100 blocks
+    hot.add(prompt)
+    kept = sorted(hot.snapshot())
+    expected = prompt[:16] + [prompt[i] for i in (31, 47, 63, 79, 95)] + [prompt[99]]
+    assert kept == expected
+    assert hot.leading(prompt) == 100  # its own prompt: every block
+
+
+def test_landmarks_stand_for_the_prefix_up_to_them_and_stop_at_a_missing_one() -> None:
+    shared = list(range(50))  # chained hashes: a shared block means a shared prefix
+    hot = HotPrefixes()
+    hot.add([*shared, 7001, 7002])
+    # Diverging after block 49: the last landmark before it is block 47.
+    assert leading_blocks(shared + [9000 + i for i in range(30)], hot.snapshot()) == 48
+    # Diverging inside the dense head: exact.
+    assert leading_blocks([0, 1, 2, 9999, *shared[4:]], hot.snapshot()) == 3
+    # Nothing shared.
+    assert leading_blocks([9005, 9006], hot.snapshot()) == 0
+
+
+def test_a_peer_reads_a_long_cached_prefix_from_its_landmarks() -> None:
+    prompt = tuple(range(2000, 2750))  # 750 blocks: 12,000 tokens
+    hot = HotPrefixes()
+    hot.add(prompt)
+    assert len(hot.snapshot()) == 16 + 45 + 1  # blocks 0-15, 31, 47, ..., 735, 749
+    summary = ModelSummary(1, 10.0, 0.01, hot.snapshot(), measured=True)
+    request = RequestView("next-turn", 12_800, prompt + tuple(range(5000, 5050)), 16)
+    estimate = estimate_peer(summary, request, 70.0)
+    assert estimate.cached_tokens == 750 * 16

@@ -12,6 +12,8 @@ code (the simulator keeps no copy of it).
   a region's several gateways tell each other about their routes, and its wire form.
 * :mod:`firstlight.region.decision` — the region decision (:func:`decide_region`): serve
   here, forward to a peer, or refuse.
+* :mod:`firstlight.region.warm` — the warm region priced: recompute a prefix here, send
+  the request where it is cached, or pull its KV (the benchmark's simulator only).
 """
 
 from firstlight.region.decision import (

@@ -91,6 +91,8 @@ class PeerChoice:
     here, for the prefix the peer lacks, once for the request and once for each request
     it holds up there (``1 +`` the peer's mean queue length) times
     ``router.spill_copy_weight``. Not part of ``predicted_ttft_ms``."""
+    cached_tokens: int = 0
+    """Leading prompt tokens the peer's hot blocks hold (what it would not prefill)."""
 
     @property
     def ranking_ms(self) -> float:
@@ -181,6 +183,7 @@ def rank_peers(
                 estimate.step_ms,
                 estimate.kv_usage,
                 penalty,
+                estimate.cached_tokens,
             )
         )
     return tuple(sorted(choices, key=lambda c: c.predicted_ttft_ms))

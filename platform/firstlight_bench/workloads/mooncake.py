@@ -24,7 +24,12 @@ Replay:
   trace's longest prompt is ~126,000. How many were cut is in ``derived``.
 * **Client regions.** By conversation: the id of a prompt's second block (its first is
   the system prompt every request shares) hashed with the seed, so a conversation's
-  turns come from one region.
+  turns come from one region. With ``move_probability`` > 0 users move: at each later
+  request of a conversation, with that probability (a hash of the seed, the conversation
+  and the request's turn in the window), it moves to another region, drawn uniformly,
+  and stays there until it moves again — a traveller, a phone that changed networks, a
+  latency DNS answer that changed. Its history is then cached only where it was served
+  (the warm region, :mod:`firstlight.region.warm`).
 
 Called through the registry by :func:`firstlight_bench.workloads.generate`; reading or
 parsing the file fails with a :class:`~firstlight.errors.ConfigError` naming
@@ -69,6 +74,9 @@ class MooncakeParams(WorkloadParams):
     """Longer outputs are capped at this many tokens."""
     vocab_size: Annotated[int, Field(ge=2, le=2**31)] = 32_000
     """Block token ids are drawn uniformly from ``1..vocab_size-1``."""
+    move_probability: Annotated[float, Field(ge=0, le=1)] = 0.0
+    """With several regions: the chance that a conversation's next request comes from
+    another region than its last one (it stays there after)."""
 
 
 def _problem(message: str, value: object) -> ConfigError:
@@ -102,11 +110,28 @@ def read_trace(path: str) -> list[tuple[float, int, int, list[int]]]:
     return [_row(line, i + 1, path) for i, line in enumerate(text.splitlines()) if line.strip()]
 
 
+def _draw(*key: object) -> int:
+    digest = hashlib.sha256("/".join(map(str, key)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
 def _region(seed: int, conversation: int, regions: int) -> int:
     if regions == 1:
         return 0
-    digest = hashlib.sha256(f"w7/{seed}/{conversation}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % regions
+    return _draw("w7", seed, conversation) % regions
+
+
+def _moved(
+    seed: int, conversation: int, turn: int, region: int, regions: int, probability: float
+) -> int:
+    """The region of a conversation's ``turn``-th request in the window, given the last
+    one's (module docstring, "Client regions")."""
+    if regions == 1 or turn == 0 or probability <= 0:
+        return region
+    if _draw("w7-move", seed, conversation, turn) / 2**64 >= probability:
+        return region
+    step = 1 + _draw("w7-where", seed, conversation, turn) % (regions - 1)
+    return (region + step) % regions
 
 
 def generate_mooncake(params: MooncakeParams, shape: TraceShape) -> Trace:
@@ -125,6 +150,9 @@ def generate_mooncake(params: MooncakeParams, shape: TraceShape) -> Trace:
     blocks: dict[int, tuple[int, ...]] = {}
     cut_prompts = cut_outputs = 0
     contents = []
+    # Conversation -> (its requests so far in the window, the region of the last one).
+    where: dict[int, tuple[int, int]] = {}
+    moves = 0
     for _, input_length, output_length, ids in window:
         tokens: list[int] = []
         for block_id in ids:
@@ -137,9 +165,15 @@ def generate_mooncake(params: MooncakeParams, shape: TraceShape) -> Trace:
         cut_prompts += prompt_length < input_length
         cut_outputs += output_length > params.max_output_tokens
         conversation = ids[1] if len(ids) > 1 else ids[0]
+        turn, last = where.get(conversation, (0, _region(shape.seed, conversation, shape.regions)))
+        region = _moved(
+            shape.seed, conversation, turn, last, shape.regions, params.move_probability
+        )
+        moves += region != last
+        where[conversation] = (turn + 1, region)
         contents.append(
             RequestContent(
-                _region(shape.seed, conversation, shape.regions),
+                region,
                 tuple(tokens[:prompt_length]),
                 min(output_length, params.max_output_tokens),
                 conversation,
@@ -153,4 +187,6 @@ def generate_mooncake(params: MooncakeParams, shape: TraceShape) -> Trace:
         "prompts_cut": cut_prompts,
         "outputs_capped": cut_outputs,
     }
+    if params.move_probability > 0:
+        derived["moves"] = moves
     return Trace(assemble("w7", arrivals, shape.rate_rps, contents), derived)

@@ -87,6 +87,18 @@ class BlockPool:
         self._stored: list[int] = []
         self._removed: list[int] = []
 
+    def __deepcopy__(self, memo: dict[int, object]) -> BlockPool:
+        """A copy for the benchmark's hindsight forks: every table holds ints, so each is
+        copied as a whole, not item by item."""
+        pool = BlockPool.__new__(BlockPool)
+        memo[id(self)] = pool
+        pool.capacity, pool.host_capacity = self.capacity, self.host_capacity
+        pool._private, pool._record = self._private, self._record
+        pool._host, pool._lru, pool._refs = self._host.copy(), self._lru.copy(), dict(self._refs)
+        pool._offloaded, pool._dropped = list(self._offloaded), list(self._dropped)
+        pool._stored, pool._removed = list(self._stored), list(self._removed)
+        return pool
+
     @property
     def used(self) -> int:
         """Blocks held by running requests (pinned cached + private)."""
@@ -168,16 +180,17 @@ class BlockPool:
         The caller has checked ``used + blocks <= capacity`` (else it preempts or waits).
         """
         self._private += blocks
-        excess = len(self._refs) + self._private - self.capacity
-        if excess > 0:
-            refs, lru = self._refs, self._lru
-            for _ in range(excess):
-                block_hash = lru.popitem(last=False)[0]
-                del refs[block_hash]
-                if self.host_capacity:
-                    self._offload(block_hash)
-                elif self._record:
-                    self._removed.append(block_hash)
+        for _ in range(len(self._refs) + self._private - self.capacity):
+            self._evict_oldest()
+
+    def _evict_oldest(self) -> None:
+        """Evict the least recently used unpinned block (to the host tier, if any)."""
+        block_hash = self._lru.popitem(last=False)[0]
+        del self._refs[block_hash]
+        if self.host_capacity:
+            self._offload(block_hash)
+        elif self._record:
+            self._removed.append(block_hash)
 
     def _offload(self, block_hash: int) -> None:
         """An evicted device block goes to the host tier, whose oldest block makes room."""
@@ -207,6 +220,32 @@ class BlockPool:
             if held == 0:
                 del self._lru[block_hash]
             self._refs[block_hash] = held + 1
+
+    def receive(self, hashes: Sequence[int]) -> int:
+        """Blocks written into the cache from elsewhere (a prefix's KV pulled from another
+        site): the leading blocks of ``hashes`` not cached yet join it unpinned, most
+        recently used, each evicting the least recently used block when the pool is full;
+        it stops at the first block there is no room for (every other block held by a
+        request). Returns how many leading blocks of ``hashes`` are cached afterwards."""
+        refs, lru = self._refs, self._lru
+        count = 0
+        for block_hash in hashes:
+            if block_hash in refs:
+                if block_hash in lru:
+                    lru.move_to_end(block_hash)
+                count += 1
+                continue
+            if len(refs) + self._private >= self.capacity:
+                if not lru:
+                    break
+                self._evict_oldest()
+            self._host.pop(block_hash, None)
+            refs[block_hash] = 0
+            lru[block_hash] = None
+            if self._record:
+                self._stored.append(block_hash)
+            count += 1
+        return count
 
     def release(self, hashes: Sequence[int], private: int) -> None:
         """A request finished, was aborted or preempted: drop its references (tail first,

