@@ -486,7 +486,6 @@ class _Run:
             peers,
             local,
             self.router.spill_copy_weight,
-            home.hot.leading(view.block_hashes),
         )
         decision = decide_region(
             local,

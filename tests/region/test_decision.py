@@ -86,10 +86,11 @@ def test_peers_are_ranked_by_predicted_ttft_with_round_trip_backlog_and_hot_pref
     ]
     ranked = rank_peers(request, peers, _local(0.0))
     # near: 20 + 10 + (100 - 64 cached) x 1; near-busy adds 400 tokens over 2 replicas.
+    # Each lacks the prompt's third full block: 32 tokens x 1 ms to copy (ranking only).
     assert ranked == (
-        PeerChoice("near", 66.0, wait_ms=10.0, service_ms=36.0, cached_tokens=64),
-        PeerChoice("far", 246.0, wait_ms=10.0, service_ms=36.0, cached_tokens=64),
-        PeerChoice("near-busy", 266.0, wait_ms=210.0, service_ms=36.0, cached_tokens=64),
+        PeerChoice("near", 66.0, 10.0, 36.0, copy_penalty_ms=32.0, cached_tokens=64),
+        PeerChoice("far", 246.0, 10.0, 36.0, copy_penalty_ms=32.0, cached_tokens=64),
+        PeerChoice("near-busy", 266.0, 210.0, 36.0, copy_penalty_ms=32.0, cached_tokens=64),
     )
 
 
@@ -199,27 +200,29 @@ def _holding(cached: int, wait_ms: float = 900.0) -> Decision:
 
 
 def test_copying_a_prefix_to_a_peer_is_priced_by_the_requests_it_holds_up_there() -> None:
-    # The local winner holds 64 of the 96 tokens; the peer's hot prefixes hold 32
-    # (block 11), so spilling re-prefills 32 tokens there at 1 ms each, and the peer's
-    # replicas have 3 requests each: 32 x 1 x (1 + 3) = 128 ms, ranking only.
+    # The prompt is 3 full blocks of 32; the peer's hot prefixes hold 1 (block 11), so
+    # spilling prefills 64 tokens of it there at 1 ms each, and the peer's replicas
+    # have 3 requests each: 64 x 1 x (1 + 3) = 256 ms, ranking only.
     request = RequestView("q", 96, (11, 12, 13), block_size=32)
     summary = ModelSummary(2, 10.0, 1.0, frozenset({11}), True, mean_queue_len=3.0)
     (choice,) = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], _holding(64))
-    assert choice.copy_penalty_ms == pytest.approx(128.0)
+    assert choice.copy_penalty_ms == pytest.approx(256.0)
     assert choice.predicted_ttft_ms == pytest.approx(20.0 + 10.0 + 64.0)  # still a TTFT
-    assert choice.ranking_ms == pytest.approx(choice.predicted_ttft_ms + 128.0)
+    assert choice.ranking_ms == pytest.approx(choice.predicted_ttft_ms + 256.0)
     (free,) = rank_peers(
         request, [PeerOption("p", summary, rtt_ms=20.0)], _holding(64), copy_weight=0.0
     )
     assert free.copy_penalty_ms == 0.0
-    # A prefix this region served recently but lost (evicted) still counts as its own.
-    (evicted,) = rank_peers(
-        request, [PeerOption("p", summary, rtt_ms=20.0)], _holding(0), home_blocks=2
-    )
-    assert evicted.copy_penalty_ms == pytest.approx(128.0)
-    # Spill-over compares the ranking: a 200 ms local wait beats a 94 ms peer plus its
-    # 128 ms copy (with the 50 ms margin), an 300 ms one does not.
-    for wait_ms, route in ((200.0, "local"), (300.0, "spill-over")):
+    # Whether this region holds the prefix or not: building it there moves its group.
+    (cold_here,) = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], _holding(0))
+    assert cold_here.copy_penalty_ms == pytest.approx(256.0)
+    # A peer holding the whole prompt's blocks pays nothing.
+    warm = ModelSummary(2, 10.0, 1.0, frozenset({11, 12, 13}), True, mean_queue_len=3.0)
+    (holder,) = rank_peers(request, [PeerOption("p", warm, rtt_ms=20.0)], _holding(0))
+    assert holder.copy_penalty_ms == 0.0
+    # Spill-over compares the ranking: a 300 ms local wait beats a 94 ms peer plus its
+    # 256 ms copy (with the 50 ms margin), a 400 ms one does not.
+    for wait_ms, route in ((300.0, "local"), (400.0, "spill-over")):
         local = _holding(64, wait_ms)
         peers = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], local)
         decision = decide_region(local, healthy=True, from_peer=False, peers=peers, router=DEFAULT)

@@ -327,9 +327,9 @@ def test_kv_usage_counts_the_request_and_what_was_forwarded_since_the_summary() 
 def test_hot_prefixes_count_the_leading_blocks_served_recently() -> None:
     hot = HotPrefixes()
     hot.add([1, 2, 3])
-    assert hot.leading([1, 2, 9, 3]) == 2
-    assert hot.leading([9, 1]) == 0
-    assert hot.leading([]) == 0
+    assert leading_blocks([1, 2, 9, 3], hot.snapshot()) == 2
+    assert leading_blocks([9, 1], hot.snapshot()) == 0
+    assert leading_blocks([], hot.snapshot()) == 0
 
 
 def test_a_summary_round_trips_its_mean_queue_length() -> None:
@@ -344,7 +344,7 @@ def test_a_long_prompt_keeps_its_first_blocks_then_landmarks_and_its_last() -> N
     kept = sorted(hot.snapshot())
     expected = prompt[:16] + [prompt[i] for i in (31, 47, 63, 79, 95)] + [prompt[99]]
     assert kept == expected
-    assert hot.leading(prompt) == 100  # its own prompt: every block
+    assert leading_blocks(prompt, hot.snapshot()) == 100  # its own prompt: every block
 
 
 def test_landmarks_stand_for_the_prefix_up_to_them_and_stop_at_a_missing_one() -> None:

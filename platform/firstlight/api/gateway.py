@@ -381,9 +381,7 @@ class GatewayCore:
 
     def _ranked(self, prepared: Prepared, local: Decision | None) -> tuple[PeerChoice, ...]:
         options = self._forwarder.options(prepared.model.name)
-        routing = prepared.routing
-        home = self._hot[prepared.model.name].leading(routing.block_hashes)
-        return rank_peers(routing, options, local, self.config.router.spill_copy_weight, home)
+        return rank_peers(prepared.routing, options, local, self.config.router.spill_copy_weight)
 
     async def _forward(
         self,

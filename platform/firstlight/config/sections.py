@@ -176,13 +176,14 @@ class RouterConfig(Section):
     is saturated, and spill-over would only move one region's overflow onto another's
     users. Overflow and fail-over ignore it."""
     spill_copy_weight: Annotated[float, Field(ge=0, le=10)] = 1.0
-    """Spill-over's price for copying a prefix to a peer that lacks it, in multiples of
-    the extra prefill it costs there (beyond what the request costs here), counted once
-    for the request and once for each request it holds up there (``1 +`` the peer's
-    mean queue length): the copy turns a cheap request into an expensive one on another
-    region's replicas and evicts that region's own prefixes. The cross-region twin of
-    the ``firstlight`` policy's ``affinity_weight``; 0 compares TTFTs alone. Ranking
-    only: predictions stay TTFTs."""
+    """Spill-over's price for building a prompt's prefix in a peer that lacks it, in
+    multiples of the prefill of the prompt blocks the peer's hot prefixes lack, counted
+    once for the request and once for each request it holds up there (``1 +`` the
+    peer's mean queue length), whether or not this region holds them: the copy turns a
+    cheap request into an expensive one on another region's replicas, evicts that
+    region's own prefixes, and moves where the prefix's group is served. The
+    cross-region twin of the ``firstlight`` policy's ``affinity_weight``; 0 compares
+    TTFTs alone. Ranking only: predictions stay TTFTs."""
     spill_max_peer_kv_usage: Annotated[float, Field(gt=0, le=1.5)] = 0.8
     """A peer takes spilled requests only while its KV-cache usage (its summary's, with
     the prompts forwarded there since) stays at most this share: a spilled request holds

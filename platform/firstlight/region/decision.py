@@ -87,10 +87,10 @@ class PeerChoice:
     """The peer's KV-cache usage with this request and what was forwarded since its
     summary added (``None``: the peer does not report it)."""
     copy_penalty_ms: float = 0.0
-    """Ranking only (rule 4): the prefill the request costs there beyond what it costs
-    here, for the prefix the peer lacks, once for the request and once for each request
-    it holds up there (``1 +`` the peer's mean queue length) times
-    ``router.spill_copy_weight``. Not part of ``predicted_ttft_ms``."""
+    """Ranking only (rule 4): the prefill of the prompt blocks the peer lacks, once for
+    the request and once for each request it holds up there (``1 +`` the peer's mean
+    queue length) times ``router.spill_copy_weight`` (:func:`rank_peers` says why).
+    Not part of ``predicted_ttft_ms``."""
     cached_tokens: int = 0
     """Leading prompt tokens the peer's hot blocks hold (what it would not prefill)."""
 
@@ -152,26 +152,23 @@ def rank_peers(
     peers: Iterable[PeerOption],
     local: Decision | None,
     copy_weight: float = 1.0,
-    home_blocks: int = 0,
 ) -> tuple[PeerChoice, ...]:
     """The peers with their predicted TTFT for ``request``, best first (ties keep the
     given order), each with its copy penalty (the caller passes
-    ``router.spill_copy_weight``) for the prefix this region holds or served recently
-    (``home_blocks``, leading blocks in its hot prefixes: a prefix evicted here by
-    spilled-in work is still this region's to rebuild, not a peer's to copy)."""
+    ``router.spill_copy_weight``): the prompt's full blocks the peer's hot prefixes lack,
+    whether or not this region holds them. A prefix built in a peer moves where its
+    group is served — the group's next requests find it there, not here, and follow it —
+    while one built here serves this region's users at home. Counting only what this
+    region held, cold regions spilled cold prefixes into cold peers and groups wandered
+    between regions (on ``w6-small`` ``firstlight`` lost to staying home)."""
     rate = local_ms_per_token(local)
-    local_cached = (
-        local.winner.terms.cached_tokens
-        if local is not None and local.winner.terms is not None
-        else 0
-    )
-    local_cached = max(local_cached, home_blocks * request.block_size)
+    prompt_tokens = len(request.block_hashes) * request.block_size
     choices = []
     for p in peers:
         estimate = estimate_peer(
             p.summary, request, p.rtt_ms, rate, p.forwarded_tokens, p.forwarded_blocks
         )
-        missing = max(local_cached - estimate.cached_tokens, 0)
+        missing = max(prompt_tokens - estimate.cached_tokens, 0)
         holds_up = 1.0 + (p.summary.mean_queue_len or 0.0)
         penalty = copy_weight * missing * estimate.ms_per_token * holds_up
         choices.append(

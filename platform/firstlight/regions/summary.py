@@ -343,9 +343,5 @@ class HotPrefixes:
         while len(kept) > self._capacity:
             kept.popitem(last=False)
 
-    def leading(self, blocks: Iterable[int]) -> int:
-        """How many of ``blocks``, from the first, the region served recently."""
-        return leading_blocks(blocks, self._blocks)
-
     def snapshot(self) -> frozenset[int]:
         return frozenset(self._blocks)
