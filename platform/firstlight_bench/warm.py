@@ -43,7 +43,9 @@ class WarmRecord:
         """The fastest way in hindsight (``None``: not replayed or nothing measured)."""
         if self.measured_ms is None:
             return None
-        timed = [(ms, o) for ms, o in zip(self.measured_ms, WARM_OPTIONS, strict=True) if ms]
+        timed = [
+            (ms, o) for ms, o in zip(self.measured_ms, WARM_OPTIONS, strict=True) if ms is not None
+        ]
         return min(timed)[1] if timed else None
 
     def differs(self) -> bool:

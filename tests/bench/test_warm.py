@@ -3,6 +3,7 @@ priced and taken, the pulled KV landing, and the hindsight replays on forks."""
 
 from __future__ import annotations
 
+import zlib
 from pathlib import Path
 
 import pytest
@@ -108,8 +109,12 @@ def test_a_fast_link_pulls_and_the_pulled_prefix_is_a_hit_a_slow_one_never_pulls
 def test_replays_are_sampled_by_request_id_alike_at_every_share() -> None:
     workload = _moving()
     half = simulate(workload, "firstlight", _cluster(40.0, hindsight_share=0.5), seed=1)
-    replayed = [r for r in half.warm if r.measured_ms is not None]
+    replayed = {r.request_id for r in half.warm if r.measured_ms is not None}
     assert 0 < len(replayed) < len(half.warm)
+    every = simulate(workload, "firstlight", _cluster(40.0), seed=1)
+    assert {r.request_id for r in half.warm} == {r.request_id for r in every.warm}
+    hashed = {r.request_id for r in half.warm if zlib.crc32(r.request_id.encode()) < 2**31}
+    assert replayed == hashed
 
 
 @pytest.mark.parametrize(

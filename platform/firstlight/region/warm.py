@@ -50,14 +50,6 @@ class WarmPrices:
     forward_ms: float
     pull_ms: float
 
-    def price(self, option: WarmOption) -> float:
-        """The predicted TTFT of ``option``."""
-        if option == "recompute":
-            return self.recompute_ms
-        if option == "forward":
-            return self.forward_ms
-        return self.pull_ms
-
 
 def transfer_ms(tokens: int, kv_bytes_per_token: int, wan_gbps: float) -> float:
     """Moving ``tokens`` tokens' KV over a ``wan_gbps`` Gbit/s link, in ms."""

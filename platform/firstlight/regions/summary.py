@@ -41,9 +41,14 @@ so the bounded set (and the summary peers fetch) covers twelve times more prefix
 long conversation's history stays visible to peers (the warm region)."""
 
 
+def _always_kept(index: int) -> bool:
+    """Block ``index`` is a landmark of every prompt long enough to have it."""
+    return index < DENSE_BLOCKS or (index + 1) % DENSE_BLOCKS == 0
+
+
 def is_landmark(index: int, count: int) -> bool:
     """Whether block ``index`` of a ``count``-block prompt is kept (:data:`DENSE_BLOCKS`)."""
-    return index < DENSE_BLOCKS or (index + 1) % DENSE_BLOCKS == 0 or index == count - 1
+    return _always_kept(index) or index == count - 1
 
 
 def leading_blocks(blocks: Iterable[int], held: Container[int]) -> int:
@@ -54,7 +59,7 @@ def leading_blocks(blocks: Iterable[int], held: Container[int]) -> int:
     for index, block in enumerate(blocks):
         if block in held:
             count = index + 1
-        elif index < DENSE_BLOCKS or (index + 1) % DENSE_BLOCKS == 0:
+        elif _always_kept(index):
             break
     return count
 
