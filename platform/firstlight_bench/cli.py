@@ -350,12 +350,28 @@ def bench_live(
         int | None, typer.Option(min=1, max=64, help="Replicas per region, every model.")
     ] = None,
     arms: Annotated[
-        str, typer.Option(help="Comma-separated platform policies, or firstlight_local.")
+        str,
+        typer.Option(
+            help="Comma-separated platform policies, firstlight_local, or waterfall "
+            "(GKE's capacity overflow, the driver as its global load balancer)."
+        ),
     ] = _LIVE_ARMS,
     workload: Annotated[str, typer.Option(help="W1..W6 (see bench sim --describe).")] = "W1",
     rate: Annotated[float, typer.Option(min=0.001, help="Offered load, requests/s.")] = 2.0,
     requests: Annotated[int, typer.Option(min=1)] = 60,
-    seed: Annotated[int, typer.Option(min=0)] = 0,
+    seed: Annotated[int | None, typer.Option(min=0, help="One seed (same as --seeds N).")] = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(help="Comma-separated seeds: one trace each, every arm on each."),
+    ] = None,
+    replica_capacity_rps: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="waterfall: a replica's capacity, req/s (GKE's maxRatePerEndpoint); "
+            "bench sim's report states its replica_capacity_rps.",
+        ),
+    ] = None,
     concurrency: Annotated[int, typer.Option(min=1, help="Requests in flight at most.")] = 256,
     timeout: Annotated[float, typer.Option(min=0.1, help="Per-request timeout, s.")] = 120.0,
     param: Annotated[
@@ -382,13 +398,16 @@ def bench_live(
     arm_list = [a.strip() for a in arms.split(",") if a.strip()]
     if len(set(arm_list)) != len(arm_list):
         raise typer.BadParameter(f"{arms!r}: an arm is repeated", param_hint="--arms")
+    if seed is not None and seeds is not None:
+        raise typer.BadParameter("give --seed or --seeds, not both", param_hint="--seeds")
+    seed_list = _seeds(seeds) if seeds is not None else [seed or 0]
     prepare_models(cfg)
     _write_run(
         lambda: run_live_arms(
             config=cfg,
             arms=arm_list,
             workload=workload,
-            seed=seed,
+            seeds=seed_list,
             rate_rps=rate,
             requests=requests,
             out=out,
@@ -396,6 +415,7 @@ def bench_live(
             command=command,
             max_concurrency=concurrency,
             timeout_s=timeout,
+            replica_capacity_rps=replica_capacity_rps,
             report=lambda line: typer.echo(line, err=True),
         )
     )

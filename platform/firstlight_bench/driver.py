@@ -13,7 +13,11 @@ like the trace's ``arrival_s``, and TTFT counts from the *scheduled* arrival.
 Each request is ``POST {target}/v1/completions`` with the prompt as a list of token ids,
 ``temperature: 0``, streamed with ``stream_options.include_usage``; the target is
 ``targets[request.client_region % len(targets)]``, a region's endpoint such as
-``http://127.0.0.1:8000/us-east``.
+``http://127.0.0.1:8000/us-east`` — unless a ``steer`` (a global load balancer in front
+of the regions, :class:`~firstlight_bench.region_arms.WaterfallBalancer`) picks another
+region: the driver then emulates the WAN to it, sending the request half the round trip
+late and counting its tokens half the round trip later than they came (a constant delay
+line: TTFT and end grow by the round trip, the gaps between tokens do not).
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ __all__ = ["replay", "replay_trace"]
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
+Steer = Callable[[TraceRequest, float], tuple[int, float]]
+"""Which target serves a request sent at a time (seconds since the start), and the
+round trip to it from the client's region in ms."""
 
 
 @dataclass(slots=True)
@@ -50,6 +57,8 @@ class _Stream:
     replica: str | None = None
     error: str | None = None
     sent_s: float | None = None
+    wan_one_way_s: float = 0.0
+    """Half the emulated round trip to a region a ``steer`` picked (0: the client's own)."""
     predicted_ms: float | None = None
     """The gateway's ``x-firstlight-predicted-ttft-ms``: the TTFT it predicted for the
     route it chose, from its decision."""
@@ -70,6 +79,8 @@ class _Replay:
     semaphore: asyncio.Semaphore
     clock: Clock
     start: float
+    sleep: Sleep
+    steer: Steer | None = None
     simulated: bool = False
 
     def now(self) -> float:
@@ -127,7 +138,13 @@ def _handle_event(run: _Replay, state: _Stream, event: dict[str, Any] | None) ->
 
 async def _stream(run: _Replay, request: TraceRequest, state: _Stream) -> None:
     """Send ``request`` and read its SSE stream into ``state`` (error or finish)."""
-    target = run.targets[request.client_region % len(run.targets)]
+    index = request.client_region % len(run.targets)
+    if run.steer is not None:
+        index, rtt_ms = run.steer(request, run.now())
+        state.wan_one_way_s = rtt_ms / 2000.0
+        if state.wan_one_way_s > 0:
+            await run.sleep(state.wan_one_way_s)
+    target = run.targets[index]
     body = {
         "model": run.model,
         "prompt": list(request.prompt),
@@ -166,15 +183,18 @@ def _outcome(request: TraceRequest, state: _Stream) -> Outcome:
     first = state.first_token_s
     if completed and first is None and (output or 0) > 0:
         first = state.finish_s  # tokens were counted but never shown: seen at the end
+    back = state.wan_one_way_s  # the emulated WAN's return leg
+    finish = state.finish_s + back if completed and state.finish_s is not None else None
     predicted = None
     if state.predicted_ms is not None and state.sent_s is not None:
         # From the scheduled arrival, as the TTFT is (a full client queue sends late).
-        predicted = state.predicted_ms + max(state.sent_s - request.arrival_s, 0.0) * 1000.0
+        late_ms = max(state.sent_s - request.arrival_s, 0.0) * 1000.0
+        predicted = state.predicted_ms + late_ms + state.wan_one_way_s * 1000.0
     return Outcome(
         request_id=request.request_id,
         arrival_s=request.arrival_s,
-        first_token_s=first,
-        finish_s=state.finish_s if completed else None,
+        first_token_s=None if first is None else first + back,
+        finish_s=finish,
         prompt_tokens=prompt_tokens,
         output_tokens=output if output is not None else state.text_events,
         cached_tokens=min(max(cached or 0, 0), prompt_tokens),
@@ -213,6 +233,7 @@ async def _replay(
     client: httpx.AsyncClient | None,
     clock: Clock,
     sleep: Sleep,
+    steer: Steer | None = None,
 ) -> tuple[list[Outcome], bool]:
     """:func:`replay`, also saying whether any response was ``x-firstlight-simulated``."""
     if not targets:
@@ -234,6 +255,8 @@ async def _replay(
         semaphore=asyncio.Semaphore(max_concurrency),
         clock=clock,
         start=clock(),
+        sleep=sleep,
+        steer=steer,
     )
     tasks: list[asyncio.Task[Outcome]] = []
     try:
@@ -263,6 +286,7 @@ async def replay(
     client: httpx.AsyncClient | None = None,
     clock: Clock = time.monotonic,
     sleep: Sleep = asyncio.sleep,
+    steer: Steer | None = None,
 ) -> list[Outcome]:
     """Replay ``workload`` open loop against ``targets``; one :class:`Outcome` per request,
     in the workload's order.
@@ -271,7 +295,8 @@ async def replay(
     ``arrival_s`` after the start (``clock`` and ``sleep`` are injectable for tests), to
     ``targets[client_region % len(targets)]``. At most ``max_concurrency`` requests are
     in flight; a request that waits for a slot still counts its TTFT (and e2e) from its
-    scheduled arrival, since that is what a client sees.
+    scheduled arrival, since that is what a client sees. With ``steer``, each request
+    goes to the target it names, over the emulated WAN of the module docstring.
 
     Measured on the client, in seconds since the start: ``first_token_s`` when the first
     event with non-empty text arrives (else the first event with ``choices``),
@@ -296,6 +321,7 @@ async def replay(
         client=client,
         clock=clock,
         sleep=sleep,
+        steer=steer,
     )
     return outcomes
 
@@ -307,6 +333,7 @@ def replay_trace(
     model: str,
     max_concurrency: int,
     timeout_s: float,
+    steer: Steer | None = None,
 ) -> tuple[list[Outcome], bool]:
     """Replay ``trace`` in real time (its own event loop); the outcomes and whether any
     response was simulated. Called by
@@ -321,5 +348,6 @@ def replay_trace(
             client=None,
             clock=time.monotonic,
             sleep=asyncio.sleep,
+            steer=steer,
         )
     )

@@ -8,8 +8,15 @@ cluster with ``router.policy`` set to the arm (:func:`firstlight.serve.local_mod
 — the policy is switched through the platform's configuration, as an operator would),
 replays the workload against every region's endpoint
 (:func:`firstlight_bench.driver.replay_trace`), deletes the applications, and finally
-writes one run folder with a point per arm. Every arm starts from cold replicas (fresh
+writes one run folder with a point per arm and seed (rewritten after each seed, so a
+run cut short keeps the seeds it finished). Every arm starts from cold replicas (fresh
 engines, empty prefix caches) and sees the same trace.
+
+Arms: the platform's policies (region-local where they predict no TTFT: the region
+decision spills over only on a predicted gain), :data:`LOCAL_ARM`, and
+:data:`WATERFALL_ARM`, GKE's capacity overflow, whose global load balancer the driver
+plays (:class:`~firstlight_bench.region_arms.WaterfallBalancer`) in front of regions
+that never spill.
 
 The numbers are measured on the client, in real time, on whatever machine runs them;
 with ``sim`` engines they are labelled simulated (``meta.simulated``).
@@ -27,8 +34,10 @@ from typing import Any
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing.registry import policy_names
+from firstlight_bench.cluster import ARMS
 from firstlight_bench.day import day_metrics
-from firstlight_bench.driver import replay_trace
+from firstlight_bench.driver import Steer, replay_trace
+from firstlight_bench.region_arms import WaterfallBalancer
 from firstlight_bench.report import write_run
 from firstlight_bench.results import Outcome, git_commit, summarize
 from firstlight_bench.sim import day_length_s
@@ -36,6 +45,7 @@ from firstlight_bench.workloads import Workload, generate
 
 __all__ = [
     "LOCAL_ARM",
+    "WATERFALL_ARM",
     "live_arm_names",
     "live_meta",
     "live_point",
@@ -54,22 +64,46 @@ LOCAL_ARM = "firstlight_local"
 their region only on fail-over), as the simulator's arm of that name."""
 
 
+WATERFALL_ARM = "waterfall"
+"""GKE's ``WATERFALL_BY_REGION`` in front of the regions, as the simulator's arm of that
+name: its in-region policy (``llmd_sticky``) in every region, spill-over off, and the
+load driver as the global load balancer."""
+
+
 def live_arm_names() -> tuple[str, ...]:
-    """What ``firstlight bench live --arms`` accepts: the platform's policies and
-    :data:`LOCAL_ARM`."""
-    return (*policy_names(), LOCAL_ARM)
+    """What ``firstlight bench live --arms`` accepts: the platform's policies,
+    :data:`LOCAL_ARM` and :data:`WATERFALL_ARM`."""
+    return (*policy_names(), LOCAL_ARM, WATERFALL_ARM)
 
 
 def with_policy(config: PlatformConfig, arm: str) -> PlatformConfig:
     """``config`` routing with ``arm``; its ``router.params`` are kept only for the
     policy they were written for (a baseline takes none of firstlight's)."""
     router = config.router
-    policy = "firstlight" if arm == LOCAL_ARM else arm
+    if arm == LOCAL_ARM:
+        policy = "firstlight"
+    elif arm == WATERFALL_ARM:
+        policy = ARMS[WATERFALL_ARM].policy
+    else:
+        policy = arm
     params = router.params if policy == router.policy else {}
     update: dict[str, Any] = {"policy": policy, "params": params}
-    if arm == LOCAL_ARM:
+    if arm in (LOCAL_ARM, WATERFALL_ARM):
         update["spill_over"] = False
     return config.model_copy(update={"router": router.model_copy(update=update)})
+
+
+def _waterfall(config: PlatformConfig, replica_capacity_rps: float) -> WaterfallBalancer:
+    """The global load balancer of :data:`WATERFALL_ARM` over ``config``'s regions: their
+    configured peer round trips, the first model's replicas in each."""
+    names = [r.name for r in config.regions]
+    rtt = [[0.0] * len(names) for _ in names]
+    for a, region in enumerate(config.regions):
+        for peer in region.peers:
+            if peer.region in names:
+                rtt[a][names.index(peer.region)] = peer.rtt_ms
+    replicas = [config.models[0].replicas] * len(names)
+    return WaterfallBalancer(rtt, replicas, replica_capacity_rps)
 
 
 def run_live_arms(
@@ -77,7 +111,7 @@ def run_live_arms(
     config: PlatformConfig,
     arms: Sequence[str],
     workload: str,
-    seed: int,
+    seeds: Sequence[int],
     rate_rps: float,
     requests: int,
     out: Path,
@@ -86,15 +120,17 @@ def run_live_arms(
     max_concurrency: int = 256,
     timeout_s: float = 120.0,
     startup_timeout_s: float = 900.0,
+    replica_capacity_rps: float | None = None,
     report: Callable[[str], None] = lambda _line: None,
 ) -> dict[str, Path]:
-    """Run the trace once per arm against a freshly deployed local platform and write
-    the run folder; returns the written paths.
+    """Run each seed's trace once per arm against a freshly deployed local platform and
+    write the run folder; returns the written paths.
 
     The model is the config's first. A workload with a wall-clock day (W6) gets the day
-    block in each point (:func:`~firstlight_bench.day.day_metrics`). Raises
-    ``ConfigError`` for an arm that is not a platform policy or ``firstlight_local``, a
-    bad workload,
+    block in each point (:func:`~firstlight_bench.day.day_metrics`).
+    ``replica_capacity_rps`` is :data:`WATERFALL_ARM`'s ``maxRatePerEndpoint``. Raises
+    ``ConfigError`` for an arm :func:`live_arm_names` does not list, the waterfall without
+    a capacity, no seeds, a bad workload,
     and whatever :func:`~firstlight.serve.local_mode.start_local` raises when the platform
     does not come up (the applications of that arm are deleted first).
     """
@@ -113,64 +149,95 @@ def run_live_arms(
                 )
             ]
         )
+    if WATERFALL_ARM in arms and replica_capacity_rps is None:
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    "replica_capacity_rps",
+                    f"the {WATERFALL_ARM} arm needs each replica's capacity in req/s "
+                    "(GKE's maxRatePerEndpoint)",
+                    None,
+                    True,
+                )
+            ]
+        )
+    if not seeds:
+        raise ConfigError([ConfigProblem("seeds", "at least one seed is needed", [], True)])
     model = config.models[0].name
-    trace = generate(
-        workload,
-        seed=seed,
-        rate_rps=rate_rps,
-        num_requests=requests,
-        regions=len(config.regions),
-        **dict(params or {}),
-    )
-    points = []
+    points: list[dict[str, Any]] = []
     simulated = False
     walls: dict[str, float] = {}
     targets: list[str] = []
-    for arm in arms:
-        report(f"{arm}: deploying {len(config.regions)} region(s)")
-        running = start_local(with_policy(config, arm), report=report, timeout_s=startup_timeout_s)
-        try:
-            targets = [running.endpoints[r.name] for r in config.regions]
-            report(f"{arm}: replaying {requests} requests at {rate_rps:g} req/s")
-            started = time.monotonic()
-            outcomes, arm_simulated = replay_trace(
-                trace, targets, model=model, max_concurrency=max_concurrency, timeout_s=timeout_s
-            )
-            walls[arm] = round(time.monotonic() - started, 2)
-        finally:
-            stop_local(running)
-        simulated = simulated or arm_simulated
-        point = live_point(arm, rate_rps, outcomes)
-        day_s = day_length_s(workload, trace.params)
-        if day_s is not None:
-            point["day"] = day_metrics(
-                outcomes, period_s=day_s, regions=len(config.regions), events=trace.events
-            )
-        points.append(point)
-        ttft = point["ttft_ms"]
-        report(
-            f"{arm}: {point['completed']} completed, {point['errors']} errors, "
-            f"TTFT p50/p90 {ttft['p50']}/{ttft['p90']} ms"
+    written: dict[str, Path] = {}
+    for seed in seeds:
+        trace = generate(
+            workload,
+            seed=seed,
+            rate_rps=rate_rps,
+            num_requests=requests,
+            regions=len(config.regions),
+            **dict(params or {}),
         )
-    meta = live_meta(
-        trace,
-        seed=seed,
-        simulated=simulated,
-        command=command,
-        config={
-            "targets": targets,
-            "model": model,
-            "arms": list(arms),
-            "engines": sorted({m.engine for m in config.models}),
-            "replicas_per_region": {m.name: m.replicas for m in config.models},
-            "platform": config.model_dump(mode="json", include={"regions", "models", "router"}),
-            "max_concurrency": max_concurrency,
-            "timeout_s": timeout_s,
-            "replay_wall_s": walls,
-        },
-        wall_s=sum(walls.values()),
-    )
-    return write_run(out, meta, points)
+        for arm in arms:
+            steer: Steer | None = None
+            if arm == WATERFALL_ARM:
+                assert replica_capacity_rps is not None
+                balancer = _waterfall(config, replica_capacity_rps)
+                steer = lambda request, now, lb=balancer: lb.choose(request.client_region, now)  # noqa: E731
+            report(f"seed {seed} {arm}: deploying {len(config.regions)} region(s)")
+            running = start_local(
+                with_policy(config, arm), report=report, timeout_s=startup_timeout_s
+            )
+            try:
+                targets = [running.endpoints[r.name] for r in config.regions]
+                report(f"seed {seed} {arm}: replaying {requests} requests at {rate_rps:g} req/s")
+                started = time.monotonic()
+                outcomes, arm_simulated = replay_trace(
+                    trace,
+                    targets,
+                    model=model,
+                    max_concurrency=max_concurrency,
+                    timeout_s=timeout_s,
+                    steer=steer,
+                )
+                walls[f"{arm}/seed{seed}"] = round(time.monotonic() - started, 2)
+            finally:
+                stop_local(running)
+            simulated = simulated or arm_simulated
+            point = live_point(arm, rate_rps, outcomes, seed=seed)
+            day_s = day_length_s(workload, trace.params)
+            if day_s is not None:
+                point["day"] = day_metrics(
+                    outcomes, period_s=day_s, regions=len(config.regions), events=trace.events
+                )
+            points.append(point)
+            ttft = point["ttft_ms"]
+            report(
+                f"seed {seed} {arm}: {point['completed']} completed, {point['errors']} errors, "
+                f"TTFT p50/p90 {ttft['p50']}/{ttft['p90']} ms"
+            )
+        meta = live_meta(
+            trace,
+            seed=seeds[0],
+            simulated=simulated,
+            command=command,
+            config={
+                "targets": targets,
+                "model": model,
+                "arms": list(arms),
+                "seeds": list(seeds),
+                "engines": sorted({m.engine for m in config.models}),
+                "replicas_per_region": {m.name: m.replicas for m in config.models},
+                "platform": config.model_dump(mode="json", include={"regions", "models", "router"}),
+                "max_concurrency": max_concurrency,
+                "timeout_s": timeout_s,
+                "replica_capacity_rps": replica_capacity_rps,
+                "replay_wall_s": walls,
+            },
+            wall_s=sum(walls.values()),
+        )
+        written = write_run(out, meta, points)
+    return written
 
 
 def run_live(
@@ -230,8 +297,11 @@ def run_live(
     return write_run(out, meta, [live_point(label, rate_rps, outcomes)])
 
 
-def live_point(label: str, rate_rps: float, outcomes: Sequence[Outcome]) -> dict[str, Any]:
-    """One result point of a live replay: arm ``label`` at load ``rate_rps`` (req/s)."""
+def live_point(
+    label: str, rate_rps: float, outcomes: Sequence[Outcome], *, seed: int | None = None
+) -> dict[str, Any]:
+    """One result point of a live replay: arm ``label`` at load ``rate_rps`` (req/s), of
+    the trace of ``seed`` when the run has several."""
     ends = [o.finish_s for o in outcomes if o.finish_s is not None]
     span = max([*ends, *(o.arrival_s for o in outcomes)], default=0.0)
     return summarize(
@@ -240,6 +310,7 @@ def live_point(label: str, rate_rps: float, outcomes: Sequence[Outcome]) -> dict
         list(outcomes),
         imbalance=_NOT_MEASURED_IMBALANCE,
         duration_s=span if span > 0 else None,
+        seed=seed,
     )
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "Gorgo",
     "RateWindow",
     "RegionLoad",
+    "WaterfallBalancer",
     "global_pool",
     "waterfall",
 ]
@@ -106,6 +107,50 @@ def waterfall(
         if rates[g] < max_rate_per_replica * loads[g].replicas:
             return g
     return up[0] if up else None
+
+
+class WaterfallBalancer:
+    """GKE's global load balancer in front of the live platform's regions
+    (``firstlight bench live --arms waterfall``): :func:`waterfall` over the requests each
+    region took in the last second, every region up (the live day has no outage).
+
+    Called by the live load driver (:mod:`firstlight_bench.driver`) once per request as
+    it sends it; the returned round trip is what the driver's emulated WAN adds for a
+    request served outside its client's region (the simulator's forward costs the
+    same)."""
+
+    def __init__(
+        self,
+        rtt_ms: Sequence[Sequence[float]],
+        replicas: Sequence[int],
+        max_rate_per_replica: float,
+    ) -> None:
+        """``rtt_ms[a][b]``: the round trip between regions ``a`` and ``b``;
+        ``replicas[g]``: region ``g``'s replicas. Raises ``ValueError`` for a matrix that
+        is not square over the regions or a rate that is not positive."""
+        count = len(replicas)
+        if len(rtt_ms) != count or any(len(row) != count for row in rtt_ms):
+            raise ValueError(f"rtt_ms: a {count} x {count} matrix is needed")
+        if not max_rate_per_replica > 0:
+            raise ValueError(f"max_rate_per_replica = {max_rate_per_replica!r}: must be > 0")
+        self._rtt_ms = [list(row) for row in rtt_ms]
+        self._loads = [RegionLoad(g, True, replicas[g], 0.0, 0.0) for g in range(count)]
+        self._by_distance = [self._nearest_first(a) for a in range(count)]
+        self._rates = [RateWindow() for _ in range(count)]
+        self._max_rate = max_rate_per_replica
+
+    def _nearest_first(self, home: int) -> list[int]:
+        row = self._rtt_ms[home]
+        return sorted(range(len(row)), key=lambda g: (row[g], g != home, g))
+
+    def choose(self, client_region: int, now_s: float) -> tuple[int, float]:
+        """The region that serves the next request of ``client_region``'s clients, sent
+        at ``now_s``, and the round trip to it in ms (0 for the client's own region)."""
+        rates = [window.rate(now_s) for window in self._rates]
+        target = waterfall(self._by_distance[client_region], self._loads, rates, self._max_rate)
+        assert target is not None  # every region is up
+        self._rates[target].add(now_s)
+        return target, self._rtt_ms[client_region][target]
 
 
 def _hot_share(request: RequestView, hot: frozenset[int]) -> float:

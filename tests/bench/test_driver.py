@@ -237,6 +237,32 @@ def test_replay_is_open_loop_and_ttft_counts_from_the_scheduled_arrival() -> Non
     assert capped[1].ttft_ms >= 250
 
 
+def test_a_steered_request_crosses_the_emulated_wan_both_ways() -> None:
+    """A global load balancer (``steer``) sends request 0 of an east client to the west
+    target 100 ms away: it is sent half the round trip late and its tokens count half
+    the round trip late, so TTFT, end and prediction grow by the round trip and the
+    answer's own timing does not change."""
+    fake = FakeTime()
+    script = Script(fake)
+    asked: list[tuple[str, float]] = []
+
+    def steer(request: TraceRequest, now_s: float) -> tuple[int, float]:
+        asked.append((request.request_id, now_s))
+        return 1, 100.0
+
+    [steered] = _run(script, _workload([_request(0, 0.0)]), steer=steer)
+    [home] = _run(Script(FakeTime()), _workload([_request(0, 0.0)]))
+    assert asked == [("t-0", 0.0)]
+    assert script.urls[0].startswith(WEST_URL)
+    assert script.sent[0] == pytest.approx(0.05)  # the forward leg
+    assert home.ttft_ms is not None
+    assert steered.ttft_ms is not None
+    assert steered.ttft_ms == pytest.approx(home.ttft_ms + 100.0)
+    assert steered.e2e_ms == pytest.approx((home.e2e_ms or 0.0) + 100.0)
+    assert steered.predicted_ttft_ms == pytest.approx(200.0 + 100.0)
+    assert home.predicted_ttft_ms == pytest.approx(200.0)
+
+
 def test_region_index_matches_the_target_suffix() -> None:
     assert region_index(TARGETS, "r-west") == 1
     assert region_index([f"{EAST_URL}/"], "r-east") == 0

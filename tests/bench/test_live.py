@@ -54,12 +54,31 @@ def test_a_simulator_only_arm_is_refused_before_anything_runs(
             config=_config(8000),
             arms=["firstlight", "gorgo"],
             workload="W1",
-            seed=0,
+            seeds=[0],
             rate_rps=1.0,
             requests=2,
             out=tmp_path,
         )
     assert caught.value.problems[0].path == "arms"
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_waterfall_arm_needs_a_capacity_and_never_spills(tmp_path: Path) -> None:
+    config = _config(8000, policy="firstlight", params={"affinity_weight": 2.0})
+    waterfall = with_policy(config, "waterfall")
+    assert (waterfall.router.policy, waterfall.router.spill_over) == ("llmd_sticky", False)
+    assert dict(waterfall.router.params) == {}
+    with pytest.raises(ConfigError) as caught:
+        run_live_arms(
+            config=config,
+            arms=["waterfall"],
+            workload="W1",
+            seeds=[0],
+            rate_rps=1.0,
+            requests=2,
+            out=tmp_path,
+        )
+    assert caught.value.problems[0].path == "replica_capacity_rps"
     assert not any(tmp_path.iterdir())
 
 
@@ -69,7 +88,7 @@ def test_two_arms_against_a_local_platform(serve_port: int, tmp_path: Path) -> N
         config=_config(serve_port),
         arms=["round_robin", "firstlight"],
         workload="W1",
-        seed=0,
+        seeds=[0],
         rate_rps=10.0,
         requests=12,
         out=tmp_path / "live",
@@ -93,5 +112,36 @@ def test_two_arms_against_a_local_platform(serve_port: int, tmp_path: Path) -> N
     assert meta["config"]["platform"]["router"]["policy"] == "firstlight"  # the base config
     assert meta["workload"]["requests"] == 12
     # Each arm was deployed, replayed and reported in turn.
-    assert next(line for line in lines if "deploying" in line).startswith("round_robin:")
-    assert any(line.startswith("firstlight: 12 completed, 0 errors") for line in lines)
+    assert next(line for line in lines if "deploying" in line).startswith("seed 0 round_robin:")
+    assert any(line.startswith("seed 0 firstlight: 12 completed, 0 errors") for line in lines)
+
+
+def test_the_waterfall_overflows_across_regions_on_every_seed(
+    serve_port: int, tmp_path: Path
+) -> None:
+    """W1 at 10 req/s from both regions' clients against a capacity of 2 req/s per
+    replica: the driver's global load balancer sends each region's excess to the other,
+    where the regions themselves would never send it (spill-over off). One point per
+    seed."""
+    paths = run_live_arms(
+        config=_config(serve_port),
+        arms=["waterfall"],
+        workload="W1",
+        seeds=[0, 1],
+        rate_rps=10.0,
+        requests=12,
+        out=tmp_path / "live",
+        params={"groups": 2, "system_tokens": 96, "question_tokens": 8, "output_tokens": 4},
+        timeout_s=60.0,
+        startup_timeout_s=120.0,
+        replica_capacity_rps=2.0,
+    )
+    data = json.loads(paths["results"].read_text())
+    validate_results(data)
+    assert [(p["arm"], p["seed"]) for p in data["points"]] == [("waterfall", 0), ("waterfall", 1)]
+    for point in data["points"]:
+        assert (point["completed"], point["errors"]) == (12, 0), point
+        assert point["cross_region_share"] > 0, point
+    config = data["meta"]["config"]
+    assert (config["seeds"], config["replica_capacity_rps"]) == ([0, 1], 2.0)
+    assert config["platform"]["router"]["spill_over"] is True  # the base config, as given

@@ -11,6 +11,7 @@ from firstlight_bench.region_arms import (
     Gorgo,
     RateWindow,
     RegionLoad,
+    WaterfallBalancer,
     global_pool,
     waterfall,
 )
@@ -54,6 +55,27 @@ def test_rate_window_counts_the_last_second() -> None:
     window.add(1.2)
     assert window.rate(1.2) == 3.0  # 0.1 left the window
     assert window.rate(1.6) == 2.0  # and 0.5
+
+
+def test_the_live_waterfall_fills_the_client_region_then_the_nearest_peer() -> None:
+    # Region 0's nearest peer is 2 (40 ms), then 1 (90 ms); one replica of 2 req/s each.
+    rtt = [[0.0, 90.0, 40.0], [90.0, 0.0, 60.0], [40.0, 60.0, 0.0]]
+    balancer = WaterfallBalancer(rtt, [1, 1, 1], 2.0)
+    picks = [balancer.choose(0, 0.1 * i) for i in range(7)]
+    # Every region full: the nearest, home (GKE keeps sending there).
+    assert picks == [(0, 0.0), (0, 0.0), (2, 40.0), (2, 40.0), (1, 90.0), (1, 90.0), (0, 0.0)]
+    # A second later the window has emptied: home again.
+    assert balancer.choose(0, 2.0) == (0, 0.0)
+    # Each region's rate counts what it took from every client region.
+    assert balancer.choose(1, 2.05) == (1, 0.0)
+    assert balancer.choose(2, 2.1) == (2, 0.0)
+
+
+def test_the_live_waterfall_refuses_a_matrix_of_the_wrong_shape() -> None:
+    with pytest.raises(ValueError, match="3 x 3"):
+        WaterfallBalancer([[0.0, 1.0], [1.0, 0.0]], [1, 1, 1], 2.0)
+    with pytest.raises(ValueError, match="max_rate_per_replica"):
+        WaterfallBalancer([[0.0]], [1], 0.0)
 
 
 def test_global_pool_scores_queue_kv_and_prefix_and_ignores_distance() -> None:
