@@ -10,7 +10,9 @@ typed by hand either. The goals are the routing issue's, over the suite's matrix
   best other arm's, outside the spread;
 * **close to the limit**: p50 ≤ 1.2x ``floor``'s at loads ≤ 0.75 on W1, W2, W4 and W7;
 * **spill-over never hurts**: ``firstlight``'s p99 never above ``firstlight_local``'s
-  outside the spread (and on W6, by how much it lowers it).
+  outside the spread (and on W6, by how much it lowers it);
+* **no loss where nobody tuned**: the first goal again, on the entries whose fleet shapes
+  and seeds no parameter was tuned on (``SuiteEntry.unseen``).
 
 Each row says what was measured and where; an entry not stored yet is named as missing.
 Pure: takes the parsed ``results.json`` files.
@@ -49,7 +51,9 @@ def _losses(name: str, run: Run, label: str, keys: tuple[str, ...]) -> tuple[int
     return compared, lost
 
 
-def _never_worse(runs: Mapping[str, Run]) -> str:
+def _never_worse(
+    runs: Mapping[str, Run], goal: str = "never the worse choice (p90 and p99, every point)"
+) -> str:
     compared, lost = 0, []
     for name, run in runs.items():
         for label, keys in (("p90", ("ttft_ms", "p90")), ("p99", ("ttft_ms", "p99"))):
@@ -59,7 +63,6 @@ def _never_worse(runs: Mapping[str, Run]) -> str:
     result = f"{len(lost)} losses in {compared} comparisons" + (
         ": " + "; ".join(lost) if lost else ""
     )
-    goal = "never the worse choice (p90 and p99, every point)"
     return f"| {goal} | {result} | {_met(not lost, compared > 0)} |"
 
 
@@ -135,11 +138,16 @@ def _met(ok: bool, measured: bool) -> str:
 
 
 def goals_table(
-    stored: Mapping[str, Run], expected: Sequence[str], loads: Sequence[float]
+    stored: Mapping[str, Run],
+    expected: Sequence[str],
+    loads: Sequence[float],
+    *,
+    unseen: Mapping[str, Run] | None = None,
 ) -> list[str]:
     """The goals table's lines for the ``stored`` runs (entry name → results) at the
     matrix's ``loads`` (points at other loads, such as a stress entry's, do not count),
-    naming the entries of ``expected`` that are not stored."""
+    naming the entries of ``expected`` that are not stored; ``unseen``: the untuned
+    shapes' runs, for the last row (absent: no row)."""
     runs = {}
     for name, run in stored.items():
         points = [p for p in run["points"] if float(p["load"]) in loads]
@@ -153,8 +161,11 @@ def goals_table(
         _clear_win(runs),
         _near_floor(runs),
         _spill_over(runs),
-        "",
     ]
+    if unseen is not None:
+        goal = f"no loss where nobody tuned ({', '.join(sorted(unseen)) or 'none stored'})"
+        lines.append(_never_worse(unseen, goal))
+    lines.append("")
     if missing:
         lines += [f"Not stored yet, so not counted: {', '.join(missing)}.", ""]
     return lines

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.live_tables import live_table, render_live_sections
+from firstlight_bench.live_tables import live_table, live_vs_sim_table, render_live_sections
 from firstlight_bench.results import short_commit
 from firstlight_bench.suite import BEGIN, END, render_tables, replace_tables, run_suite
 from tests.bench.pages import shown_section
@@ -79,6 +79,56 @@ def test_a_live_section_is_the_stored_run_with_its_commit(tmp_path: Path) -> Non
         assert f"| {point['arm']} | {point['ttft_ms']['p50']:.0f} / " in out
     with pytest.raises(FileNotFoundError):
         render_live_sections("<!-- live:gone:begin --><!-- live:gone:end -->", tmp_path)
+
+
+def _run_of(peaks: dict[tuple[str, int], tuple[float, float]], ape: float) -> dict[str, object]:
+    points = [
+        {
+            "arm": arm,
+            "seed": seed,
+            "day": {"peak": {"ttft_ms": {"p90": p90, "p99": p99}}},
+            "prediction_ape": {"p50": ape},
+        }
+        for (arm, seed), (p90, p99) in peaks.items()
+    ]
+    return {"meta": {"seed": 0, "git_commit": "0123456789abcdef"}, "points": points}
+
+
+def test_live_beside_simulated_compares_the_peak_ratios_per_seed(tmp_path: Path) -> None:
+    live = _run_of(
+        {
+            ("firstlight", 0): (300.0, 600.0),
+            ("firstlight_local", 0): (600.0, 1000.0),
+            ("firstlight", 1): (400.0, 800.0),
+            ("firstlight_local", 1): (400.0, 800.0),
+        },
+        0.08,
+    )
+    sim = _run_of(
+        {
+            ("firstlight", 0): (330.0, 300.0),
+            ("firstlight_local", 0): (600.0, 1000.0),
+            ("firstlight", 1): (400.0, 800.0),
+            ("firstlight_local", 1): (400.0, 800.0),
+            ("firstlight", 2): (1.0, 1.0),  # only simulated: no row
+        },
+        0.05,
+    )
+    table = live_vs_sim_table("day", live, sim).replace("\N{MULTIPLICATION SIGN}", "x")
+    # Seed 0: p90 ratio 0.50 live vs 0.55 simulated (-9 %, agrees); p99 0.60 vs 0.30 (+100 %).
+    assert (
+        "| 0 | firstlight_local | x0.50 | x0.55 | yes (-9 %) | x0.60 | x0.30 | no (+100 %) |"
+        in table
+    )
+    assert "| 1 | firstlight_local | x1.00 | x1.00 | yes (+0 %) |" in table
+    assert "| 2 |" not in table
+    assert "| firstlight_local | 1 | 8.0 | 5.0 |" in table
+    for name, data in (("day", live), ("day-prediction", sim)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "results.json").write_text(json.dumps(data))
+    page = "a\n<!-- live-vs-sim:day:begin -->\nold\n<!-- live-vs-sim:day:end -->\nb\n"
+    rendered = render_live_sections(page, tmp_path)
+    assert rendered == f"a\n{live_vs_sim_table('day', live, sim)}\nb\n"
 
 
 def test_a_clean_commit_is_shown_as_it_is() -> None:

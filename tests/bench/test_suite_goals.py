@@ -99,3 +99,27 @@ def test_points_beyond_the_matrix_do_not_count() -> None:
     lines = goals_table({"w1-overload": stress}, [], LOADS)
     assert _row(lines, "never the worse").endswith("| 0 losses in 0 comparisons | not measured |")
     assert goals_table({"w1-overload": stress}, [], (8.0,))[2].endswith("| **missed** |")
+
+
+def test_the_untuned_shapes_have_a_row_of_their_own() -> None:
+    unseen = _run(
+        "W4",
+        {
+            ("firstlight", 0.9): (10.0, 20.0, 30.0),
+            ("prefix_affinity", 0.9): (10.0, 18.0, 30.0),  # firstlight's p90 loses
+        },
+    )
+    matrix = _run(
+        "W3", {("firstlight", 0.9): (10.0, 20.0, 30.0), ("least_queue", 0.9): (10.0, 20.0, 30.0)}
+    )
+    lines = goals_table({"w3": matrix}, ["w3"], LOADS, unseen={"w4-unseen": unseen})
+    # The matrix's own row does not count them ...
+    assert _row(lines, "never the worse").endswith("| 0 losses in 2 comparisons | met |")
+    # ... their row does.
+    row = _row(lines, "no loss where nobody tuned (w4-unseen)")
+    assert "1 losses in 2 comparisons: w4-unseen p90 at 0.9 (x1.11 vs prefix_affinity)" in row
+    assert row.endswith("| **missed** |")
+    assert _row(goals_table({}, [], LOADS, unseen={}), "no loss where nobody tuned (none").endswith(
+        "| not measured |"
+    )
+    assert not any("nobody tuned" in line for line in goals_table({}, [], LOADS))
