@@ -12,11 +12,12 @@ writes one run folder with a point per arm and seed (rewritten after each seed, 
 run cut short keeps the seeds it finished). Every arm starts from cold replicas (fresh
 engines, empty prefix caches) and sees the same trace.
 
-Arms: the platform's policies (region-local where they predict no TTFT: the region
-decision spills over only on a predicted gain), :data:`LOCAL_ARM`, and
-:data:`WATERFALL_ARM`, GKE's capacity overflow, whose global load balancer the driver
-plays (:class:`~firstlight_bench.region_arms.WaterfallBalancer`) in front of regions
-that never spill.
+Arms: the platform's policies (only the in-region choice changes: the gateway's region
+decision still spills over on the cost model's estimate, unlike the simulator's
+region-local baseline arms), :data:`LOCAL_ARM`, and :data:`WATERFALL_ARM`, GKE's capacity
+overflow, whose global load balancer the driver plays
+(:class:`~firstlight_bench.region_arms.WaterfallBalancer`) in front of regions that never
+spill.
 
 The numbers are measured on the client, in real time, on whatever machine runs them;
 with ``sim`` engines they are labelled simulated (``meta.simulated``).

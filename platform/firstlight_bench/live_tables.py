@@ -138,7 +138,7 @@ def live_vs_sim_table(name: str, live: dict[str, Any], sim: dict[str, Any]) -> s
                 gap = _quotient(ratios[0], ratios[1])
                 verdict = "n/a" if gap is None else ("yes" if abs(gap - 1) <= AGREEMENT else "no")
                 if gap is not None:
-                    verdict += f" ({100 * (gap - 1):+.0f} %)"
+                    verdict += f" ({round(100 * (gap - 1)):+d} %)"
                 cells += [_x(ratios[0]), _x(ratios[1]), verdict]
             lines.append(f"| {seed} | {other} | " + " | ".join(cells) + " |")
     lines += [
