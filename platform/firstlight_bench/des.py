@@ -67,7 +67,14 @@ from firstlight.region.warm import (
 from firstlight.routing import RequestView
 from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes
 from firstlight_bench.des_warm import measured_choices, start_pull, warm_way
-from firstlight_bench.region_arms import Gorgo, RateWindow, RegionLoad, global_pool, waterfall
+from firstlight_bench.region_arms import (
+    Gorgo,
+    RateWindow,
+    RegionLoad,
+    global_pool,
+    nearest_first,
+    waterfall,
+)
 from firstlight_bench.results import Outcome
 from firstlight_bench.sim_region import SimRegion
 from firstlight_bench.skywalker import PASS_S, PROBE_S, SkyLb
@@ -153,7 +160,7 @@ def simulate(
 
 def _by_distance(cluster: ClusterSpec, home: int) -> list[int]:
     """Every region, ``home`` first, then by round trip from it (ties by index)."""
-    return sorted(range(cluster.regions), key=lambda g: (cluster.rtt(home, g), g != home, g))
+    return nearest_first([cluster.rtt(home, g) for g in range(cluster.regions)], home)
 
 
 class _Run:

@@ -42,7 +42,7 @@ from firstlight_bench.region_arms import WaterfallBalancer
 from firstlight_bench.report import write_run
 from firstlight_bench.results import Outcome, git_commit, summarize
 from firstlight_bench.sim import day_length_s
-from firstlight_bench.workloads import Workload, generate
+from firstlight_bench.workloads import TraceRequest, Workload, generate
 
 __all__ = [
     "LOCAL_ARM",
@@ -105,6 +105,16 @@ def _waterfall(config: PlatformConfig, replica_capacity_rps: float) -> Waterfall
                 rtt[a][names.index(peer.region)] = peer.rtt_ms
     replicas = [config.models[0].replicas] * len(names)
     return WaterfallBalancer(rtt, replicas, replica_capacity_rps)
+
+
+def _steer(balancer: WaterfallBalancer) -> Steer:
+    """The driver's ``steer`` for ``balancer`` (a fresh one per replay: its rate windows
+    start empty, as every arm's replicas start cold)."""
+
+    def steer(request: TraceRequest, now_s: float) -> tuple[int, float]:
+        return balancer.choose(request.client_region, now_s)
+
+    return steer
 
 
 def run_live_arms(
@@ -183,8 +193,7 @@ def run_live_arms(
             steer: Steer | None = None
             if arm == WATERFALL_ARM:
                 assert replica_capacity_rps is not None
-                balancer = _waterfall(config, replica_capacity_rps)
-                steer = lambda request, now, lb=balancer: lb.choose(request.client_region, now)  # noqa: E731
+                steer = _steer(_waterfall(config, replica_capacity_rps))
             report(f"seed {seed} {arm}: deploying {len(config.regions)} region(s)")
             running = start_local(
                 with_policy(config, arm), report=report, timeout_s=startup_timeout_s

@@ -105,7 +105,8 @@ def live_vs_sim_table(name: str, live: dict[str, Any], sim: dict[str, Any]) -> s
     the two ratios differ (agreement within :data:`AGREEMENT`); then each arm's median
     prediction error, live and simulated."""
     lives, sims = _by_arm_seed(live), _by_arm_seed(sim)
-    shared = sorted(set(lives) & set(sims))
+    both = set(lives) & set(sims)
+    shared = sorted(both)
     seeds = sorted({seed for _, seed in shared})
     others = sorted({arm for arm, _ in shared if arm != _REFERENCE})
     lines = [
@@ -124,7 +125,7 @@ def live_vs_sim_table(name: str, live: dict[str, Any], sim: dict[str, Any]) -> s
     ]
     for other in others:
         for seed in seeds:
-            if (_REFERENCE, seed) not in lives or (other, seed) not in lives:
+            if (_REFERENCE, seed) not in both or (other, seed) not in both:
                 continue
             cells = []
             for quantile in ("p90", "p99"):

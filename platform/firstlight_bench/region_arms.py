@@ -46,6 +46,7 @@ __all__ = [
     "RegionLoad",
     "WaterfallBalancer",
     "global_pool",
+    "nearest_first",
     "waterfall",
 ]
 
@@ -92,6 +93,12 @@ class RateWindow:
         return len(times) / _WINDOW_S
 
 
+def nearest_first(rtt_ms: Sequence[float], home: int) -> list[int]:
+    """Every region, ``home`` first, then by round trip from it (``rtt_ms[g]``; ties by
+    index): the order latency DNS and the waterfall try them in."""
+    return sorted(range(len(rtt_ms)), key=lambda g: (rtt_ms[g], g != home, g))
+
+
 def waterfall(
     by_distance: Sequence[int],
     loads: Sequence[RegionLoad],
@@ -135,13 +142,9 @@ class WaterfallBalancer:
             raise ValueError(f"max_rate_per_replica = {max_rate_per_replica!r}: must be > 0")
         self._rtt_ms = [list(row) for row in rtt_ms]
         self._loads = [RegionLoad(g, True, replicas[g], 0.0, 0.0) for g in range(count)]
-        self._by_distance = [self._nearest_first(a) for a in range(count)]
+        self._by_distance = [nearest_first(row, a) for a, row in enumerate(self._rtt_ms)]
         self._rates = [RateWindow() for _ in range(count)]
         self._max_rate = max_rate_per_replica
-
-    def _nearest_first(self, home: int) -> list[int]:
-        row = self._rtt_ms[home]
-        return sorted(range(len(row)), key=lambda g: (row[g], g != home, g))
 
     def choose(self, client_region: int, now_s: float) -> tuple[int, float]:
         """The region that serves the next request of ``client_region``'s clients, sent

@@ -101,6 +101,8 @@ def test_live_beside_simulated_compares_the_peak_ratios_per_seed(tmp_path: Path)
             ("firstlight_local", 0): (600.0, 1000.0),
             ("firstlight", 1): (400.0, 800.0),
             ("firstlight_local", 1): (400.0, 800.0),
+            ("firstlight", 2): (1.0, 1.0),
+            ("firstlight_local", 2): (1.0, 1.0),  # not simulated at seed 2: no row
         },
         0.08,
     )
@@ -121,7 +123,8 @@ def test_live_beside_simulated_compares_the_peak_ratios_per_seed(tmp_path: Path)
         in table
     )
     assert "| 1 | firstlight_local | x1.00 | x1.00 | yes (+0 %) |" in table
-    assert "| 2 |" not in table
+    assert "| 2 | firstlight_local |" not in table  # simulated without the other arm
+    assert "| firstlight | 2 | 8.0 | 5.0 |" in table
     assert "| firstlight_local | 1 | 8.0 | 5.0 |" in table
     for name, data in (("day", live), ("day-prediction", sim)):
         (tmp_path / name).mkdir()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,26 @@ def _config(port: int, **router: object) -> PlatformConfig:
     model = sim_model(MODEL)
     extra = {"router": router} if router else None
     return platform_config(port, REGIONS, [model], extra=extra)
+
+
+def _small_w1(port: int, out: Path, arms: list[str], **kwargs: Any) -> dict[str, Any]:
+    """Twelve short W1 requests at 10 req/s per seed through ``arms`` on a fresh local
+    platform; the stored ``results.json``, validated."""
+    paths = run_live_arms(
+        config=_config(port),
+        arms=arms,
+        workload="W1",
+        rate_rps=10.0,
+        requests=12,
+        out=out,
+        params={"groups": 2, "system_tokens": 96, "question_tokens": 8, "output_tokens": 4},
+        timeout_s=60.0,
+        startup_timeout_s=120.0,
+        **kwargs,
+    )
+    data: dict[str, Any] = json.loads(paths["results"].read_text())
+    validate_results(data)
+    return data
 
 
 def test_with_policy_switches_the_policy_and_drops_foreign_params() -> None:
@@ -84,21 +105,10 @@ def test_the_waterfall_arm_needs_a_capacity_and_never_spills(tmp_path: Path) -> 
 
 def test_two_arms_against_a_local_platform(serve_port: int, tmp_path: Path) -> None:
     lines: list[str] = []
-    paths = run_live_arms(
-        config=_config(serve_port),
-        arms=["round_robin", "firstlight"],
-        workload="W1",
-        seeds=[0],
-        rate_rps=10.0,
-        requests=12,
-        out=tmp_path / "live",
-        params={"groups": 2, "system_tokens": 96, "question_tokens": 8, "output_tokens": 4},
-        timeout_s=60.0,
-        startup_timeout_s=120.0,
+    data = _small_w1(
+        serve_port, tmp_path / "live", ["round_robin", "firstlight"], seeds=[0],
         report=lines.append,
-    )
-    data = json.loads(paths["results"].read_text())
-    validate_results(data)
+    )  # fmt: skip
     assert [(p["arm"], p["load"]) for p in data["points"]] == [
         ("firstlight", 10.0),
         ("round_robin", 10.0),
@@ -123,21 +133,9 @@ def test_the_waterfall_overflows_across_regions_on_every_seed(
     replica: the driver's global load balancer sends each region's excess to the other,
     where the regions themselves would never send it (spill-over off). One point per
     seed."""
-    paths = run_live_arms(
-        config=_config(serve_port),
-        arms=["waterfall"],
-        workload="W1",
-        seeds=[0, 1],
-        rate_rps=10.0,
-        requests=12,
-        out=tmp_path / "live",
-        params={"groups": 2, "system_tokens": 96, "question_tokens": 8, "output_tokens": 4},
-        timeout_s=60.0,
-        startup_timeout_s=120.0,
-        replica_capacity_rps=2.0,
+    data = _small_w1(
+        serve_port, tmp_path / "live", ["waterfall"], seeds=[0, 1], replica_capacity_rps=2.0
     )
-    data = json.loads(paths["results"].read_text())
-    validate_results(data)
     assert [(p["arm"], p["seed"]) for p in data["points"]] == [("waterfall", 0), ("waterfall", 1)]
     for point in data["points"]:
         assert (point["completed"], point["errors"]) == (12, 0), point
