@@ -424,6 +424,7 @@ def bench_live(
 _TOOLS = {
     "advisor": "The prefix-cache advisor's predicted saving against a measured one.",
     "autoscale": "A load step: a model scales 1 -> 2 replicas and back, failures and TTFT.",
+    "data-path": "How tokens travel replica -> client: Ray handle, replica port, direct.",
     "decision": "Decision time of the routing policies, and hint-mirror memory.",
     "engine": "Engine: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.",
     "engine-table": "The engine and quantization tables of docs/engines.md, from stored runs.",
