@@ -16,8 +16,9 @@ in the test's event loop, with no Ray:
 * the replica views come from the engines' own stats
   (``ReplicaStats.of_engine(...).view(...)``), refreshed before every routing decision,
   as ``choose_replicas`` does;
-* :meth:`FakeRegion.stream` does what Ray and the replica do per request: ``policy.choose``,
-  ``record_decision``, ``record_routed`` (Ray sends to the first tier), then
+* :meth:`FakeRegion.stream` does what Ray and the replica do per request: the decision
+  the gateway committed (or, without one, ``policy.choose`` and ``record_decision``),
+  ``record_routed`` (Ray sends to the first tier), then
   ``ServedBy(replica)`` and the chunks of ``engine.generate(request)``.
 
 Deliberate differences from Ray: the prefix-cache hints are the engines' *true* cache
@@ -198,11 +199,15 @@ class FakeRegion:
             # Ray would hold the request until a replica starts (bounded only by the
             # gateway's first_token_timeout_s); the fake fails the attempt at once.
             raise RuntimeError(f"{model}: stream() called with no replica in the region")
-        started = time.perf_counter()
-        decision = state.policy.choose(
-            RoutingInput(routing, tuple(state.replicas.values()), state.cache or NO_CACHE)
-        )
-        state.record_decision(routing, decision, time.perf_counter() - started)
+        route = state.route_of(routing.request_id)
+        if route is not None and route.chosen is None:
+            decision = route.decision  # the gateway committed its ticket: executed as is
+        else:
+            started = time.perf_counter()
+            decision = state.policy.choose(
+                RoutingInput(routing, tuple(state.replicas.values()), state.cache or NO_CACHE)
+            )
+            state.record_decision(routing, decision, time.perf_counter() - started)
         # Ray sends the request to the first tier; on_request_routed.
         replica = fake.replicas[decision.winner.replica_id]
         state.record_routed(routing.request_id, replica.replica_id)

@@ -18,7 +18,8 @@ RUNS = sorted(
     for pattern in ("*/results.json", "suite/*/results.json")
     for p in BENCHMARKS.glob(pattern)
     # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
-    if p.parent.name not in ("decision", "route-share", "offload-sim", "index-faults", "faults")
+    if p.parent.name
+    not in ("decision", "route-share", "offload-sim", "index-faults", "faults", "data-path")
     and not p.parent.name.startswith(
         (
             "serving-",

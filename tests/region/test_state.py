@@ -514,3 +514,68 @@ def test_the_summary_offers_peers_only_hot_blocks_a_replica_still_caches() -> No
     mirror.apply(BlockEvent("a", 0, stored=(7, 8), removed=()))
     mirror.apply(BlockEvent("a", 0, stored=(), removed=(8,)))  # evicted since it was served
     assert state.summary(frozenset({7, 8, 9})).hot_blocks == frozenset({7})
+
+
+# --- the ticket: one decision per request ----------------------------------------------
+
+
+class _Counting:
+    """Wraps a policy and counts its ``choose`` calls (the Protocol's other hooks pass)."""
+
+    def __init__(self, inner: RoutingPolicy) -> None:
+        self.inner, self.calls = inner, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    def choose(self, data: RoutingInput) -> Decision:
+        self.calls += 1
+        return self.inner.choose(data)
+
+
+def test_a_committed_ticket_is_the_estimate_the_region_decision_read() -> None:
+    clock = FakeClock()
+    policy = _Counting(_firstlight(clock))
+    state = _state(policy, clock, a=0, b=6400)  # type: ignore[arg-type]
+    assert state.estimator is policy  # the cost model is the policy
+    ticket = state.admit(_request("q1"))
+    assert ticket.estimate is not None
+    assert ticket.estimate.winner.replica_id == "a"
+    assert ticket.predicted_ttft_ms == ticket.estimate.winner.predicted_ttft_ms
+    committed = ticket.commit(640)
+    assert committed is ticket.estimate  # not ranked again
+    assert policy.calls == 1
+    route = state.route_of("q1")
+    assert route is not None
+    assert route.decision is committed
+    assert route.chosen is None
+    assert route.decision_s == ticket.estimate_s
+    assert state.unrouted == {"q1": 640}  # queued work until it is routed
+    ticket.routed("a")
+    assert state.unrouted == {}
+    assert route.chosen is not None
+    ticket.finished()
+    assert state.route_of("q1") is None
+
+
+def test_a_baseline_policy_commits_its_own_choice_once() -> None:
+    clock = FakeClock()
+    policy = _Counting(build_policy("least_queue", {}, rng=random.Random(0), clock=clock))
+    state = _state(policy, clock, a=6400, b=0)  # type: ignore[arg-type]
+    ticket = state.admit(_request("q1"))
+    assert policy.calls == 0  # the estimate is the cost model's, not the baseline's
+    committed = ticket.commit(640)
+    assert policy.calls == 1
+    assert committed is not None
+    route = state.route_of("q1")
+    assert route is not None
+    assert route.decision is committed
+
+
+def test_a_ticket_without_replicas_estimates_and_commits_nothing() -> None:
+    state = RouterState(REGION, MODEL, _firstlight(FakeClock()))
+    ticket = state.admit(_request("q1"))
+    assert ticket.estimate is None
+    assert ticket.predicted_ttft_ms is None
+    assert ticket.commit(640) is None
+    assert state.route_of("q1") is None

@@ -16,6 +16,7 @@ from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from tests.serve.cluster import API_KEY, platform_config
 
 MODEL = "sim-chat"
+_AUTH = {"authorization": f"Bearer {API_KEY}"}
 CONCURRENCY_LIMIT = 6
 LIMIT_KEY = "limit-test-key-0123456789abcdef"
 """A key of its own for the concurrency-limit test: other tests' streams, whose slots the
@@ -99,6 +100,37 @@ def test_chat_completion_with_usage_and_route_headers(client: openai.OpenAI) -> 
     assert raw.headers["x-firstlight-replica"] not in ("", "unknown")
     assert float(raw.headers["x-firstlight-predicted-ttft-ms"]) > 0
     assert raw.headers["x-firstlight-simulated"] == "true"
+
+
+def test_tokens_come_from_the_replicas_own_port(
+    platform: LocalPlatform, client: openai.OpenAI
+) -> None:
+    """``gateway.data_path: replica-port`` (the default): the replica counts the streams
+    it served on its port, and the gateway's scrape shows them once its stats arrive."""
+    replicas = set()
+    for i in range(3):
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=[{"role": "user", "content": f"port {i}"}], max_tokens=2
+        )
+        replicas.add(raw.headers["x-firstlight-replica"])
+    (replica,) = replicas  # one replica in api-east
+    endpoint = platform.endpoints["api-east"]
+
+    def served_on_port() -> float:
+        text = httpx.get(f"{endpoint}/metrics", headers=_AUTH, timeout=30).text
+        return max(
+            (
+                float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines()
+                if line.startswith("firstlight_replica_port_streams_total{")
+                and f'replica="{replica}"' in line
+            ),
+            default=0.0,
+        )
+
+    deadline = time.monotonic() + 30  # routing stats arrive every 0.5 s
+    while served_on_port() < 3:
+        assert time.monotonic() < deadline, "the replica served nothing on its port"
 
 
 def test_repeated_prompt_reports_cached_tokens(client: openai.OpenAI) -> None:

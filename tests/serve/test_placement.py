@@ -94,3 +94,21 @@ def test_serve_accepts_the_autoscaling_options() -> None:
 def test_autoscaling_bounds_are_checked_by_name(fields: dict[str, Any], named: str) -> None:
     with pytest.raises(ValidationError, match=named):
         _model(**fields)
+
+
+def test_the_replica_port_is_used_unless_autoscaling_or_the_handle_is_asked_for() -> None:
+    from firstlight.config import parse_config
+    from firstlight.serve.model_server import uses_replica_port
+
+    def config(data_path: str, autoscaling: dict[str, int] | None) -> Any:
+        model = {"name": "m", "engine": "sim", "replicas": 1, "autoscaling": autoscaling}
+        data = {"mode": "local", "regions": [{"name": "r"}], "models": [model]}
+        data["gateway"] = {"data_path": data_path}
+        return parse_config(data, "test")
+
+    fixed, scaled = None, {"min_replicas": 1, "max_replicas": 2}
+    cases = [("replica-port", fixed, True), ("ray-handle", fixed, False)]
+    cases.append(("replica-port", scaled, False))  # Serve's autoscaler counts handle calls
+    for data_path, autoscaling, expected in cases:
+        platform = config(data_path, autoscaling)
+        assert uses_replica_port(platform, platform.models[0]) is expected

@@ -333,7 +333,8 @@ class GatewayCore:
         carry it out: forward to the decision's peers in order, then fall back; retry a
         local attempt that failed before any output, then fail over."""
         state = self.backend.state(prepared.model.name)
-        local = state.estimate(prepared.routing) if state is not None else None
+        ticket = state.admit(prepared.routing) if state is not None else None
+        local = ticket.estimate if ticket is not None else None
         # No router state yet means Ray has not told us of any replica.
         healthy = state is not None and state.healthy_replicas > 0
         ranked = () if hop else self._ranked(prepared, local)
@@ -365,7 +366,7 @@ class GatewayCore:
         while True:
             try:
                 return await self._local.serve(
-                    prepared, "local", local, obs, reason, elsewhere, token_ids=from_peer
+                    prepared, "local", ticket, obs, reason, elsewhere, token_ids=from_peer
                 )
             except ReplicaFailedError as exc:
                 _log.warning("%s: local attempt failed before any output: %s", self.region, exc)
@@ -377,7 +378,8 @@ class GatewayCore:
                         raise self._failed_here(prepared, state) from exc
                     return await self._fail_over(prepared, body, request, obs, local, elsewhere)
                 self.telemetry.migrated(prepared.model.name, "retried")
-                local = state.estimate(prepared.routing)  # another replica, knowing this
+                ticket = state.admit(prepared.routing)  # another replica, knowing this
+                local = ticket.estimate
 
     def _ranked(self, prepared: Prepared, local: Decision | None) -> tuple[PeerChoice, ...]:
         options = self._forwarder.options(prepared.model.name)

@@ -50,9 +50,9 @@ from firstlight.engine.protocol import (
 )
 from firstlight.errors import ApiError, NoCapacityError
 from firstlight.prefix import HashScheme
-from firstlight.region.state import Route, RouterState, ServedBy
+from firstlight.region.state import Route, RouterState, ServedBy, Ticket
 from firstlight.regions.summary import HotPrefixes
-from firstlight.routing import Decision, RequestView
+from firstlight.routing import RequestView
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
 
@@ -164,28 +164,30 @@ class LocalServer:
         self,
         prepared: Prepared,
         route: str,
-        local: Decision | None,
+        ticket: Ticket | None,
         obs: RequestObservation,
         reason: str,
         elsewhere: Elsewhere | None = None,
         token_ids: bool = False,
     ) -> Response:
         """Serve ``prepared`` here (``route`` and ``reason`` label it in headers and
-        metrics; ``local`` is the region decision's estimate). ``elsewhere`` continues the
+        metrics; ``ticket`` is its route in this region, committed here: the transport
+        executes its decision). ``elsewhere`` continues the
         request in a peer region if this one cannot (:meth:`_resume`); ``token_ids``
         (a peer forwarded the request) adds each streamed chunk's token ids
         (:data:`~firstlight.api.resume.TOKENS_FIELD`). Raises
         :class:`ReplicaFailedError` when the replica fails before any output (the gateway
         may try another), :class:`NoCapacityError` after ``first_token_timeout_s``."""
+        local = ticket.estimate if ticket is not None else None
         predicted_ms = local.winner.predicted_ttft_ms if local is not None else None
         name = prepared.model.name
         request_id = prepared.generation.request_id
         span = self.telemetry.begin_route(obs, reason)
         started = time.monotonic()
         state = self.backend.state(name)
-        if state is not None:
+        if ticket is not None:
             cached = local.winner.cached_blocks * prepared.routing.block_size if local else 0
-            state.dispatched(request_id, max(prepared.routing.prompt_tokens - cached, 1))
+            ticket.commit(max(prepared.routing.prompt_tokens - cached, 1))
         chunks = self.backend.stream(
             name, prepared.openai or prepared.generation, prepared.routing, inject(span)
         )

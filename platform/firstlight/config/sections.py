@@ -336,6 +336,15 @@ class GatewayConfig(Section):
     replicas (gRPC handles, user code on the replica's event loop, less request
     logging): fewer milliseconds per request and per streamed item. A setting of the
     Ray cluster, like ``ingress``."""
+    data_path: Literal["replica-port", "ray-handle"] = "replica-port"
+    """How a locally served request's tokens travel from the model replica to the
+    gateway: ``replica-port``, the replica's own TCP port (the gateway chooses the
+    replica and streams from it over a pooled connection: one decision, one hop; the
+    model stays a Ray Serve deployment for placement, health and draining), or
+    ``ray-handle``, the model deployment's Ray handle (Ray's request router executes the
+    gateway's decision). Models with ``autoscaling`` and requests vLLM's OpenAI layer
+    renders always take the handle (Serve's autoscaler counts only the requests its
+    handles carry). docs/architecture.md measures both."""
     replicas: Annotated[int, Field(ge=1, le=64)] = 2
     """Gateway replicas per region, any of which takes any request (the ingress spreads
     connections over them), so losing one leaves the endpoint up. They share per-key

@@ -38,6 +38,7 @@ __all__ = [
     "Route",
     "RouterState",
     "ServedBy",
+    "Ticket",
     "router_state",
     "routers",
     "with_shared_rates",
@@ -321,6 +322,27 @@ class RouterState:
             )
         return self.estimator.choose(RoutingInput(request, views, self.cache))
 
+    def admit(self, request: RequestView) -> Ticket:
+        """The request's ticket in this region: the cost model's estimate now (for the
+        region decision), to be committed if the request is served here. Called by the
+        gateway once per request and once per retry (:mod:`firstlight.api.gateway`)."""
+        started = time.perf_counter()
+        estimate = self.estimate(request)
+        return Ticket(self, request, estimate, time.perf_counter() - started)
+
+    def decide(self, request: RequestView) -> Decision | None:
+        """Run the routing policy for ``request`` and record its decision as the route
+        to execute (``None`` without replicas). Called when no estimate can stand for the
+        policy's choice: a baseline policy, or a resumed stream's continuation."""
+        if not self.replicas:
+            return None
+        started = time.perf_counter()
+        decision = self.policy.choose(
+            RoutingInput(request, tuple(self.replicas.values()), self.cache)
+        )
+        self.record_decision(request, decision, time.perf_counter() - started)
+        return decision
+
     def summary(self, hot_blocks: frozenset[int] = frozenset()) -> ModelSummary:
         """This model's entry in the region's summary for peers: the cost model's floor
         (queueing + step overhead on the best replica, nothing cached), the same averaged
@@ -358,6 +380,52 @@ class RouterState:
             kv_total_blocks=sum(v.kv_cache_blocks or 0 for v in views) if reported else None,
             mean_queue_len=sum(v.queue_len for v in views) / len(views) if views else None,
         )
+
+
+@dataclass(slots=True)
+class Ticket:
+    """One request's route in one region, from the region decision to its end: the only
+    place a replica is chosen for it (:meth:`commit`), reserved (:meth:`routed`),
+    calibrated (:meth:`first_token`) and released (:meth:`finished`).
+
+    Made by :meth:`RouterState.admit`. The gateway commits it when the request is served
+    here; whatever carries the request executes the committed decision — the gateway's
+    replica-port transport, or Ray's request router, which finds the decision recorded
+    under the request id and does not rank the replicas again."""
+
+    state: RouterState
+    request: RequestView
+    estimate: Decision | None
+    """The cost model's view of the best local replica (``None``: no replica)."""
+    estimate_s: float
+    """How long the estimate took (the decision-time metric)."""
+
+    @property
+    def predicted_ttft_ms(self) -> float | None:
+        return None if self.estimate is None else self.estimate.winner.predicted_ttft_ms
+
+    def commit(self, prefill_tokens: int) -> Decision | None:
+        """Serve the request here: its ``prefill_tokens`` count as queued work until it
+        is routed, and its decision is recorded — the estimate itself when the policy is
+        the cost model (one run of it per request), else the policy's own choice."""
+        state = self.state
+        state.dispatched(self.request.request_id, prefill_tokens)
+        if state.estimator is state.policy and self.estimate is not None:
+            state.record_decision(self.request, self.estimate, self.estimate_s)
+            return self.estimate
+        return state.decide(self.request)
+
+    def routed(self, replica_id: str) -> None:
+        """The request left for ``replica_id``: the policy reserves its work there."""
+        self.state.record_routed(self.request.request_id, replica_id)
+
+    def first_token(self, observed_ttft_ms: float) -> None:
+        """Its first token came ``observed_ttft_ms`` after dispatch: calibration."""
+        self.state.first_token(self.request.request_id, observed_ttft_ms)
+
+    def finished(self) -> None:
+        """It ended, any outcome: what the policy holds for it is released."""
+        self.state.finished(self.request.request_id)
 
 
 def with_shared_rates(views: dict[str, ReplicaView]) -> dict[str, ReplicaView]:

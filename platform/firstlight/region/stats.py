@@ -57,6 +57,11 @@ class ReplicaStats:
     """True for the ``sim`` engine: every number is simulated."""
     epoch: int = 0
     """The replica's start time in milliseconds (its hints are fenced by it)."""
+    data_address: str | None = None
+    """``host:port`` where the replica serves its tokens to gateways
+    (:mod:`firstlight.serve.replica_port`); ``None``: through its Ray handle only."""
+    port_streams: int = 0
+    """Streams served on that port since the replica started."""
 
     @classmethod
     def of_engine(
@@ -67,6 +72,8 @@ class ReplicaStats:
         inflight: int = 0,
         accepting: bool = True,
         epoch: int = 0,
+        data_address: str | None = None,
+        port_streams: int = 0,
     ) -> ReplicaStats:
         """The record of an engine's :class:`EngineStats` at time ``at``: built by the
         ModelServer replica and by the benchmark's simulator for its replicas alike."""
@@ -88,6 +95,8 @@ class ReplicaStats:
             accepting=accepting,
             simulated=stats.simulated,
             epoch=epoch,
+            data_address=data_address,
+            port_streams=port_streams,
         )
 
     def to_wire(self) -> dict[str, Any]:

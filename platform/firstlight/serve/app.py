@@ -26,7 +26,12 @@ from firstlight.config import ModelConfig, PlatformConfig, load_config, load_con
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing import build_policy
 from firstlight.serve.gateway_deployment import Gateway
-from firstlight.serve.model_server import ModelServer, hint_key_prefix
+from firstlight.serve.model_server import (
+    MAX_ONGOING_REQUESTS,
+    ModelServer,
+    hint_key_prefix,
+    uses_replica_port,
+)
 from firstlight.serve.placement import replica_placement
 from firstlight.serve.request_router import FirstlightRequestRouter, router_kwargs
 
@@ -34,9 +39,6 @@ __all__ = ["ROUTING_STATS_PERIOD_S", "build_app", "deployment_name", "region_app
 
 ROUTING_STATS_PERIOD_S = 0.5
 """How often each replica reports its load to the routers (through Ray's controller)."""
-MAX_ONGOING_REQUESTS = 256
-"""Requests a replica accepts at once: the engine batches them continuously, so this is
-a safety bound, not the batch size (Ray's default of 5 would starve the batcher)."""
 
 
 def deployment_name(model: ModelConfig) -> str:
@@ -65,6 +67,7 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
             hints=config.hints if hints_enabled else None,
             hint_key_prefix=hint_key_prefix(config, region),
             share_routes=config.gateway.share_routes and config.gateway.replicas > 1,
+            replica_port=uses_replica_port(config, model),
         )
         deployment = _deployment(ModelServer).options(
             name=deployment_name(model),

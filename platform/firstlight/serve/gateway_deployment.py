@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,7 +35,8 @@ from firstlight.hints._redis import redis_client
 from firstlight.region.state import RouterState, ServedBy, router_state
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
-from firstlight.serve.model_server import hint_key_prefix
+from firstlight.serve.model_server import hint_key_prefix, uses_replica_port
+from firstlight.serve.replica_port import ReplicaPortClient, ReplicaPortError
 from firstlight.telemetry import GatewayTelemetry
 from firstlight.telemetry.gateways import ExpositionShare
 from firstlight.telemetry.logs import configure_logging
@@ -43,6 +45,10 @@ from firstlight.telemetry.memory import MemoryGrowth, MemoryProbe, MemoryStatus
 __all__ = ["Gateway", "peer_table"]
 
 _log = logging.getLogger(__name__)
+
+_UNREACHABLE_S = 1.0
+"""How long a replica port that failed to answer is passed over (Ray's own health
+check replaces a dead replica within seconds; a live one answers again at once)."""
 
 
 def peer_table(config: PlatformConfig, region: str, client: httpx.AsyncClient) -> PeerTable:
@@ -112,6 +118,12 @@ class Gateway:
             timeout=httpx.Timeout(connect=2.0, read=300.0, write=10.0, pool=5.0)
         )
         self._peers = peer_table(self._config, region, self._client)
+        self._ports = ReplicaPortClient()
+        self._port_models = {
+            m.name for m in self._config.models if uses_replica_port(self._config, m)
+        }
+        self._unreachable: dict[str, float] = {}
+        """Replica ports that just failed to answer, until when (monotonic)."""
         encoders = {m.name: build_encoder(self._config, m) for m in self._config.models}
         self._telemetry = GatewayTelemetry(
             self._config,
@@ -171,6 +183,63 @@ class Gateway:
         routing: RequestView,
         trace_context: dict[str, str],
     ) -> AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]:
+        """The request's stream, by the decision recorded for it: from the chosen
+        replica's own port (``gateway.data_path: replica-port``), else through the
+        model's handle, whose request router executes the same decision."""
+        state = self.state(model)
+        target = None
+        if model in self._port_models and isinstance(request, GenerationRequest) and state:
+            target = self._port_target(state, routing)
+        if target is not None and isinstance(request, GenerationRequest):
+            replica_id, address = target
+            state.record_routed(routing.request_id, replica_id)  # type: ignore[union-attr]
+            stream = self._ports.stream(address, request, routing, trace_context)
+            try:
+                async with contextlib.aclosing(stream):
+                    async for item in stream:
+                        yield item
+            except ReplicaPortError:
+                self._unreachable[address] = time.monotonic() + _UNREACHABLE_S
+                raise
+            return
+        async for served in self._handle_stream(model, request, routing, trace_context):
+            yield served
+
+    def _port_target(self, state: RouterState, routing: RequestView) -> tuple[str, str] | None:
+        """The best-ranked replica of the request's decision that serves on a port and
+        did not just fail to answer there (a retry then takes the next one); ``None``
+        when no replica has published a port yet (its stats have not come): the handle
+        path serves it. Raises :class:`ReplicaPortError` when every published port just
+        failed to answer (the replicas died: the gateway retries, then fails over, as
+        it would if the handle had failed)."""
+        route = state.route_of(routing.request_id)
+        decision = route.decision if route is not None else state.decide(routing)
+        if decision is None:
+            return None
+        now, published = time.monotonic(), 0
+        for candidate in decision.ranked:
+            stats = state.stats.get(candidate.replica_id)
+            if stats is None or stats.data_address is None or not stats.accepting:
+                continue
+            if candidate.replica_id not in state.replicas:
+                continue
+            published += 1
+            if self._unreachable.get(stats.data_address, 0.0) > now:
+                continue
+            return candidate.replica_id, stats.data_address
+        if published:
+            raise ReplicaPortError(
+                f"none of the {published} replica ports of the decision answered just now"
+            )
+        return None
+
+    async def _handle_stream(
+        self,
+        model: str,
+        request: GenerationRequest | OpenAICall,
+        routing: RequestView,
+        trace_context: dict[str, str],
+    ) -> AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]:
         handle = self._handles[model].options(stream=True)
         response: Any = handle.generate.remote(
             request, routing=routing, trace_context=trace_context
@@ -213,4 +282,5 @@ class Gateway:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         await self._client.aclose()
+        await self._ports.aclose()
         self._telemetry.shutdown()

@@ -51,6 +51,7 @@ from firstlight.errors import EngineDeadError, HintsError, InvalidRequestError, 
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
+from firstlight.serve.replica_port import ReplicaPortServer
 from firstlight.telemetry.engine_metrics import publish_engine_metrics
 from firstlight.telemetry.logs import configure_logging
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
@@ -61,6 +62,20 @@ _log = logging.getLogger(__name__)
 
 _FLUSH_INTERVAL_S = 0.1
 """How often re-announced prompt blocks are published in one batch."""
+MAX_ONGOING_REQUESTS = 256
+"""Requests a replica accepts at once, through its handle and its port together: the
+engine batches them continuously, so this is a safety bound, not the batch size (Ray's
+default of 5 would starve the batcher)."""
+DRAIN_TIMEOUT_S = 30.0
+"""How long a stopping replica waits for the streams of its port (Serve waited for its
+own requests already; ``graceful_shutdown_timeout_s`` is the same)."""
+
+
+def uses_replica_port(config: PlatformConfig, model: ModelConfig) -> bool:
+    """Whether ``model``'s replicas serve their tokens on their own port
+    (``gateway.data_path``): not when Serve's autoscaler must see the load, which it
+    counts at the handles only."""
+    return config.gateway.data_path == "replica-port" and model.autoscaling is None
 
 
 def hint_key_prefix(config: PlatformConfig, region: str) -> str:
@@ -105,6 +120,12 @@ class ModelServer:
         self._accepting = True
         self._started_at = time.time()
         self._tracer = build_tracer(self._config.telemetry, region, "replica")
+        self._drained: asyncio.Event | None = None
+        self._port: ReplicaPortServer | None = None
+        if uses_replica_port(self._config, self._model):
+            self._port = ReplicaPortServer(
+                self.generate, lambda: self._accepting, lambda: self._inflight, MAX_ONGOING_REQUESTS
+            )
 
     # --- called by Ray -------------------------------------------------------------------
 
@@ -178,6 +199,8 @@ class ModelServer:
             raise
         finally:
             self._inflight -= 1
+            if self._inflight == 0 and self._drained is not None:
+                self._drained.set()
             engine_span.set_attribute("gen_ai.usage.output_tokens", output_tokens)
             engine_span.end()
             replica_span.end()
@@ -186,12 +209,15 @@ class ModelServer:
         """Load and rates for the router: a :class:`ReplicaStats` as plain data (Ray
         carries it to every router process)."""
         self._ensure_tasks()
+        port = self._port
         return ReplicaStats.of_engine(
             self._engine.stats(),
             at=time.time(),
             inflight=self._inflight,
             accepting=self._accepting,
             epoch=self._epoch,
+            data_address=None if port is None else port.address,
+            port_streams=0 if port is None else port.counters.streams,
         ).to_wire()
 
     async def check_health(self) -> None:
@@ -214,9 +240,17 @@ class ModelServer:
         }
 
     async def __del__(self) -> None:
-        """Graceful shutdown: Ray has stopped routing here and waited for in-flight
-        requests; stop publishing and shut the engine down."""
+        """Graceful shutdown: Ray has stopped routing here and waited for the requests
+        its handles carried; the port refuses new streams (gateways that have not heard
+        yet try another replica) and those in flight on it finish (up to
+        :data:`DRAIN_TIMEOUT_S`); then publishing stops and the engine shuts down."""
         self._accepting = False
+        if self._port is not None:
+            await self._port.close()
+            if self._inflight:
+                self._drained = asyncio.Event()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._drained.wait(), DRAIN_TIMEOUT_S)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -230,10 +264,20 @@ class ModelServer:
     def _ensure_tasks(self) -> None:
         if self._tasks:
             return
+        if self._port is not None:
+            self._tasks.append(asyncio.get_running_loop().create_task(self._open_port()))
         if not self._engine.simulated:  # vLLM's own metrics, into the region's /metrics
             self._tasks.append(asyncio.get_running_loop().create_task(self._publish_metrics()))
         if self._hints_enabled:
             self._tasks.append(asyncio.get_running_loop().create_task(self._publish_hints()))
+
+    async def _open_port(self) -> None:
+        """Listen on this node's address; the routing stats publish it once it is up."""
+        assert self._port is not None
+        from ray.util import get_node_ip_address
+
+        address = await self._port.start(get_node_ip_address())  # type: ignore[no-untyped-call]
+        _log.info("replica %s serves its tokens on %s", self._replica_id, address)
 
     async def _publish_metrics(self) -> None:
         """vLLM's ``vllm:*`` metrics to Redis: :mod:`firstlight.telemetry.engine_metrics`."""

@@ -10,9 +10,11 @@ Ray Serve builds one router per deployment handle, in the process that holds the
 * :meth:`update_replicas` when the replica set changes (long poll).
 * :meth:`choose_replicas` for every routing attempt: reads the
   :class:`~firstlight.routing.RequestView` the gateway passed as the ``routing`` keyword
-  of the handle call, the replicas' routing stats, Ray's queue-length cache and the hint
-  mirror; asks the policy; returns its ranking as tiers (best first). It never awaits
-  anything: no Redis, no actor call.
+  of the handle call; when the gateway committed the request's ticket
+  (:class:`~firstlight.region.Ticket`) it returns that decision's ranking as tiers,
+  without ranking again; otherwise (a caller without a ticket) it asks the policy with
+  the replicas' routing stats, Ray's queue-length cache and the hint mirror. It never
+  awaits anything: no Redis, no actor call.
 * :meth:`on_request_routed` once Ray has sent the request: the policy reserves it.
 
 The gateway reads what the router knows through :mod:`firstlight.region.state`.
@@ -54,9 +56,13 @@ def router_kwargs(
     hints: HintsConfig | None,
     hint_key_prefix: str,
     share_routes: bool = False,
+    replica_port: bool = False,
 ) -> dict[str, Any]:
-    """The JSON-serializable ``request_router_kwargs`` the app builder passes to Ray."""
+    """The JSON-serializable ``request_router_kwargs`` the app builder passes to Ray
+    (``replica_port``: the gateway streams from the replicas' ports, so Ray's
+    queue-length cache, which counts only handle calls, does not describe the queues)."""
     return {
+        "replica_port": replica_port,
         "region": region,
         "model": model,
         "policy": policy,
@@ -85,6 +91,7 @@ class FirstlightRequestRouter(RequestRouter):
         )
         self._state = RouterState(region=region, model=model, policy=policy, clock=time.time)
         self._measured: set[str] = set()
+        self._ray_queues = not kwargs.get("replica_port", False)
         hints = kwargs.get("hints")
         if hints is not None:
             config = HintsConfig.model_validate(hints)
@@ -148,7 +155,11 @@ class FirstlightRequestRouter(RequestRouter):
             rid = replica.replica_id.unique_id
             stats = self._state.stats.get(rid, ReplicaStats())
             if stats.accepting:
-                queue_len = self._replica_queue_len_cache.get(replica.replica_id)
+                queue_len = (
+                    self._replica_queue_len_cache.get(replica.replica_id)
+                    if self._ray_queues
+                    else None
+                )
                 views[rid] = stats.view(rid, self._state.region, queue_len)
                 if views[rid].prefill_tokens_per_s and rid not in self._measured:
                     self._measured.add(rid)
@@ -168,6 +179,12 @@ class FirstlightRequestRouter(RequestRouter):
         if not isinstance(request, RequestView) or not self._state.replicas:
             return [candidate_replicas]
         by_id = {r.replica_id.unique_id: r for r in candidate_replicas}
+        route = self._state.route_of(request.request_id)
+        if route is not None and route.chosen is None:
+            # The gateway committed this request's ticket: execute its decision.
+            tiers = [[by_id[c.replica_id]] for c in route.decision.ranked if c.replica_id in by_id]
+            if tiers:
+                return tiers
         views = tuple(self._state.replicas.values())
         started = time.perf_counter()
         decision = self._state.policy.choose(

@@ -223,6 +223,13 @@ CATALOG: tuple[MetricSpec, ...] = (
         "Speculative draft tokens the target model accepted.",
         ("region", "model", "replica"),
     ),
+    MetricSpec(
+        "firstlight.replica.port.streams",
+        "observable_counter",
+        "{request}",
+        "Streams the replica served on its own port (gateway.data_path: replica-port).",
+        ("region", "model", "replica"),
+    ),
     # --- prefix-cache hints -------------------------------------------------------------
     MetricSpec(
         "firstlight.hints.mirror.blocks",

@@ -34,6 +34,7 @@ _STAT: dict[str, Callable[[ReplicaStats], float]] = {
     "firstlight.replica.prefix_cache.hit_tokens": lambda s: s.prefix_cache_hits,
     "firstlight.replica.spec_decode.draft_tokens": lambda s: s.spec_draft_tokens,
     "firstlight.replica.spec_decode.accepted_tokens": lambda s: s.spec_accepted_tokens,
+    "firstlight.replica.port.streams": lambda s: s.port_streams,
 }
 _QUEUE = "firstlight.replica.queue_depth"
 

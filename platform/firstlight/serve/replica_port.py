@@ -1,0 +1,400 @@
+"""A model replica's own port: the tokens of a locally served request in one hop.
+
+Why: Ray's handle path costs about 4.5 ms per request on top of the transport, and
+limits one ingress to a fraction of the requests per second a plain TCP stream carries
+(``firstlight bench data-path``, docs/architecture.md). With ``gateway.data_path:
+replica-port`` the gateway chooses the replica itself (its ticket's decision) and
+streams from that replica's port; the model stays a Ray Serve deployment for placement,
+health checks, replacement and draining, and publishes its address in its routing stats
+(``ReplicaStats.data_address``).
+
+* :class:`ReplicaPortServer` runs in the ModelServer replica
+  (:mod:`firstlight.serve.model_server`): started on the replica's loop, it serves one
+  stream at a time per connection, refuses new streams while the replica drains or is
+  at its bound (``busy`` frames: the gateway tries another replica), aborts a stream
+  whose connection closed (the client went away), and counts what it served.
+* :class:`ReplicaPortClient` runs in the gateway (:mod:`firstlight.serve.gateway_deployment`):
+  a pool of keep-alive connections per address; :meth:`ReplicaPortClient.stream` yields
+  what the replica's ``generate`` yields (a ``ServedBy``, then ``GenerationChunk``s) and
+  raises what the handle path raises (``InvalidRequestError``, ``EngineDeadError``) or
+  :class:`ReplicaPortError` when the connection fails or the replica refuses.
+
+Wire format: length-prefixed frames (4 bytes, big-endian, then UTF-8 JSON); a request
+frame, then item frames, then an empty frame that ends the stream. TCP's flow control
+is the backpressure: the replica awaits ``drain()`` after every frame. The port trusts
+its callers as Ray's own inter-replica ports do; the cluster's network policy keeps
+it inside the region.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import struct
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings, Usage
+from firstlight.errors import EngineDeadError, InvalidRequestError
+from firstlight.prefix import LoraKey
+from firstlight.region.state import ServedBy
+from firstlight.routing import RequestView
+
+__all__ = [
+    "MAX_FRAME_BYTES",
+    "ReplicaPortClient",
+    "ReplicaPortError",
+    "ReplicaPortServer",
+    "decode_request",
+    "encode_request",
+]
+
+_log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct("!I")
+MAX_FRAME_BYTES = 64 * 1024 * 1024
+"""A frame above this is refused (a request frame of the longest prompts is a few MiB)."""
+_IDLE_PER_ADDRESS = 64
+"""Idle connections the gateway keeps per replica (more are closed after use)."""
+
+Generate = Callable[[GenerationRequest, RequestView, dict[str, str]], AsyncIterator[Any]]
+"""The replica's stream of one request (``ModelServer.generate``)."""
+
+
+class ReplicaPortError(ConnectionError):
+    """The replica's port could not be reached, broke the stream, or refused it
+    (``busy``: draining or at its bound). Before the first chunk the gateway tries
+    another replica; after it, the stream is resumed (:mod:`firstlight.api.migration`)."""
+
+
+# --- frames and the codec ----------------------------------------------------------------
+
+
+def _frame(payload: bytes) -> bytes:
+    return _HEADER.pack(len(payload)) + payload
+
+
+async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+    (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
+    if size > MAX_FRAME_BYTES:
+        raise ReplicaPortError(f"a frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    return await reader.readexactly(size) if size else b""
+
+
+def encode_request(
+    request: GenerationRequest, routing: RequestView, trace_context: dict[str, str]
+) -> bytes:
+    """The request frame's payload (the gateway's side)."""
+    s = request.sampling
+    data = {
+        "id": request.request_id,
+        "prompt": request.prompt_token_ids,
+        "sampling": [s.max_tokens, s.temperature, s.top_p, s.seed, s.stop, s.defaulted],
+        "salt": request.cache_salt,
+        "lora": None if request.lora is None else [request.lora.name, request.lora.path],
+        "resumed": request.resumed_tokens,
+        "routing": [routing.prompt_tokens, routing.block_hashes, routing.block_size],
+        "trace": trace_context,
+    }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def decode_request(payload: bytes) -> tuple[GenerationRequest, RequestView, dict[str, str]]:
+    """The request, its routing view and trace context from a request frame (the
+    replica's side). Raises ``InvalidRequestError`` for a malformed frame."""
+    try:
+        data = json.loads(payload)
+        max_tokens, temperature, top_p, seed, stop, defaulted = data["sampling"]
+        sampling = SamplingSettings(
+            int(max_tokens),
+            float(temperature),
+            float(top_p),
+            None if seed is None else int(seed),
+            tuple(str(x) for x in stop),
+            tuple(str(x) for x in defaulted),
+        )
+        lora = None if data["lora"] is None else LoraKey(*map(str, data["lora"]))
+        request = GenerationRequest(
+            str(data["id"]),
+            tuple(int(t) for t in data["prompt"]),
+            sampling,
+            None if data["salt"] is None else str(data["salt"]),
+            lora,
+            int(data["resumed"]),
+        )
+        prompt_tokens, hashes, block_size = data["routing"]
+        routing = RequestView(
+            request.request_id, int(prompt_tokens), tuple(int(h) for h in hashes), int(block_size)
+        )
+        trace = {str(k): str(v) for k, v in dict(data["trace"]).items()}
+    except (ValueError, TypeError, KeyError) as exc:
+        raise InvalidRequestError(f"malformed replica-port request: {exc}") from exc
+    return request, routing, trace
+
+
+def _encode_item(item: ServedBy | GenerationChunk) -> bytes:
+    if isinstance(item, ServedBy):
+        data: dict[str, Any] = {"served_by": item.replica_id}
+    else:
+        usage = item.usage
+        data = {
+            "tokens": item.token_ids,
+            "text": item.text,
+            "finish": item.finish_reason,
+            "usage": None
+            if usage is None
+            else [usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens],
+        }
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
+def _encode_error(exc: BaseException) -> bytes:
+    if isinstance(exc, InvalidRequestError):
+        data = {"error": "invalid", "message": str(exc), "param": exc.param}
+    elif isinstance(exc, EngineDeadError):
+        data = {"error": "dead", "message": str(exc)}
+    else:
+        data = {"error": "failed", "message": f"{type(exc).__name__}: {exc}"}
+    return json.dumps(data).encode()
+
+
+def _busy(reason: str) -> bytes:
+    return json.dumps({"error": "busy", "message": reason}).encode()
+
+
+def _decode_item(payload: bytes, request_id: str) -> ServedBy | GenerationChunk:
+    data = json.loads(payload)
+    if "served_by" in data:
+        return ServedBy(str(data["served_by"]))
+    error = data.get("error")
+    if error == "invalid":
+        raise InvalidRequestError(str(data["message"]), param=data.get("param"))
+    if error == "dead":
+        raise EngineDeadError(str(data["message"]))
+    if error is not None:
+        raise ReplicaPortError(f"the replica's port: {error}: {data['message']}")
+    usage = data["usage"]
+    return GenerationChunk(
+        request_id,
+        tuple(data["tokens"]),
+        data["text"],
+        data["finish"],
+        None if usage is None else Usage(*usage),
+    )
+
+
+# --- the replica's side ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class PortCounters:
+    """What the port served since the replica started (its routing stats carry them)."""
+
+    streams: int = 0
+    refused: int = 0
+    aborted: int = 0
+    """Streams whose connection closed before their end (the client went away)."""
+
+
+class ReplicaPortServer:
+    """The replica's port (see the module docstring). ``generate`` streams one request;
+    ``accepting`` says whether new streams are taken; ``busy`` says, with the bound
+    ``max_streams``, whether the replica is full."""
+
+    def __init__(
+        self,
+        generate: Generate,
+        accepting: Callable[[], bool],
+        inflight: Callable[[], int],
+        max_streams: int,
+    ) -> None:
+        self._generate = generate
+        self._accepting = accepting
+        self._inflight = inflight
+        self._max_streams = max_streams
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self.counters = PortCounters()
+        self.address: str | None = None
+
+    async def start(self, host: str) -> str:
+        """Listen on a free port of ``host``; returns ``host:port``. Called once by the
+        replica on its own event loop."""
+        self._server = await asyncio.start_server(self._connection, host, 0)
+        port = self._server.sockets[0].getsockname()[1]
+        self.address = f"{host}:{port}"
+        return self.address
+
+    async def close(self) -> None:
+        """Stop taking connections; streams in flight go on (the replica's drain waits
+        for them, then the engine stops)."""
+        if self._server is not None:
+            self._server.close()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._connections.add(task)
+        try:
+            while True:
+                try:
+                    payload = await _read_frame(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return  # the gateway closed an idle connection
+                if not await self._one(payload, reader, writer):
+                    return
+        finally:
+            if task is not None:
+                self._connections.discard(task)
+            writer.close()
+
+    async def _one(
+        self, payload: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Serve one request frame; ``False`` when the connection is done with."""
+        if not self._accepting() or self._inflight() >= self._max_streams:
+            self.counters.refused += 1
+            reason = "draining" if not self._accepting() else "at max_ongoing_requests"
+            writer.write(_frame(_busy(reason)))
+            await writer.drain()
+            return True
+        try:
+            request, routing, trace = decode_request(payload)
+        except InvalidRequestError as exc:
+            writer.write(_frame(_encode_error(exc)))
+            await writer.drain()
+            return False  # a frame this port cannot read: the peer is not a gateway
+        self.counters.streams += 1
+        stream = self._generate(request, routing, trace)
+        # The connection is idle while the stream runs: its end means the gateway closed
+        # it (its client went away), and this task is cancelled, which stops the
+        # engine's work on the request. The watch is cancelled before the end frame goes
+        # out, so that it never reads a byte of the gateway's next request.
+        task = asyncio.current_task()
+        assert task is not None
+
+        def stop(_: asyncio.Future[bytes]) -> None:
+            task.cancel()
+
+        closed = asyncio.ensure_future(reader.read(1))
+        closed.add_done_callback(stop)
+        failure: Exception | None = None
+        try:
+            async for item in stream:
+                writer.write(_frame(_encode_item(item)))
+                await writer.drain()
+        except asyncio.CancelledError:
+            if not closed.done() or task.uncancel() > 0:
+                raise  # not the watch's doing: the server is stopping
+            self.counters.aborted += 1
+            return False
+        except ConnectionError:
+            self.counters.aborted += 1
+            return False
+        except Exception as exc:  # the engine failed: the gateway is told, the port stays
+            failure = exc
+        finally:
+            closed.remove_done_callback(stop)
+            spoke = closed.done()  # bytes or EOF during a stream: the peer is gone
+            if not spoke:
+                closed.cancel()
+            await _aclose(stream)
+        if spoke:
+            return False
+        try:
+            if failure is not None:
+                writer.write(_frame(_encode_error(failure)))
+            writer.write(_frame(b""))
+            await writer.drain()
+        except ConnectionError:
+            return False
+        return True
+
+
+async def _aclose(stream: AsyncIterator[Any]) -> None:
+    close = getattr(stream, "aclose", None)
+    if close is not None:
+        with contextlib.suppress(Exception):
+            await close()
+
+
+# --- the gateway's side ------------------------------------------------------------------
+
+
+_Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class ReplicaPortClient:
+    """Pooled connections to the replicas' ports (see the module docstring). One per
+    gateway process, used on its event loop only."""
+
+    def __init__(self, connect_timeout_s: float = 2.0) -> None:
+        self._idle: dict[str, list[_Connection]] = {}
+        self._connect_timeout_s = connect_timeout_s
+
+    async def stream(
+        self,
+        address: str,
+        request: GenerationRequest,
+        routing: RequestView,
+        trace_context: dict[str, str],
+    ) -> AsyncGenerator[ServedBy | GenerationChunk, None]:
+        """What the replica at ``address`` streams for ``request``. Closing the iterator
+        before its end closes the connection, which stops the replica's work."""
+        reader, writer = await self._connection(address)
+        clean = False
+        try:
+            writer.write(_frame(encode_request(request, routing, trace_context)))
+            await writer.drain()
+            while True:
+                payload = await _read_frame(reader)
+                if not payload:
+                    clean = True
+                    return
+                item = _decode_item(payload, request.request_id)
+                yield item
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            if isinstance(exc, ReplicaPortError):
+                raise
+            raise ReplicaPortError(f"the replica at {address} broke the stream: {exc!r}") from exc
+        finally:
+            if clean:
+                self._release(address, reader, writer)
+            else:
+                writer.close()
+
+    async def _connection(self, address: str) -> _Connection:
+        pool = self._idle.get(address)
+        while pool:
+            reader, writer = pool.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        host, port = address.rsplit(":", 1)
+        try:
+            async with asyncio.timeout(self._connect_timeout_s):
+                return await asyncio.open_connection(host, int(port))
+        except (TimeoutError, OSError) as exc:
+            raise ReplicaPortError(f"cannot reach the replica at {address}: {exc!r}") from exc
+
+    def _release(
+        self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        pool = self._idle.setdefault(address, [])
+        if len(pool) < _IDLE_PER_ADDRESS and not writer.is_closing():
+            pool.append((reader, writer))
+        else:
+            writer.close()
+
+    def forget(self, keep: set[str]) -> None:
+        """Close idle connections to addresses not in ``keep`` (replicas that left)."""
+        for address in [a for a in self._idle if a not in keep]:
+            for _, writer in self._idle.pop(address):
+                writer.close()
+
+    async def aclose(self) -> None:
+        """Close every idle connection (the gateway is stopping)."""
+        self.forget(set())
