@@ -207,8 +207,16 @@ def test_the_generated_section_says_where_it_came_from_and_whether_the_goal_held
     assert "`firstlight bench serving --out docs/benchmarks/x` at commit `0123456789ab`" in section
     assert "ingress `haproxy`, throughput-optimized data plane on" in section
     assert "| **Firstlight**, `/v1/completions` with token ids, streamed | 4.00 |" in section
-    assert "TTFT +3.00 ms (met)" in section  # 4 - 1: the goal is inclusive
-    assert "over the bare Ray Serve app: TTFT +1.00 ms" in section
+    assert (
+        "TTFT added over the engine: p50 +3.00 ms (goal ≤ 5: met), p99 +3.00 ms "
+        "(goal ≤ 15: met)." in section  # 4 - 1
+    )
+    assert (
+        "Firstlight over the bare Ray Serve app: p50 +1.00 ms, p99 +1.00 ms "
+        "(goal: below it: **missed**)." in section
+    )
+    # 90 requests/s with 0.75 gateway cores at one gateway's best level (blocks averaged)
+    assert "One gateway's requests/s per core it used: 120 (goal ≥ 384: **missed**)." in section
     assert "| 1 | 8 | 90.0 | 10.0 | 10.0 | 0 | 1.50 |" in section  # two blocks, averaged
     assert "| 2 | 8 | 180.0 | 10.0 | 10.0 | 0 | 2.00 |" in section
     assert "| gateways | requests/s | gateways | clients | total |" in section
