@@ -10,14 +10,17 @@ the platform's own cost, and the report says ``"simulated_engine": true``.
 
 1. Overhead: ``--requests`` sequential requests per path (after 20 warm-up ones), the
    same random token prompts on each (the HTTP paths take turns request by request, then
-   ``handle``, then ``direct``); TTFT (first chunk, or first SSE ``data:`` event) and
-   end-to-end, p50/p90/p99, timed by the caller:
+   ``port``, ``handle``, then ``direct``); TTFT (first chunk, or first SSE ``data:``
+   event) and end-to-end, p50/p90/p99, timed by the caller:
 
    * ``direct``: a ``SimEngine`` (``instant``) in this process, no Ray;
+   * ``port``: the replicas' own ports from this process, taking turns, as a gateway
+     streams from them (:mod:`firstlight.serve.replica_port`): the data path's hop alone;
    * ``handle``: the model deployment's Ray handle from this process (Firstlight's
      request router then runs here): Ray routing and the replica hop, no gateway;
    * ``http_tokens``: streaming ``POST /v1/completions``, ``prompt`` as token ids
-     (httpx, keep-alive): Serve's HTTP proxy → gateway → router → replica;
+     (httpx, keep-alive): the ingress → gateway → the chosen replica's port (or its
+     handle, with ``gateway.data_path: ray-handle``);
    * ``http_chat_text``: streaming chat completions, a text prompt as long once
      templated (the sim byte-level encoder, not a real tokenizer);
    * ``http_floor``: ``GET /healthz`` (proxy → gateway, no model call);
@@ -25,7 +28,10 @@ the platform's own cost, and the report says ``"simulated_engine": true``.
      shape (ingress → 2-replica deployment streaming ``max_tokens + 1`` items as SSE).
 
    ``added_ms`` subtracts percentiles (not a percentile of differences); ``target``
-   checks the issue's goal, ``http_tokens - direct`` p50 ≤ 3 ms.
+   checks an earlier issue's goal, ``http_tokens - direct`` p50 ≤ 3 ms (the page shows
+   the current goals); ``decision_mean_us`` is the gateways' mean policy time per
+   decision, from their ``/metrics`` histogram. The page splits ``http_tokens``'s TTFT
+   p50 by hop (:func:`~firstlight_bench.serving_report.hops`) and draws it (``hops.png``).
 2. Capacity per gateway count (``--gateways 1,2``: ``gateway.replicas``), the region
    redeployed for each, in A B B A blocks: closed-loop clients at each ``--concurrency``
    for ``--duration`` s, and the cores each group of processes used meanwhile
@@ -80,6 +86,7 @@ from firstlight_bench.serving_report import (
     capacity,
     markers,
     phase,
+    plot_hops,
     render,
     render_markdown,
     target,
@@ -95,10 +102,19 @@ _VOCAB = (1000, 40_000)
 _CHAT_TEMPLATE = "<user>\n{}\n<assistant>\n"  # SimPromptEncoder's: one token per byte
 _JSON = {"content-type": "application/json"}
 _CHAT = "/v1/chat/completions"
-_PATHS = ("direct", "handle", "http_floor", "ray_serve_floor", "http_tokens", "http_chat_text")
+_PATHS = (
+    "direct",
+    "port",
+    "handle",
+    "http_floor",
+    "ray_serve_floor",
+    "http_tokens",
+    "http_chat_text",
+)
 _COMPARISONS = (  # (path, baseline)
     ("http_tokens", "direct"),  # the platform's added latency: the issue's target
     ("http_tokens", "ray_serve_floor"),  # Firstlight's own share over bare Ray Serve
+    ("port", "direct"),  # the replica port's hop (the platform's data path)
     ("handle", "direct"),  # Ray routing + the replica hop
     ("http_tokens", "handle"),  # HTTP proxy + gateway
     ("http_chat_text", "http_tokens"),  # chat template + tokenizing text
@@ -138,6 +154,53 @@ async def _direct(
     finally:
         await engine.shutdown()
     return timings[WARM_UP:]
+
+
+async def _port(
+    deployment: str, requests: Sequence[tuple[GenerationRequest, RequestView]]
+) -> list[Timing]:
+    """The replica port's hop alone: this process streams from the replicas' own ports
+    (taking turns), as a gateway does, with no HTTP and no routing."""
+    from ray.serve.handle import DeploymentHandle
+
+    from firstlight.serve.replica_port import ReplicaPortClient
+
+    handle: Any = DeploymentHandle(deployment, REGION)
+    addresses: list[str] = []
+    try:
+        for _ in range(50):  # Ray spreads these calls over the replicas
+            address = (await handle.info.remote())["data_address"]
+            if address is None:
+                raise BenchError("a replica serves no port (gateway.data_path: ray-handle?)")
+            if address not in addresses:
+                addresses.append(address)
+            if len(addresses) == 2:
+                break
+    finally:
+        await handle.shutdown_async()
+    client, timings = ReplicaPortClient(), []
+    try:
+        for i, (request, view) in enumerate(requests):
+            start = time.perf_counter()
+            stream = client.stream(addresses[i % len(addresses)], request, view, {})
+            timings.append(await _time_stream(start, stream))
+    finally:
+        await client.aclose()
+    return timings[WARM_UP:]
+
+
+def _decision_mean_us(endpoint: str) -> float | None:
+    """The mean time the gateways' routing policy took per decision (their
+    ``firstlight_route_decision_duration_seconds`` histogram's sum over its count)."""
+    text = httpx.get(f"{endpoint}/metrics", timeout=30).text
+    total = {"_sum": 0.0, "_count": 0.0}
+    for line in text.splitlines():
+        for suffix in total:
+            if line.startswith(f"firstlight_route_decision_duration_seconds{suffix}"):
+                total[suffix] += float(line.rsplit(" ", 1)[1])
+    if not total["_count"]:
+        return None
+    return round(total["_sum"] / total["_count"] * 1e6, 1)
 
 
 async def _handle(
@@ -263,13 +326,16 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
         for i in range(n)
     ]
     scheme, run = HashScheme.for_model(model, config.hints), uuid.uuid4().hex[:8]
-    handle_requests = [
-        (
-            GenerationRequest(f"handle-{run}-{i}", t, SamplingSettings(k)),
-            RequestView(f"handle-{run}-{i}", len(t), hint_hashes(t, scheme), scheme.block_size),
-        )
-        for i, t in enumerate(prompts)
-    ]
+    handle_requests, port_requests = (
+        [
+            (
+                GenerationRequest(f"{path}-{run}-{i}", t, SamplingSettings(k)),
+                RequestView(f"{path}-{run}-{i}", len(t), hint_hashes(t, scheme), scheme.block_size),
+            )
+            for i, t in enumerate(prompts)
+        ]
+        for path in ("handle", "port")
+    )
     base = endpoint.rsplit("/", 1)[0]
     http: dict[str, Callable[[httpx.Client, int], Timing]] = {
         "ray_serve_floor": lambda c, i: _stream_once(c, f"{base}/{FLOOR_APP}", token_bodies[i]),
@@ -284,12 +350,19 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
             for name, once in http.items():
                 t[name].append(once(client, i))
     t = {name: timings[WARM_UP:] for name, timings in t.items()}
+    decision_us = _decision_mean_us(endpoint)
+    t["port"] = asyncio.run(_port(deployment_name(model), port_requests))
     t["handle"] = asyncio.run(_handle(deployment_name(model), handle_requests))
     t["direct"] = asyncio.run(_direct(model, config, prompts, k))
     serve.delete(FLOOR_APP)
     paths = {name: phase(t[name]) for name in _PATHS}
     added = {f"{o} - {b}": added_latency(paths[b], paths[o]) for o, b in _COMPARISONS}
-    return {"paths": paths, "added_ms": added, "target": target(added["http_tokens - direct"])}
+    return {
+        "paths": paths,
+        "added_ms": added,
+        "target": target(added["http_tokens - direct"]),
+        "decision_mean_us": decision_us,
+    }
 
 
 def rewrite_page(page: Path) -> None:
@@ -450,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     print(render(report))
     if args.out is not None:
         store_section(report, args.out, args.page, markers, render_markdown)
+        plot_hops(report, args.out / "hops.png")
     else:
         print(json.dumps(report, indent=2))
     return report

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from firstlight.telemetry.rolling import percentile
@@ -20,8 +21,10 @@ __all__ = [
     "Timing",
     "added_latency",
     "capacity",
+    "hops",
     "markers",
     "phase",
+    "plot_hops",
     "render",
     "render_markdown",
     "summarize",
@@ -204,12 +207,67 @@ def render(report: dict[str, Any]) -> str:
 
 _PATH_LABELS = {
     "direct": "engine called directly (in process)",
+    "port": "a replica's own port from the benchmark's process (no HTTP, no routing)",
     "handle": "Ray handle + FirstlightRequestRouter (no HTTP)",
     "http_floor": "`GET /healthz` (ingress + gateway, no model call)",
     "ray_serve_floor": "bare Ray Serve app of the same shape (ingress → 2 replicas, SSE)",
     "http_tokens": "**Firstlight**, `/v1/completions` with token ids, streamed",
     "http_chat_text": "Firstlight, `/v1/chat/completions` with text",
 }
+
+
+def hops(report: dict[str, Any]) -> list[tuple[str, float]] | None:
+    """``http_tokens``'s TTFT p50 split by hop, in ms (differences of medians, so the
+    parts add up to the whole only roughly): the engine, the replica port's hop, the
+    ingress with the gateway's HTTP (``GET /healthz``), and the gateway's own work on a
+    completion, with the routing decision's mean inside it. ``None`` for a report
+    without the ``port`` path (made before it existed)."""
+    overhead = report["overhead"]
+    p50 = {path: stats["ttft_ms"]["p50"] for path, stats in overhead["paths"].items()}
+    if "port" not in p50:
+        return None
+    parts = [
+        ("engine (in process)", p50["direct"]),
+        ("replica port hop", p50["port"] - p50["direct"]),
+        ("ingress + gateway HTTP (`GET /healthz`)", p50["http_floor"]),
+        (
+            "gateway's own work (auth, validation, tokenizing, hashes, decision, SSE)",
+            p50["http_tokens"] - p50["http_floor"] - p50["port"],
+        ),
+    ]
+    decision_us = overhead.get("decision_mean_us")
+    if decision_us is not None:
+        parts.append(("of which the routing decision (mean)", decision_us / 1000.0))
+    return parts
+
+
+def plot_hops(report: dict[str, Any], path: Path) -> None:
+    """``hops.png``: :func:`hops` as one stacked bar (the decision drawn inside the
+    gateway's work). Called by ``firstlight bench serving --out``."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    parts = hops(report)
+    if parts is None:
+        return
+    figure = Figure(figsize=(9, 2.6), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    left = 0.0
+    colors = ("#4c72b0", "#55a868", "#c44e52", "#8172b2")
+    for (label, ms), color in zip(parts[:4], colors, strict=True):
+        width = max(ms, 0.0)
+        axes.barh(0, width, left=left, color=color, label=f"{label}: {ms:.2f} ms")
+        left += width
+    if len(parts) > 4:
+        label, ms = parts[4]
+        axes.barh(0, ms, left=left - max(parts[3][1], 0.0), height=0.3, color="#222222",
+                  label=f"{label}: {ms:.3f} ms")  # fmt: skip
+    axes.set_yticks([])
+    axes.set_xlabel("TTFT p50 of a streamed completion through the platform, ms")
+    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=2, fontsize=8)
+    axes.set_title(f"{report['meta']['ingress']}: where a request's first-token time goes")
+    figure.savefig(path, format="png")
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -249,6 +307,18 @@ def render_markdown(report: dict[str, Any], name: str) -> str:
         cells = [ttft["p50"], ttft["p90"], ttft["p99"], e2e["p50"], e2e["p99"]]
         label = _PATH_LABELS.get(path, path)
         lines.append(f"| {label} | " + " | ".join(f"{c:.2f}" for c in cells) + " |")
+    parts = hops(report)
+    if parts is not None:
+        lines += [
+            "",
+            "`/v1/completions` streamed, TTFT p50 by hop (differences of medians):",
+            "",
+            "| hop | ms |",
+            "|---|---:|",
+            *(f"| {label} | {ms:.2f} |" for label, ms in parts),
+            "",
+            f"![TTFT p50 by hop](benchmarks/{name}/hops.png)",
+        ]
     verdict = {True: "met", False: "**missed**"}
     added = overhead["added_ms"]["http_tokens - ray_serve_floor"]["ttft_ms"]
     engine = overhead["added_ms"]["http_tokens - direct"]["ttft_ms"]

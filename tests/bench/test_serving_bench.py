@@ -15,8 +15,10 @@ from firstlight_bench.serving import MODEL, REGION, bench_config
 from firstlight_bench.serving_report import (
     added_latency,
     capacity,
+    hops,
     markers,
     phase,
+    plot_hops,
     render,
     render_markdown,
     summarize,
@@ -301,3 +303,25 @@ def test_bad_options_are_refused_by_name_before_anything_starts(
     err = capsys.readouterr().err
     assert "--gateways" in err or "--concurrency" in err
     assert "Traceback" not in err
+
+
+def test_the_ttft_is_split_by_hop_and_drawn(tmp_path: Path) -> None:
+    p50s = {"direct": 0.5, "port": 1.5, "http_floor": 2.0, "http_tokens": 6.0}
+    paths = {name: phase([(ms, ms + 1.0)]) for name, ms in p50s.items()}
+    report: dict[str, Any] = {
+        "meta": {"ingress": "haproxy"},
+        "overhead": {"paths": paths, "decision_mean_us": 150.0},
+    }
+    assert hops(report) == [
+        ("engine (in process)", 0.5),
+        ("replica port hop", 1.0),
+        ("ingress + gateway HTTP (`GET /healthz`)", 2.0),
+        ("gateway's own work (auth, validation, tokenizing, hashes, decision, SSE)", 2.5),
+        ("of which the routing decision (mean)", 0.15),
+    ]
+    plot_hops(report, tmp_path / "hops.png")
+    assert (tmp_path / "hops.png").read_bytes().startswith(b"\x89PNG")
+    del paths["port"]  # a report from before the port path: no split, no picture
+    assert hops(report) is None
+    plot_hops(report, tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()

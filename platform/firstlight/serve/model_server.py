@@ -237,6 +237,7 @@ class ModelServer:
             "model": self._model.name,
             "epoch": self._epoch,
             "simulated": self._engine.simulated,
+            "data_address": None if self._port is None else self._port.address,
         }
 
     async def __del__(self) -> None:
