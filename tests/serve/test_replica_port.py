@@ -62,6 +62,7 @@ class _Replica:
                 await asyncio.Event().wait()  # until the stream is cancelled
             n = request.sampling.max_tokens
             for i in range(n):
+                await asyncio.sleep(0)  # an engine step: the replica's loop runs others
                 usage = Usage(3, n, 1) if i == n - 1 else None
                 yield GenerationChunk(
                     request.request_id, (100 + i,), f"t{i}", "length" if usage else None, usage
@@ -85,18 +86,59 @@ async def _collect(client: ReplicaPortClient, address: str, rid: str = "r1") -> 
     return [item async for item in client.stream(address, request, routing, {})]
 
 
+def test_one_connection_carries_back_to_back_streams_from_another_loop() -> None:
+    """The replica's loop and the gateway's are different processes' in production: the
+    gateway's next request can arrive before the replica has unwound its last stream's
+    connection watch (a read it cancelled); the port must still read it."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        replica_box: list[_Replica] = []
+
+        async def start() -> tuple[ReplicaPortServer, str]:
+            replica_box.append(_Replica())
+            return await _serve(replica_box[0])
+
+        server, address = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
+
+        async def client_side() -> None:
+            client = ReplicaPortClient()
+            for i in range(50):
+                assert len(await _collect(client, address, f"q{i}")) == 4
+            await client.aclose()
+
+        asyncio.run(client_side())
+        assert server.counters.streams == 50
+        assert server.counters.connections == 1  # never dropped between streams
+
+        async def stop() -> None:
+            await server.close()
+            await server._server.wait_closed()  # type: ignore[union-attr]
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(10)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
 async def test_a_stream_arrives_whole_and_its_connection_is_reused() -> None:
     replica = _Replica()
     server, address = await _serve(replica)
     client = ReplicaPortClient()
     first = await _collect(client, address, "r1")
     second = await _collect(client, address, "r2")
+    for i in range(30):  # back to back on one connection: each read waits for the last
+        assert len(await _collect(client, address, f"more-{i}")) == 4
     assert first[0] == ServedBy("replica-a")
     assert [c.token_ids for c in first[1:]] == [(100,), (101,), (102,)]  # type: ignore[attr-defined]
     assert first[-1] == GenerationChunk("r1", (102,), "t2", "length", Usage(3, 3, 1))
     assert second[-1].request_id == "r2"  # type: ignore[attr-defined]
-    assert server.counters.streams == 2
-    assert len(client._idle[address]) == 1  # one connection carried both
+    assert server.counters.streams == 32
+    assert len(client._idle[address]) == 1  # one connection carried them all
     await client.aclose()
     await server.close()
 

@@ -193,6 +193,8 @@ def _decode_item(payload: bytes, request_id: str) -> ServedBy | GenerationChunk:
 class PortCounters:
     """What the port served since the replica started (its routing stats carry them)."""
 
+    connections: int = 0
+    """Connections accepted (gateways keep theirs open across streams)."""
     streams: int = 0
     refused: int = 0
     aborted: int = 0
@@ -235,6 +237,7 @@ class ReplicaPortServer:
             self._server.close()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.counters.connections += 1
         task = asyncio.current_task()
         if task is not None:
             self._connections.add(task)
@@ -301,6 +304,9 @@ class ReplicaPortServer:
             spoke = closed.done()  # bytes or EOF during a stream: the peer is gone
             if not spoke:
                 closed.cancel()
+                # Until the cancelled read has unwound, the reader counts it as waiting
+                # and refuses the next request's read (RuntimeError).
+                await asyncio.wait((closed,))
             await _aclose(stream)
         if spoke:
             return False
