@@ -61,6 +61,7 @@ import json
 import os
 import platform
 import random
+import re
 import shlex
 import sys
 import time
@@ -367,8 +368,11 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
 
 def rewrite_page(page: Path) -> None:
     """Rewrite every ``serving:`` section of ``page`` from the report stored for it
-    (:func:`~firstlight_bench.suite.rewrite_sections`)."""
+    (:func:`~firstlight_bench.suite.rewrite_sections`), and redraw its ``hops.png``."""
     rewrite_sections(page, "serving", markers, render_markdown)
+    for name in re.findall(r"<!-- serving:([\w-]+):begin", page.read_text()):
+        folder = page.parent / "benchmarks" / name
+        plot_hops(json.loads((folder / "results.json").read_text()), folder / "hops.png")
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:

@@ -250,14 +250,15 @@ def plot_hops(report: dict[str, Any], path: Path) -> None:
     parts = hops(report)
     if parts is None:
         return
-    figure = Figure(figsize=(9, 2.6), dpi=100, layout="constrained")
+    figure = Figure(figsize=(9, 3.2), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
     left = 0.0
     colors = ("#4c72b0", "#55a868", "#c44e52", "#8172b2")
     for (label, ms), color in zip(parts[:4], colors, strict=True):
         width = max(ms, 0.0)
-        axes.barh(0, width, left=left, color=color, label=f"{label}: {ms:.2f} ms")
+        plain = label.replace("`", "")
+        axes.barh(0, width, left=left, color=color, label=f"{plain}: {ms:.2f} ms")
         left += width
     if len(parts) > 4:
         label, ms = parts[4]
@@ -265,7 +266,7 @@ def plot_hops(report: dict[str, Any], path: Path) -> None:
                   label=f"{label}: {ms:.3f} ms")  # fmt: skip
     axes.set_yticks([])
     axes.set_xlabel("TTFT p50 of a streamed completion through the platform, ms")
-    axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.45), ncol=2, fontsize=8)
+    figure.legend(loc="outside lower center", ncol=2, fontsize=8)
     axes.set_title(f"{report['meta']['ingress']}: where a request's first-token time goes")
     figure.savefig(path, format="png")
 
