@@ -3,13 +3,15 @@ the engine is told the client left out, and the refusals that name their field."
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from firstlight.api.prepare import RequestPreparer
+from firstlight.api.prepare import OFF_LOOP_BODY_BYTES, RequestPreparer
 from firstlight.api.prompts import SimPromptEncoder
 from firstlight.config import parse_config
 from firstlight.engine.vllm_engine import _generation_defaults
@@ -202,3 +204,50 @@ def test_embedding_refusals_name_the_field(
         _embedding_preparer().prepare(kind, json.dumps(body).encode())
     assert caught.value.param == param
     assert fragment in str(caught.value)
+
+
+class _Handshake(SimPromptEncoder):
+    """Encodes only once the event loop has answered it: a preparation made on the
+    loop's own thread would wait in vain (the loop cannot run while it waits)."""
+
+    def __init__(self, loop_answered: threading.Event) -> None:
+        self.loop_answered = loop_answered
+        self.answered = False
+        self.thread = ""
+
+    def text(self, prompt: str) -> tuple[int, ...]:
+        self.thread = threading.current_thread().name
+        self.answered = self.loop_answered.wait(timeout=5)
+        return super().text(prompt)
+
+
+async def test_a_long_body_is_prepared_off_the_event_loop() -> None:
+    answered = threading.Event()
+    encoder = _Handshake(answered)
+    models = {m.name: m for m in CONFIG.models}
+    preparer = RequestPreparer(
+        CONFIG,
+        {name: encoder for name in models},
+        {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
+    )
+    long_body = _body("sim-m") + b" " * OFF_LOOP_BODY_BYTES  # long in bytes, not tokens
+    preparing = asyncio.ensure_future(preparer.prepare_off_loop("chat", long_body))
+    await asyncio.sleep(0)  # the loop runs on while the thread encodes
+    answered.set()
+    prepared = await preparing
+    assert encoder.answered
+    assert encoder.thread.startswith("tokenize")
+    assert prepared.routing.prompt_tokens == len(prepared.generation.prompt_token_ids) > 0
+
+
+async def test_a_short_body_is_prepared_inline() -> None:
+    encoder = _Handshake(threading.Event())
+    encoder.loop_answered.set()  # inline: nothing to wait for
+    models = {m.name: m for m in CONFIG.models}
+    preparer = RequestPreparer(
+        CONFIG,
+        {name: encoder for name in models},
+        {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
+    )
+    await preparer.prepare_off_loop("chat", _body("sim-m"))
+    assert encoder.thread == threading.current_thread().name

@@ -174,7 +174,7 @@ class GatewayCore:
             context = None
             if kind == "chat":
                 body, context = await self._context.apply(body, caller.dynamic_context)
-            prepared = self._preparer.prepare(kind, body, caller.cache_salt)
+            prepared = await self._preparer.prepare_off_loop(kind, body, caller.cache_salt)
             forwarded_id = request.headers.get(REQUEST_ID_HEADER) if hop else None
             if forwarded_id is not None:  # one stream keeps one id across regions
                 prepared = adopt_request_id(prepared, forwarded_id)

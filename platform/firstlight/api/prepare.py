@@ -14,9 +14,11 @@ with the adapter in its block hashes as vLLM keys its cache blocks.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,7 +39,14 @@ from firstlight.errors import BadRequestError, ModelNotServedError
 from firstlight.prefix import HashScheme, LoraKey, hint_hashes
 from firstlight.routing import RequestView
 
-__all__ = ["RequestPreparer"]
+__all__ = ["OFF_LOOP_BODY_BYTES", "RequestPreparer"]
+
+OFF_LOOP_BODY_BYTES = 16 * 1024
+"""Bodies at least this long are prepared on the gateway's tokenizer thread, off the
+event loop (:meth:`RequestPreparer.prepare_off_loop`): a long prompt's chat template and
+tokenizing take milliseconds, which would hold up every other stream of the gateway.
+Shorter ones are prepared inline, where the hop to a thread would cost more than it
+frees."""
 
 
 class RequestPreparer:
@@ -52,10 +61,26 @@ class RequestPreparer:
         self.config = config
         self.encoders = encoders
         self._schemes = schemes
+        self._pool: ThreadPoolExecutor | None = None
         self._models: dict[str, tuple[ModelConfig, LoraKey | None]] = {}
         for m in config.models:
             self._models[m.name] = (m, None)
             self._models.update({a.name: (m, LoraKey(a.name, a.path)) for a in m.lora_adapters})
+
+    async def prepare_off_loop(
+        self, kind: Kind, body: bytes, cache_salt: str | None = None
+    ) -> Prepared:
+        """:meth:`prepare`, on one worker thread for a body of
+        :data:`OFF_LOOP_BODY_BYTES` or more (one thread: a tokenizer is not used by two
+        long preparations at once, and the queue is bounded by the gateway's in-flight
+        limit), inline for a shorter one. Called by the gateway once per request;
+        raises what :meth:`prepare` raises."""
+        if len(body) < OFF_LOOP_BODY_BYTES:
+            return self.prepare(kind, body, cache_salt)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenize")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self.prepare, kind, body, cache_salt)
 
     def prepare(self, kind: Kind, body: bytes, cache_salt: str | None = None) -> Prepared:
         """The request in ``body`` validated, tokenized and hashed. Raises
