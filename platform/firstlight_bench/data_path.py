@@ -9,7 +9,7 @@ deployment of 2 replicas that streams ``--items`` small chunks with no engine be
 
 * ``handle``: HAProxy → an ingress replica → the replica's Ray deployment handle
   (streamed; Ray's request routing, its queue-length probe and the gRPC stream) — the
-  platform's path today;
+  platform's path before the replica port;
 * ``replica_port``: HAProxy → an ingress replica → the chosen replica's own TCP port (a
   pooled keep-alive connection, length-prefixed JSON frames) — the replica stays a Serve
   deployment and publishes its address; the ingress chooses the replica itself;
@@ -61,7 +61,7 @@ _LABELS = {
     "bare_asgi": "plain uvicorn app, no Ray (the floor)",
     "direct_ingress": "HAProxy → the replica as its own ingress (Ray direct ingress)",
     "replica_port": "HAProxy → ingress → the replica's own port",
-    "handle": "HAProxy → ingress → Ray handle → replica (today's path)",
+    "handle": "HAProxy → ingress → Ray handle → replica (the former path)",
 }
 WARM_UP = 30
 _FRAME = struct.Struct("!I")
