@@ -180,7 +180,6 @@ async def test_a_draining_or_full_replica_refuses_and_serves_nothing() -> None:
 async def test_an_unreachable_port_is_a_replica_port_error() -> None:
     server, address = await _serve(_Replica())
     await server.close()
-    server._server.close()  # type: ignore[union-attr]
     await server._server.wait_closed()  # type: ignore[union-attr]
     with pytest.raises(ReplicaPortError, match="cannot reach"):
         await _collect(ReplicaPortClient(), address)

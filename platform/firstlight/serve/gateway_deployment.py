@@ -187,12 +187,11 @@ class Gateway:
         replica's own port (``gateway.data_path: replica-port``), else through the
         model's handle, whose request router executes the same decision."""
         state = self.state(model)
-        target = None
-        if model in self._port_models and isinstance(request, GenerationRequest) and state:
-            target = self._port_target(state, routing)
-        if target is not None and isinstance(request, GenerationRequest):
+        port = model in self._port_models and isinstance(request, GenerationRequest)
+        target = self._port_target(state, routing) if port and state is not None else None
+        if target is not None and state is not None and isinstance(request, GenerationRequest):
             replica_id, address = target
-            state.record_routed(routing.request_id, replica_id)  # type: ignore[union-attr]
+            state.record_routed(routing.request_id, replica_id)
             stream = self._ports.stream(address, request, routing, trace_context)
             try:
                 async with contextlib.aclosing(stream):

@@ -218,7 +218,6 @@ class ReplicaPortServer:
         self._inflight = inflight
         self._max_streams = max_streams
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[None]] = set()
         self.counters = PortCounters()
         self.address: str | None = None
 
@@ -238,9 +237,6 @@ class ReplicaPortServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.counters.connections += 1
-        task = asyncio.current_task()
-        if task is not None:
-            self._connections.add(task)
         try:
             while True:
                 try:
@@ -250,8 +246,6 @@ class ReplicaPortServer:
                 if not await self._one(payload, reader, writer):
                     return
         finally:
-            if task is not None:
-                self._connections.discard(task)
             writer.close()
 
     async def _one(
