@@ -165,17 +165,22 @@ def _ratio(ours: float, theirs: float) -> float:
     return round(ours / theirs, 3) if theirs > 0 else float("inf")
 
 
+E2E_BOUND = 1.05
+"""End-to-end p50 for 128 output tokens, Firstlight ÷ the raw vLLM server: the platform's
+own path may add at most 5 % to a long answer (the one-hop data path's goal)."""
+
+
 def goals(phases: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
     """The issue's goals against what was measured: Firstlight's TTFT p50 and p99 at most
     Ray Serve LLM's and at most 1.1 x the raw vLLM server's (sequential and open loop),
-    and its end-to-end p50 with long answers at most 1.1 x the raw server's. A goal whose
-    arms were not run is left out."""
+    and its end-to-end p50 with long answers at most :data:`E2E_BOUND` x the raw server's.
+    A goal whose arms were not run is left out."""
     checks: list[tuple[str, str, str, str, float]] = []
     for phase in ("sequential", "open_loop"):
         for q in ("p50", "p99"):
             checks.append((phase, "ttft_ms", q, "ray_serve_llm", 1.0))
             checks.append((phase, "ttft_ms", q, "vllm_server", 1.1))
-    checks.append(("long_output", "e2e_ms", "p50", "vllm_server", 1.1))
+    checks.append(("long_output", "e2e_ms", "p50", "vllm_server", E2E_BOUND))
     results = []
     for phase, metric, q, peer, bound in checks:
         arms = phases.get(phase, {})

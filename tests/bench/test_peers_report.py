@@ -156,3 +156,13 @@ def test_the_serving_page_shows_exactly_the_stored_peers_report() -> None:
         assert shown == render_markdown(report, name), f"{name}: rerun the command it names"
         assert not report["meta"]["git_commit"].endswith("-dirty")
         assert report["meta"]["arms"] == list(ARMS)
+
+
+@pytest.mark.parametrize(("e2e_p50", "met"), [(104.9, True), (105.1, False)])
+def test_a_long_answer_may_take_at_most_five_percent_longer_than_the_raw_server(
+    e2e_p50: float, met: bool
+) -> None:
+    arms = {"firstlight": _arm(1.0, 2.0, e2e_p50), "vllm_server": _arm(1.0, 2.0, 100.0)}
+    (goal,) = goals({"long_output": arms})
+    assert (goal["metric"], goal["against"], goal["bound"]) == ("e2e p50", "vllm_server", 1.05)
+    assert goal["met"] is met
