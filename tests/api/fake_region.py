@@ -147,6 +147,8 @@ class FakeRegion:
         self.config = config
         self.region = region
         self.served: list[tuple[str, str]] = []
+        self.uncommitted = 0
+        """Streams that found no committed decision and ranked the replicas themselves."""
         """(request id, replica id) of every stream, in routing order."""
         self.failed: list[tuple[str, str]] = []
         """(request id, replica id) of every injected failure."""
@@ -203,6 +205,7 @@ class FakeRegion:
         if route is not None and route.chosen is None:
             decision = route.decision  # the gateway committed its ticket: executed as is
         else:
+            self.uncommitted += 1
             started = time.perf_counter()
             decision = state.policy.choose(
                 RoutingInput(routing, tuple(state.replicas.values()), state.cache or NO_CACHE)

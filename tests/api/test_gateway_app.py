@@ -728,6 +728,14 @@ async def test_a_replica_that_fails_mid_stream_is_resumed_seamlessly(
     assert usage["prompt_tokens"] == len(prompt)
     assert usage["completion_tokens"] == 6
     assert gw.core.telemetry.migrations[(MODEL, "resumed")] == 1
+    # The continuation was a ticket of its own, committed before it left: no leg ranked
+    # the replicas in the transport, and both legs' routes were released at the end.
+    assert len(gw.backend.served) == 2
+    assert gw.backend.uncommitted == 0
+    state = gw.backend.state(MODEL)
+    assert state is not None
+    assert request_id not in state.routes
+    assert not state.unrouted
 
 
 # --- models and probes ------------------------------------------------------------------

@@ -181,7 +181,6 @@ class LocalServer:
         local = ticket.estimate if ticket is not None else None
         predicted_ms = local.winner.predicted_ttft_ms if local is not None else None
         name = prepared.model.name
-        request_id = prepared.generation.request_id
         span = self.telemetry.begin_route(obs, reason)
         started = time.monotonic()
         state = self.backend.state(name)
@@ -196,36 +195,40 @@ class LocalServer:
             async with asyncio.timeout(timeout_s):
                 served_by, first = await first_chunk(chunks)
         except TimeoutError:
-            self._finish(name, request_id)
+            _finish(ticket)
             await aclose(chunks)
             raise NoCapacityError(
                 f"no first token within {timeout_s:.0f} s", retry_after_s=RETRY_AFTER_S
             ) from None
         except BaseException:
-            self._finish(name, request_id)
+            _finish(ticket)
             await aclose(chunks)
             raise
         ttft_ms = (time.monotonic() - started) * 1000.0
-        info = self._route_info(state, request_id, route, predicted_ms, served_by)
-        routed = state.route_of(request_id) if state is not None else None
+        routed = ticket.route if ticket is not None else None
+        info = self._route_info(
+            routed, prepared.generation.request_id, route, predicted_ms, served_by
+        )
         # A marker that is not the first token (a JSON request with n > 1) times nothing:
         # no TTFT metric, and no calibration of the router from it.
         timed = not isinstance(first, RenderedChunk) or first.timed
         self._observe_first_token(obs, info, routed, ttft_ms if timed else None)
         if prepared.kind != "embeddings":
             obs.prompt_sample = prompt_sample(prepared, obs.group, routed, state)
-        if state is not None and timed:
-            state.first_token(request_id, ttft_ms)
+        if ticket is not None and timed:
+            ticket.first_token(ttft_ms)
         self._hot[name].add(prepared.routing.block_hashes)
         headers = info.headers()
         if prepared.model.engine == "sim":
             headers["x-firstlight-simulated"] = "true"
         if isinstance(first, RenderedChunk):
-            return await self._relay(prepared, first, chunks, obs, headers)
+            return await self._relay(prepared, first, chunks, obs, headers, ticket)
         if prepared.stream:
-            return self.stream_response(prepared, first, chunks, obs, headers, elsewhere, token_ids)
+            return self.stream_response(
+                prepared, first, chunks, obs, headers, elsewhere, token_ids, ticket
+            )
         try:
-            body = await self._collect(prepared, first, chunks, obs, elsewhere)
+            body = await self._collect(prepared, first, chunks, obs, elsewhere, ticket)
             return JSONResponse(body, headers=headers)
         except ApiError as exc:
             return error_response(exc, headers)
@@ -239,11 +242,12 @@ class LocalServer:
         headers: dict[str, str],
         elsewhere: Elsewhere | None,
         token_ids: bool = False,
+        ticket: Ticket | None = None,
     ) -> StreamingResponse:
         """The client's event stream from ``first`` and ``chunks`` (a local replica's, or
         a peer's read by :func:`~firstlight.api.resume.peer_chunks` — the forwarder calls
-        this), resumed elsewhere if its source fails mid-stream."""
-        events = self._sse(prepared, first, chunks, obs, elsewhere, token_ids)
+        this, without a ``ticket``), resumed elsewhere if its source fails mid-stream."""
+        events = self._sse(prepared, first, chunks, obs, elsewhere, token_ids, ticket)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
     async def _relay(
@@ -253,11 +257,12 @@ class LocalServer:
         chunks: _Stream,
         obs: RequestObservation,
         headers: dict[str, str],
+        ticket: Ticket | None,
     ) -> Response:
         """A response vLLM's OpenAI layer rendered, relayed (:mod:`firstlight.api.rendered`)."""
 
         def finish() -> None:
-            self._finish(prepared.model.name, prepared.generation.request_id)
+            _finish(ticket)
 
         if prepared.stream:
             events = rendered_events(first, chunks, obs, finish)
@@ -310,13 +315,12 @@ class LocalServer:
 
     def _route_info(
         self,
-        state: RouterState | None,
+        routed: Route | None,
         request_id: str,
         route: str,
         predicted: float | None,
         served_by: str,
     ) -> _RouteInfo:
-        routed = state.route_of(request_id) if state is not None else None
         if routed is None or routed.chosen is None:
             return _RouteInfo(route, self.region, served_by, predicted)
         chosen = routed.chosen
@@ -333,11 +337,6 @@ class LocalServer:
         explanation = routed.decision.explain().encode("ascii", "replace").decode()
         return _RouteInfo(route, self.region, chosen.replica_id, terms_ms, explanation)
 
-    def _finish(self, model: str, request_id: str) -> None:
-        state = self.backend.state(model)
-        if state is not None:
-            state.finished(request_id)
-
     async def _resume(
         self,
         prepared: Prepared,
@@ -346,7 +345,8 @@ class LocalServer:
         exc: Exception,
         attempts: Attempts,
         elsewhere: Elsewhere | None,
-    ) -> tuple[Stream, GenerationChunk]:
+        ticket: Ticket | None,
+    ) -> tuple[Stream, GenerationChunk, Ticket | None]:
         """Continue a request whose replica (or peer) failed after ``generated`` tokens
         (:mod:`firstlight.api.migration`): on another replica here while the region has a
         healthy one and attempts are left, else in a peer region through ``elsewhere``
@@ -354,8 +354,8 @@ class LocalServer:
         healthy replica and no peer that answers, a last local attempt waits for a
         replacement. Raises ``exc`` when migration is off, :class:`NoCapacityError` when
         the attempts are used up."""
-        name, rid = prepared.model.name, prepared.generation.request_id
-        self._finish(name, rid)
+        name = prepared.model.name
+        _finish(ticket)
         await aclose(failed)
         if not self.config.gateway.stream_migration or not getattr(exc, "resumable", True):
             raise exc  # (a peer's stream without token ids cannot be continued exactly)
@@ -366,7 +366,7 @@ class LocalServer:
                 tried_peers = True
                 moved = await self._elsewhere(prepared, generated, elsewhere, attempts, reason)
                 if moved is not None:
-                    return moved
+                    return (*moved, None)
             resumed = await self._resume_here(prepared, generated, attempts, reason)
             if isinstance(resumed, str):
                 reason = resumed
@@ -375,7 +375,7 @@ class LocalServer:
         if elsewhere is not None and not tried_peers:  # the local attempts ran out
             moved = await self._elsewhere(prepared, generated, elsewhere, attempts, reason)
             if moved is not None:
-                return moved
+                return (*moved, None)
         self.telemetry.migrated(name, "gave_up")
         raise NoCapacityError(
             f"the request failed mid-stream and could not be resumed: {attempts.summary()}"
@@ -411,9 +411,10 @@ class LocalServer:
 
     async def _resume_here(
         self, prepared: Prepared, generated: list[int], attempts: Attempts, reason: str
-    ) -> tuple[Stream, GenerationChunk] | str:
+    ) -> tuple[Stream, GenerationChunk, Ticket | None] | str:
         """One attempt to continue the request on a replica of this region: the new
-        stream and its first chunk, or why it failed."""
+        stream, its first chunk and the continuation's ticket (its own decision,
+        committed here), or why it failed."""
         name, rid = prepared.model.name, prepared.generation.request_id
         self.telemetry.migrated(name, "resumed")
         request, routing = continuation(prepared.generation, generated, self._schemes[name])
@@ -426,22 +427,24 @@ class LocalServer:
             reason,
         )
         state = self.backend.state(name)
-        if state is not None:
-            state.dispatched(rid, routing.prompt_tokens)
+        ticket = state.admit(routing) if state is not None else None
+        if ticket is not None:
+            ticket.commit(routing.prompt_tokens)
         chunks = self.backend.stream(name, request, routing, {})
         try:
             async with asyncio.timeout(self.config.gateway.first_token_timeout_s):
                 _, first = await first_chunk(chunks)
         except (ReplicaFailedError, TimeoutError) as again:
-            self._finish(name, rid)
+            _finish(ticket)
             await aclose(chunks)
             return str(again) or type(again).__name__
         except BaseException:
-            self._finish(name, rid)
+            _finish(ticket)
             await aclose(chunks)
             raise
         if isinstance(first, GenerationChunk):  # always: a continuation is ours
-            return chunks, first
+            return chunks, first, ticket
+        _finish(ticket)
         await aclose(chunks)
         return "the replica answered a continuation with rendered output"
 
@@ -452,6 +455,7 @@ class LocalServer:
         chunks: Stream,
         obs: RequestObservation,
         elsewhere: Elsewhere | None,
+        ticket: Ticket | None,
     ) -> dict[str, Any]:
         parts, last = [first.text], first
         generated = list(first.token_ids)
@@ -462,8 +466,8 @@ class LocalServer:
                 try:
                     chunk = await next_chunk(chunks)
                 except Exception as exc:
-                    chunks, chunk = await self._resume(
-                        prepared, generated, chunks, exc, attempts, elsewhere
+                    chunks, chunk, ticket = await self._resume(
+                        prepared, generated, chunks, exc, attempts, elsewhere, ticket
                     )
                 if chunk is not None:
                     parts.append(chunk.text)
@@ -472,7 +476,7 @@ class LocalServer:
         except Exception as exc:
             raise as_api_error(exc) from exc
         finally:
-            self._finish(prepared.model.name, prepared.generation.request_id)
+            _finish(ticket)
             await aclose(chunks)
         obs.last_token_at = time.monotonic()
         usage = last.usage
@@ -498,9 +502,9 @@ class LocalServer:
         obs: RequestObservation,
         elsewhere: Elsewhere | None,
         token_ids: bool,
+        ticket: Ticket | None,
     ) -> AsyncIterator[bytes]:
         kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.served_name
-        model = prepared.model.name
         created = int(time.time())
         usage: Usage | None = None
         obs.output_tokens = 0
@@ -526,8 +530,8 @@ class LocalServer:
                 try:
                     chunk = await next_chunk(chunks)
                 except Exception as exc:  # the replica failed: resume elsewhere, or raise
-                    chunks, chunk = await self._resume(
-                        prepared, generated, chunks, exc, attempts, elsewhere
+                    chunks, chunk, ticket = await self._resume(
+                        prepared, generated, chunks, exc, attempts, elsewhere, ticket
                     )
             if attempts.used > 1:
                 usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
@@ -539,6 +543,12 @@ class LocalServer:
             obs.status = error.status
             yield sse_event(error_body(error))
         finally:
-            self._finish(model, rid)
+            _finish(ticket)
             await aclose(chunks)
         yield DONE_EVENT
+
+
+def _finish(ticket: Ticket | None) -> None:
+    """The request's leg in this region ended, any outcome: release its ticket."""
+    if ticket is not None:
+        ticket.finished()

@@ -415,6 +415,12 @@ class Ticket:
             return self.estimate
         return state.decide(self.request)
 
+    @property
+    def route(self) -> Route | None:
+        """The committed route, with the replica it left for once it left (``None``
+        before :meth:`commit` and after :meth:`finished`)."""
+        return self.state.route_of(self.request.request_id)
+
     def routed(self, replica_id: str) -> None:
         """The request left for ``replica_id``: the policy reserves its work there."""
         self.state.record_routed(self.request.request_id, replica_id)
