@@ -45,6 +45,7 @@ models: [{name: m}]
 auth:
   enabled: true
   api_keys: [{env: FIRSTLIGHT_API_KEY}]
+  peer_secret: {env: FIRSTLIGHT_PEER_SECRET}
 """
 
 
@@ -159,6 +160,14 @@ INVALID: list[tuple[str, str, str, str]] = [
     ("local-region-unknown", _with(TWO_REGIONS, region="ap-south"), "region", "'ap-south': unknown region"),
     ("kubernetes-needs-region", _with(KUBERNETES, region=None), "region", "required in kubernetes mode"),
     ("kubernetes-needs-auth", _with(KUBERNETES, auth={"enabled": False}), "auth.enabled", "only in local mode"),
+    (
+        # The regions' hop key: without it a peer's forward could only be told from a
+        # client's by headers a client can send (issue: the hop header was a client's).
+        "kubernetes-peers-need-a-peer-secret",
+        _with(KUBERNETES, auth={"enabled": True, "api_keys": [{"env": "FIRSTLIGHT_API_KEY"}]}),
+        "auth.peer_secret",
+        "required in kubernetes mode when the region has peers",
+    ),
     (
         "kubernetes-peer-needs-url",
         _with(KUBERNETES, regions__0__peers=[{"region": "eu-west", "rtt_ms": 80}]),

@@ -158,12 +158,16 @@ async def _direct(
 
 
 async def _port(
-    deployment: str, requests: Sequence[tuple[GenerationRequest, RequestView]]
+    deployment: str,
+    requests: Sequence[tuple[GenerationRequest, RequestView]],
+    config: PlatformConfig,
 ) -> list[Timing]:
     """The replica port's hop alone: this process streams from the replicas' own ports
-    (taking turns), as a gateway does, with no HTTP and no routing."""
+    (taking turns), as a gateway does, with no HTTP and no routing (it built the region,
+    so it holds the region's port key)."""
     from ray.serve.handle import DeploymentHandle
 
+    from firstlight.serve.keys import launcher_key, region_keys
     from firstlight.serve.replica_port import ReplicaPortClient
 
     handle: Any = DeploymentHandle(deployment, REGION)
@@ -179,7 +183,8 @@ async def _port(
                 break
     finally:
         await handle.shutdown_async()
-    client, timings = ReplicaPortClient(), []
+    keys = region_keys(config, REGION, launcher_key(config))
+    client, timings = ReplicaPortClient(keys.port), []
     try:
         for i, (request, view) in enumerate(requests):
             start = time.perf_counter()
@@ -352,7 +357,7 @@ def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -
                 t[name].append(once(client, i))
     t = {name: timings[WARM_UP:] for name, timings in t.items()}
     decision_us = _decision_mean_us(endpoint)
-    t["port"] = asyncio.run(_port(deployment_name(model), port_requests))
+    t["port"] = asyncio.run(_port(deployment_name(model), port_requests, config))
     t["handle"] = asyncio.run(_handle(deployment_name(model), handle_requests))
     t["direct"] = asyncio.run(_direct(model, config, prompts, k))
     serve.delete(FLOOR_APP)

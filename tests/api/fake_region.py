@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
 import random
 import time
 import uuid
@@ -60,6 +61,7 @@ from firstlight.engine.protocol import GenerationChunk, GenerationRequest
 from firstlight.engine.sim import SimCore, SimEngine, Sleep, TrueCacheView
 from firstlight.errors import EngineDeadError
 from firstlight.region import ReplicaStats, RouterState, ServedBy, with_shared_rates
+from firstlight.regions.hop import CallerClaim, HopSigner
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import NO_CACHE, RequestView, RoutingInput, build_policy
 from firstlight.telemetry import GatewayTelemetry
@@ -68,6 +70,7 @@ from tests.serve.cluster import sim_model
 __all__ = [
     "MODEL",
     "REGION",
+    "TEST_PEER_KEY",
     "FakeGateway",
     "FakeRegion",
     "Gate",
@@ -75,9 +78,12 @@ __all__ = [
     "gateway_config",
     "leaked_tasks",
     "no_wait",
+    "peer_hop",
 ]
 
 MODEL = "sim-chat"
+TEST_PEER_KEY = "fake-regions-shared-peer-key"
+"""The peer key fake regions share unless a test gives one its own."""
 REGION = "fake-east"
 
 
@@ -147,6 +153,8 @@ class FakeRegion:
         self.config = config
         self.region = region
         self.served: list[tuple[str, str]] = []
+        self.requests: list[GenerationRequest] = []
+        """Every request a replica was sent, in order."""
         self.uncommitted = 0
         """Streams that found no committed decision and ranked the replicas themselves."""
         """(request id, replica id) of every stream, in routing order."""
@@ -215,6 +223,7 @@ class FakeRegion:
         replica = fake.replicas[decision.winner.replica_id]
         state.record_routed(routing.request_id, replica.replica_id)
         self.served.append((request.request_id, replica.replica_id))
+        self.requests.append(request)
         fault = fake.faults.popleft() if fake.faults else None
         # ModelServer.generate: ServedBy first, then the engine's chunks.
         replica.inflight += 1
@@ -361,12 +370,15 @@ async def fake_gateway(
     sleep: Sleep = no_wait,
     hints: bool = True,
     peers: Sequence[FakeGateway] = (),
+    peer_key: str = TEST_PEER_KEY,
 ) -> AsyncIterator[FakeGateway]:
     """The gateway the Ray ingress deployment would build
     (``Gateway.__init__``), over a :class:`FakeRegion` instead of Ray handles, with
     per-key limits local to it and ``peers`` as its peer regions (other fake gateways,
     reached in process at ``http://<region>``, each probed once for its summary; no
-    probe loop runs). Closes the HTTP clients, the telemetry and the engines on exit."""
+    probe loop runs). Its hops are signed with ``peer_key`` (every fake region shares
+    :data:`TEST_PEER_KEY` unless a test gives one another). Closes the HTTP clients, the
+    telemetry and the engines on exit."""
     region = config.region or config.regions[0].name
     async with contextlib.AsyncExitStack() as stack:
         backend = FakeRegion(config, region, replicas=replicas, sleep=sleep, hints=hints)
@@ -377,7 +389,7 @@ async def fake_gateway(
         )
         breaker = functools.partial(CircuitBreaker, failures=3, cooldown_s=10.0)
         table = [Peer(p.region, f"http://{p.region}", 10.0, 0.0, breaker()) for p in peers]
-        peers_table = PeerTable(table, peer_client)
+        peers_table = PeerTable(table, peer_client, signer=HopSigner(peer_key, region))
         for peer in table:
             await peers_table.probe(peer)
             assert peer.last_error is None, peer.last_error
@@ -395,6 +407,24 @@ async def fake_gateway(
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
         )
         yield FakeGateway(config, backend, core, client, app)
+
+
+def peer_hop(
+    payload: Mapping[str, Any],
+    *,
+    sender: str = "east",
+    path: str = "/v1/chat/completions",
+    request_id: str | None = None,
+    key: str = TEST_PEER_KEY,
+    caller: CallerClaim | None = None,
+) -> dict[str, Any]:
+    """``client.post`` keyword arguments that send ``payload`` as a peer region's signed
+    hop (what :class:`~firstlight.api.forward.PeerForwarder` sends), signed with ``key``."""
+    body = json.dumps(payload).encode()
+    headers = {"content-type": "application/json"}
+    signer = HopSigner(key, sender)
+    headers.update(signer.sign(path, body, request_id=request_id, caller=caller))
+    return {"content": body, "headers": headers}
 
 
 def leaked_tasks() -> list[asyncio.Task[Any]]:

@@ -19,6 +19,7 @@ from firstlight.api.forward import HOP_HEADER, PeerForwarder
 from firstlight.config import parse_config
 from firstlight.prefix import HashScheme
 from firstlight.region.decision import PeerChoice
+from firstlight.regions.hop import CallerClaim, HopSigner
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.regions.summary import ForwardedWork
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
@@ -108,6 +109,9 @@ def _request() -> Request:
     return Request(scope)
 
 
+PEER_KEY = "test-forward-peer-key"
+CALLER = CallerClaim("k-identity", "salt0", "acme")
+
 BODY = json.dumps(
     {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": False}
 ).encode()
@@ -135,6 +139,7 @@ async def _forward(
         7,
         rendered=body != BODY and not stream,
         prompt_blocks=1,
+        caller=CALLER,
     )
     return response, obs
 
@@ -146,7 +151,7 @@ async def test_a_non_streamed_request_travels_as_a_stream_and_is_put_together(
     server.body = ANSWER
     peer = _peer("there", server)
     peer.forwarded = RecordingWork()
-    table = PeerTable([peer], client)
+    table = PeerTable([peer], client, signer=HopSigner(PEER_KEY, "here"))
     forwarder, telemetry = _forwarder(client, table, timeout_s=10.0)
     response, obs = await _forward(forwarder, telemetry, [peer])
     assert isinstance(response, JSONResponse)
@@ -164,7 +169,11 @@ async def test_a_non_streamed_request_travels_as_a_stream_and_is_put_together(
     path, headers = server.requests[0]
     assert path == "POST /v1/chat/completions"
     assert headers[HOP_HEADER] == "here"
-    assert headers["authorization"] == "Bearer k"
+    # The hop is signed, vouches for the caller, and never carries the client's key.
+    assert "authorization" not in headers
+    hop = HopSigner(PEER_KEY, "there").verify("/v1/chat/completions", headers, server.bodies[0])
+    assert hop is not None
+    assert (hop.region, hop.caller) == ("here", CALLER)
     assert obs.first_token_at is not None, "the peer's first token is the request's"
     # Charged while the peer had the request and no answer had started; released once
     # it did (the charge clocks itself by the peer's answers).

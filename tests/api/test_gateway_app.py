@@ -22,7 +22,6 @@ from typing import Any
 import httpx
 import pytest
 
-from firstlight.api.forward import HOP_HEADER
 from firstlight.api.prompts import SimPromptEncoder
 from firstlight.api.schemas import ChatMessage
 from firstlight.config import PlatformConfig
@@ -37,6 +36,7 @@ from tests.api.fake_region import (
     gateway_config,
     leaked_tasks,
     no_wait,
+    peer_hop,
 )
 from tests.conftest import REPO_ROOT
 from tests.serve.cluster import API_KEY
@@ -611,7 +611,7 @@ async def test_a_queue_built_up_on_the_only_replica_overloads_the_region(
 
 
 async def test_a_forwarded_request_is_served_here_never_forwarded_again(gw: FakeGateway) -> None:
-    response = await gw.client.post(CHAT, json=chat(max_tokens=2), headers={HOP_HEADER: "1"})
+    response = await gw.client.post(CHAT, **peer_hop(chat(max_tokens=2)))
     assert response.status_code == 200, response.text
     assert response.headers["x-firstlight-route"] == "local"
     assert response.headers["x-firstlight-replica"] in gw.backend.replica_ids(MODEL)
@@ -620,7 +620,7 @@ async def test_a_forwarded_request_is_served_here_never_forwarded_again(gw: Fake
 async def test_a_forwarded_request_with_no_replica_here_is_503(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(replicas={MODEL: 0})
 
-    response = await gw.client.post(CHAT, json=chat(), headers={HOP_HEADER: "1"})
+    response = await gw.client.post(CHAT, **peer_hop(chat()))
     error = assert_openai_error(response, 503, "service_unavailable")
     # Not forwarded, so no word of peers.
     assert error["message"] == f"no healthy replica of {MODEL!r} in region {REGION}"
@@ -633,7 +633,7 @@ async def test_a_forwarded_request_over_admission_wait_ms_is_503_overloaded(
     gw = await make_gateway(gateway_config(router={"admission_wait_ms": 1000}))
     gw.backend.set_backlog(MODEL, 1_000_000)
 
-    response = await gw.client.post(CHAT, json=chat(), headers={HOP_HEADER: "1"})
+    response = await gw.client.post(CHAT, **peer_hop(chat()))
     assert_openai_error(response, 503, "service_unavailable", "overloaded")
     assert response.headers["retry-after"] == "1"
     assert gw.backend.served == []

@@ -18,10 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from firstlight.api.forward import HOP_HEADER
 from firstlight.api.resume import RESUME_FIELD, PeerStreamError, peer_chunks
 from firstlight.regions.peers import CircuitBreaker, Peer
-from tests.api.fake_region import MODEL, FakeGateway, fake_gateway, gateway_config
+from tests.api.fake_region import MODEL, FakeGateway, fake_gateway, gateway_config, peer_hop
 from tests.api.test_gateway_app import (
     CHAT,
     assert_openai_error,
@@ -140,19 +139,14 @@ async def test_a_client_may_not_send_the_resume_field(west: FakeGateway) -> None
 async def test_a_peer_continues_after_the_tokens_it_is_sent(west: FakeGateway) -> None:
     prompt = chat_prompt("Tell me a story")
     whole = await uninterrupted_text("chatcmpl-abc", prompt, 8, west)
-    first = await west.client.post(
-        CHAT,
-        json=_story(),
-        headers={HOP_HEADER: "east", "x-firstlight-request-id": "chatcmpl-abc"},
-    )
+    first = await west.client.post(CHAT, **peer_hop(_story(), request_id="chatcmpl-abc"))
     chunks = [json.loads(d) for d in sse_data(first.text)[:-1]]
     sent = [t for c in chunks[:3] for t in c["firstlight_token_ids"]]
     head = "".join(c["choices"][0]["delta"]["content"] for c in chunks[:3])
 
     rest = await west.client.post(
         CHAT,
-        json={**_story(), RESUME_FIELD: {"token_ids": sent}},
-        headers={HOP_HEADER: "east", "x-firstlight-request-id": "chatcmpl-abc"},
+        **peer_hop({**_story(), RESUME_FIELD: {"token_ids": sent}}, request_id="chatcmpl-abc"),
     )
     later = [json.loads(d) for d in sse_data(rest.text)[:-1]]
     tail = "".join(c["choices"][0]["delta"]["content"] for c in later if c["choices"])
@@ -163,7 +157,7 @@ async def test_a_peer_continues_after_the_tokens_it_is_sent(west: FakeGateway) -
 
 async def test_a_resume_that_leaves_no_output_token_is_400(west: FakeGateway) -> None:
     payload = {**_story(max_tokens=2), RESUME_FIELD: {"token_ids": [1, 2]}}
-    response = await west.client.post(CHAT, json=payload, headers={HOP_HEADER: "east"})
+    response = await west.client.post(CHAT, **peer_hop(payload))
     assert_openai_error(response, 400, "invalid_request_error")
     assert response.json()["error"]["param"] == f"{RESUME_FIELD}.token_ids"
 

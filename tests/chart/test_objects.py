@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 import yaml
+from helm_python.errors import HelmRenderError
 
 from tests.chart.chart import (
     CHART_DIR,
@@ -103,6 +105,7 @@ def test_secrets_are_mounted_files_never_inline() -> None:
     assert config["auth"] == {
         "enabled": True,
         "api_keys": [{"file": "/var/run/secrets/firstlight/api-keys/api-key-0"}],
+        "peer_secret": {"file": "/var/run/secrets/firstlight/peer/peer-secret"},
     }
     assert config["hints"]["password"] == {"file": "/var/run/secrets/firstlight/redis/password"}
     for name, spec in _ray_pods(rendered):
@@ -112,13 +115,25 @@ def test_secrets_are_mounted_files_never_inline() -> None:
         for path, secret in (
             ("/var/run/secrets/firstlight/api-keys", "firstlight-api-keys"),
             ("/var/run/secrets/firstlight/redis", "firstlight-redis"),
+            ("/var/run/secrets/firstlight/peer", "firstlight-peer"),
         ):
             assert mounts[path]["readOnly"] is True, name
             assert volumes[mounts[path]["name"]]["secret"]["secretName"] == secret, name
-    (secret,) = rendered.of_kind("Secret")
-    password = secret["data"]["password"]
-    others = [m.doc for m in rendered.manifests if m.kind != "Secret"]
-    assert password not in json.dumps(others)
+    assert rendered.of_kind("Secret") == []  # every secret is the operator's
+
+
+def test_two_renders_are_the_same() -> None:
+    """The hole: the in-chart Redis password was made with ``lookup`` and
+    ``randAlphaNum``, so ``helm template`` (and GitOps tools that render) produced a new
+    password, and a new Secret, at every render. Now nothing in the chart is random."""
+    for values in ({}, EAST, EXTERNAL, TWO_MODELS):
+        first, second = render(values), render(values)
+        assert [m.doc for m in first.manifests] == [m.doc for m in second.manifests]
+
+
+def test_the_in_chart_redis_needs_the_operators_secret() -> None:
+    with pytest.raises(HelmRenderError, match=r"redis\.existingSecret is required"):
+        render({"redis": {"existingSecret": ""}})
 
 
 def test_in_chart_redis_is_reached_by_its_service_with_auth_and_no_persistence() -> None:
@@ -315,3 +330,13 @@ def test_every_example_model_fits_a_worker_group_with_one_gpu_per_shard() -> Non
                 )
                 checked += 1
     assert checked >= 2  # the two-models example's GPU models at least
+
+
+def test_a_region_with_peers_needs_the_shared_peer_secret() -> None:
+    """Without it a peer's forward could be told from a client's only by headers any
+    client can send (the hole: the hop header was a client's to set)."""
+    without = {**EAST, "auth": {**EAST.get("auth", {}), "peerSecret": {"existingSecret": ""}}}
+    with pytest.raises(HelmRenderError, match=r"auth\.peerSecret\.existingSecret is required"):
+        render(without)
+    alone = render({})  # no peers: no peer key, nothing mounted
+    assert "peer_secret" not in app_args(alone)["config"]["auth"]

@@ -221,7 +221,10 @@ def test_to_helm_values_carries_tenants() -> None:
     config = load_config(REPO / "examples/kubernetes-us-east.yaml", environ={})
     keys = [{"file": "/k/a", "tenant": "acme"}, {"file": "/k/b", "dynamic_context": {}}]
     config = parse_config(
-        {**config.model_dump(mode="json"), "auth": {"enabled": True, "api_keys": keys}}
+        {
+            **config.model_dump(mode="json"),
+            "auth": {"enabled": True, "api_keys": keys, "peer_secret": {"file": "/k/peer"}},
+        }
     )
     values = to_helm_values(config).values
     assert values["auth"]["apiKeys"]["tenants"] == {"api-key-0": "acme"}

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from firstlight.regions.hop import HopSigner
 from firstlight.regions.peers import (
     CircuitBreaker,
     Peer,
@@ -157,14 +158,18 @@ async def test_a_healthy_probe_stores_the_summary_and_smooths_the_rtt(
     server.serve_summary(_summary())
     server.on_request = lambda: clock.advance(0.05)  # the round trip takes 50 ms
     peer = _peer(server.url, clock, rtt_ms=80.0, emulated_ms=20.0)
-    table = PeerTable(
-        [peer], client, headers={"authorization": "Bearer peer-key"}, rtt_alpha=0.3, clock=clock
-    )
+    signer = HopSigner("probe-test-peer-key", "us-east")
+    table = PeerTable([peer], client, signer=signer, rtt_alpha=0.3, clock=clock)
 
     await table.probe(peer)
 
     assert server.requests[0][0] == f"GET {SUMMARY_PATH}"
-    assert server.requests[0][1]["authorization"] == "Bearer peer-key"
+    # The probe is a signed hop (the peer verifies it with the shared key), no client key.
+    probe_headers = server.requests[0][1]
+    assert "authorization" not in probe_headers
+    hop = HopSigner("probe-test-peer-key", "eu-west").verify(SUMMARY_PATH, probe_headers)
+    assert hop is not None
+    assert hop.region == "us-east"
     # sample = 50 ms measured + 20 ms emulated; EWMA with the configured 80 ms as prior
     assert peer.rtt_ms == pytest.approx(0.7 * 80.0 + 0.3 * 70.0)
     assert peer.summary == _summary()

@@ -120,6 +120,19 @@ def hostile_cases(model: str, *, vocabulary: int) -> list[Hostile]:
     cases = [Hostile(name, path, body, JSON) for name, path, body in text]
     form = {"content-type": "application/x-www-form-urlencoded"}
     cases.append(Hostile("not-json", CHAT, f"model={model}".encode(), form))
+    # A client posing as a peer region to send raw token ids past the prompt bound: no
+    # signature, a made-up one, a stale one. Each is an ordinary client request, which may
+    # not carry the resume field.
+    resume = json.dumps({**chat, "firstlight_resume": {"token_ids": [1] * 64}}).encode()
+    for name, signature in (
+        ("forged-hop-unsigned", None),
+        ("forged-hop-made-up-signature", f"t=1,n={'0' * 32},s={'0' * 64}"),
+        ("forged-hop-stale-signature", f"t=1000000,n={'a' * 32},s={'b' * 64}"),
+    ):
+        hop = {**JSON, "x-firstlight-hop": "east", "x-firstlight-request-id": "chatcmpl-mine"}
+        if signature is not None:
+            hop["x-firstlight-hop-signature"] = signature
+        cases.append(Hostile(name, CHAT, resume, hop))
     return cases
 
 

@@ -15,6 +15,7 @@ from firstlight.prefix import LoraKey
 from firstlight.region.state import ServedBy
 from firstlight.routing import RequestView
 from firstlight.serve.replica_port import (
+    ReplicaPortAuthError,
     ReplicaPortClient,
     ReplicaPortError,
     ReplicaPortServer,
@@ -48,11 +49,13 @@ class _Replica:
         self.accepting, self.inflight = True, 0
         self.cancelled = asyncio.Event()
         self.started = asyncio.Event()
+        self.seen: list[str] = []
 
     async def generate(
         self, request: GenerationRequest, routing: RequestView, trace: dict[str, str]
     ) -> AsyncIterator[ServedBy | GenerationChunk]:
         self.inflight += 1
+        self.seen.append(request.request_id)
         try:
             yield ServedBy("replica-a")
             self.started.set()
@@ -74,9 +77,12 @@ class _Replica:
             self.inflight -= 1
 
 
+PORT_KEY = b"k" * 32
+
+
 async def _serve(replica: _Replica, bound: int = 8) -> tuple[ReplicaPortServer, str]:
     server = ReplicaPortServer(
-        replica.generate, lambda: replica.accepting, lambda: replica.inflight, bound
+        replica.generate, lambda: replica.accepting, lambda: replica.inflight, bound, PORT_KEY
     )
     return server, await server.start("127.0.0.1")
 
@@ -105,7 +111,7 @@ def test_one_connection_carries_back_to_back_streams_from_another_loop() -> None
         server, address = asyncio.run_coroutine_threadsafe(start(), loop).result(10)
 
         async def client_side() -> None:
-            client = ReplicaPortClient()
+            client = ReplicaPortClient(PORT_KEY)
             for i in range(50):
                 assert len(await _collect(client, address, f"q{i}")) == 4
             await client.aclose()
@@ -128,7 +134,7 @@ def test_one_connection_carries_back_to_back_streams_from_another_loop() -> None
 async def test_a_stream_arrives_whole_and_its_connection_is_reused() -> None:
     replica = _Replica()
     server, address = await _serve(replica)
-    client = ReplicaPortClient()
+    client = ReplicaPortClient(PORT_KEY)
     first = await _collect(client, address, "r1")
     second = await _collect(client, address, "r2")
     for i in range(30):  # back to back on one connection: each read waits for the last
@@ -155,7 +161,7 @@ async def test_a_failure_is_raised_at_the_gateway_as_the_handle_path_raises_it(
     fail: BaseException, raised: type[BaseException]
 ) -> None:
     server, address = await _serve(_Replica(fail=fail))
-    client = ReplicaPortClient()
+    client = ReplicaPortClient(PORT_KEY)
     with pytest.raises(raised) as caught:
         await _collect(client, address)
     assert str(fail) in str(caught.value)
@@ -169,10 +175,10 @@ async def test_a_draining_or_full_replica_refuses_and_serves_nothing() -> None:
     server, address = await _serve(replica, bound=1)
     replica.accepting = False
     with pytest.raises(ReplicaPortError, match="draining"):
-        await _collect(ReplicaPortClient(), address)
+        await _collect(ReplicaPortClient(PORT_KEY), address)
     replica.accepting, replica.inflight = True, 1  # at its bound of 1
     with pytest.raises(ReplicaPortError, match="max_ongoing_requests"):
-        await _collect(ReplicaPortClient(), address)
+        await _collect(ReplicaPortClient(PORT_KEY), address)
     assert (server.counters.streams, server.counters.refused) == (0, 2)
     await server.close()
 
@@ -182,13 +188,13 @@ async def test_an_unreachable_port_is_a_replica_port_error() -> None:
     await server.close()
     await server._server.wait_closed()  # type: ignore[union-attr]
     with pytest.raises(ReplicaPortError, match="cannot reach"):
-        await _collect(ReplicaPortClient(), address)
+        await _collect(ReplicaPortClient(PORT_KEY), address)
 
 
 async def test_closing_the_stream_early_stops_the_replicas_work() -> None:
     replica = _Replica(hold=True)
     server, address = await _serve(replica)
-    client = ReplicaPortClient()
+    client = ReplicaPortClient(PORT_KEY)
     request, routing = _request()
     stream = client.stream(address, request, routing, {})
     assert await anext(stream) == ServedBy("replica-a")
@@ -198,3 +204,31 @@ async def test_closing_the_stream_early_stops_the_replicas_work() -> None:
     assert server.counters.aborted == 1
     assert address not in client._idle or not client._idle[address]  # not pooled
     await server.close()
+
+
+async def test_a_caller_without_the_port_key_can_neither_stream_nor_abort() -> None:
+    """The hole: the port served anyone who reached it (a neighbour pod could generate
+    on the replica, or close a connection to abort). Now a wrong key gets
+    ``unauthorized`` before any request is read, and the engine never sees it."""
+    replica = _Replica()
+    server, address = await _serve(replica)
+    try:
+        with pytest.raises(ReplicaPortAuthError):
+            await _collect(ReplicaPortClient(b"not-the-key" * 3), address, "intruder")
+        assert replica.seen == []
+        assert server.counters.unauthorized == 1
+        assert server.counters.streams == 0
+        # An answer too large to be one ends the connection without buffering it.
+        reader, writer = await asyncio.open_connection(*address.rsplit(":", 1))
+        await reader.readexactly(4 + 32)  # the challenge
+        writer.write((64 * 1024 * 1024).to_bytes(4, "big"))
+        await writer.drain()
+        assert await reader.read() == b""  # closed
+        writer.close()
+        await writer.wait_closed()
+        # The right key streams as before.
+        client = ReplicaPortClient(PORT_KEY)
+        assert len(await _collect(client, address)) == 4
+        await client.aclose()
+    finally:
+        await server.close()

@@ -79,11 +79,15 @@ def test_a_clients_traceparent_is_ignored_a_peers_is_followed(clock: FakeClock) 
         make_config(), "r1", lambda: {}, None, tracer=provider.get_tracer("t"), clock=clock
     )
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    for headers in ({"traceparent": parent}, {"traceparent": parent, "x-firstlight-hop": "r2"}):
-        obs = telemetry.start("chat", headers)
+    # A client's, even with a hop header (whose signature the gateway did not verify),
+    # then a verified peer's.
+    forged = {"traceparent": parent, "x-firstlight-hop": "r2"}
+    for headers, from_peer in (({"traceparent": parent}, False), (forged, False), (forged, True)):
+        obs = telemetry.start("chat", headers, from_peer=from_peer)
         telemetry.finish(obs)
-    client, peer = exporter.get_finished_spans()
+    client, forger, peer = exporter.get_finished_spans()
     assert client.parent is None
+    assert forger.parent is None
     assert peer.parent is not None
     assert format(peer.context.trace_id, "032x") == "0af7651916cd43dd8448eb211c80319c"
     telemetry.shutdown()

@@ -37,9 +37,17 @@ firstlight/region: {{ .Values.region.name }}
 {{/* Where Secrets are mounted in Ray pods; the config names files under it. */}}
 {{- define "firstlight.secretsDir" -}}/var/run/secrets/firstlight{{- end -}}
 
+{{/* The Secret holding the regions' shared hop-signing key; empty when the region has
+no peers. A region with peers must name one (the same key in every region). */}}
+{{- define "firstlight.peerSecretName" -}}
+{{- if .Values.region.peers -}}
+{{- required "auth.peerSecret.existingSecret is required when region.peers is set: a Secret holding the key every region shares to sign its hops (docs/security.md)" .Values.auth.peerSecret.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "firstlight.redisSecretName" -}}
 {{- if .Values.redis.enabled -}}
-{{- .Values.redis.existingSecret | default (printf "%s-redis" (include "firstlight.fullname" .)) -}}
+{{- .Values.redis.existingSecret -}}
 {{- else -}}
 {{- .Values.externalRedis.existingSecret -}}
 {{- end -}}
@@ -85,6 +93,9 @@ file onto these values; the chart tests check the round trip. */}}
 {{- $keys = append $keys $entry -}}
 {{- end -}}
 {{- $auth := dict "enabled" true "api_keys" $keys -}}
+{{- if include "firstlight.peerSecretName" . -}}
+{{- $_ := set $auth "peer_secret" (dict "file" (printf "%s/peer/%s" $secrets $v.auth.peerSecret.key)) -}}
+{{- end -}}
 {{- if not (kindIs "invalid" $v.auth.tenant_isolation) -}}
 {{- $_ := set $auth "tenant_isolation" $v.auth.tenant_isolation -}}
 {{- end -}}
@@ -138,6 +149,14 @@ volumes:
         {{- range .Values.auth.apiKeys.keys }}
         - {key: {{ . }}, path: {{ . }}}
         {{- end }}
+  {{- if include "firstlight.peerSecretName" . }}
+  - name: peer-secret
+    secret:
+      secretName: {{ include "firstlight.peerSecretName" . }}
+      defaultMode: 0440
+      items:
+        - {key: {{ .Values.auth.peerSecret.key }}, path: {{ .Values.auth.peerSecret.key }}}
+  {{- end }}
   {{- if include "firstlight.redisSecretName" . }}
   - name: redis-password
     secret:
@@ -188,6 +207,11 @@ volumeMounts:
   - name: api-keys
     mountPath: {{ include "firstlight.secretsDir" . }}/api-keys
     readOnly: true
+  {{- if include "firstlight.peerSecretName" . }}
+  - name: peer-secret
+    mountPath: {{ include "firstlight.secretsDir" . }}/peer
+    readOnly: true
+  {{- end }}
   {{- if include "firstlight.redisSecretName" . }}
   - name: redis-password
     mountPath: {{ include "firstlight.secretsDir" . }}/redis

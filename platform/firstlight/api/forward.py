@@ -36,22 +36,30 @@ from opentelemetry import trace
 from firstlight.api.in_region import Prepared
 from firstlight.api.migration import continuation
 from firstlight.api.responses import DONE_EVENT, Kind, completion_body, error_body, sse_event
-from firstlight.api.resume import REQUEST_ID_HEADER, peer_chunks, resume_body
+from firstlight.api.resume import peer_chunks, resume_body
 from firstlight.api.sse import sse_events
 from firstlight.api.streams import ReplicaFailedError, Stream, aclose, first_chunk
 from firstlight.engine.protocol import GenerationChunk
 from firstlight.errors import NoCapacityError
 from firstlight.prefix import HashScheme
 from firstlight.region.decision import PeerChoice, PeerOption, rank_peers
+from firstlight.regions.hop import HOP_HEADER, CallerClaim
 from firstlight.regions.peers import Peer, PeerTable, while_answering
 from firstlight.routing import Decision
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.tracing import inject
 
-__all__ = ["HOP_HEADER", "PeerForwarder"]
+__all__ = ["HOP_HEADER", "PeerForwarder", "api_path"]
 
-HOP_HEADER = "x-firstlight-hop"
-"""Set on forwarded requests; a request carrying it is never forwarded again."""
+
+def api_path(request: Request) -> str:
+    """The request's path below any prefix the proxy mounted the gateway at (a local
+    region's route prefix): what a forward appends to a peer's URL, and what a signed
+    hop signs."""
+    path: str = request.url.path
+    return path.removeprefix(request.scope.get("root_path", ""))
+
+
 _FORWARDED_HEADERS = ("content-type", "retry-after")
 _PATHS: dict[Kind, str] = {"chat": "/v1/chat/completions", "text": "/v1/completions"}
 
@@ -112,8 +120,10 @@ class PeerForwarder:
         rendered: bool = False,
         relay: Relay | None = None,
         prompt_blocks: int = 0,
+        caller: CallerClaim | None = None,
     ) -> Response | None:
         """Forward to the first peer of ``ranked`` that answers; ``None`` if none did.
+        ``caller``: who this gateway authenticated, vouched for in the signed hop.
         Each peer tried is charged ``prompt_tokens`` of backlog until its answer starts
         (or the forward fails, or its next summary arrives: ``Peer.forwarded``), and
         ``prompt_blocks`` of KV cache until its next summary.
@@ -141,7 +151,17 @@ class PeerForwarder:
             peer.forwarded.sent(key, prompt_tokens, prompt_blocks)
             try:
                 response = await self._forward(
-                    peer, predicted_ms, body, request, route, obs, kind, stream, rendered, relay
+                    peer,
+                    predicted_ms,
+                    body,
+                    request,
+                    route,
+                    obs,
+                    kind,
+                    stream,
+                    rendered,
+                    relay,
+                    caller,
                 )
             finally:
                 peer.forwarded.answered(key)
@@ -161,12 +181,13 @@ class PeerForwarder:
         stream: bool,
         rendered: bool = False,
         relay: Relay | None = None,
+        caller: CallerClaim | None = None,
     ) -> Response | None:
         """Send the request to ``peer``; ``None`` when the peer failed before anything
         reached the client (the caller tries the next one)."""
-        path = request.url.path.removeprefix(request.scope.get("root_path", ""))
+        path = api_path(request)
         content = body if stream or rendered else _as_stream(body)
-        upstream = await self._send(peer, path, content, request, obs)
+        upstream = await self._send(peer, path, content, obs, caller)
         if upstream is None:
             return None
         obs.status = upstream.status_code
@@ -240,7 +261,7 @@ class PeerForwarder:
             key = obs.request_id or f"resume-{id(obs)}"
             peer.forwarded.sent(key, routing.prompt_tokens, routing.prompt_blocks)
             try:
-                upstream = await self._send(peer, path, content, request, obs)
+                upstream = await self._send(peer, path, content, obs, prepared.caller)
                 if upstream is None:
                     continue
                 if upstream.status_code != 200:
@@ -262,22 +283,23 @@ class PeerForwarder:
         return None
 
     async def _send(
-        self, peer: Peer, path: str, content: bytes, request: Request, obs: RequestObservation
+        self,
+        peer: Peer,
+        path: str,
+        content: bytes,
+        obs: RequestObservation,
+        caller: CallerClaim | None,
     ) -> httpx.Response | None:
-        """POST ``content`` to ``peer``'s ``path`` as a forward (hop header, the client's
-        key, the trace context), streamed; the response once it started (below 500), or
-        ``None`` when the peer failed first (recorded)."""
-        headers = {
-            "content-type": "application/json",
-            HOP_HEADER: self.region,
-        }
-        if obs.request_id:
-            headers[REQUEST_ID_HEADER] = obs.request_id
+        """POST ``content`` to ``peer``'s ``path`` as a signed hop (the request id and the
+        caller it vouches for; never the client's key) with the trace context, streamed;
+        the response once it started (below 500), or ``None`` when the peer failed first
+        (recorded)."""
+        headers = {"content-type": "application/json"}
+        headers.update(
+            self.peers.signer.sign(path, content, request_id=obs.request_id or None, caller=caller)
+        )
         if obs.route_span is not None:
             headers.update(inject(obs.route_span))
-        auth = request.headers.get("authorization")
-        if auth is not None:
-            headers["authorization"] = auth
         if peer.emulated_ms:
             await asyncio.sleep(peer.emulated_ms / 1000.0)
         outgoing = self._client.build_request(

@@ -43,6 +43,7 @@ import functools
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -52,7 +53,7 @@ from opentelemetry import trace
 
 from firstlight.api.auth import ApiKeys, Caller
 from firstlight.api.context import ContextLoader, Ranker
-from firstlight.api.forward import HOP_HEADER, PeerForwarder
+from firstlight.api.forward import HOP_HEADER, PeerForwarder, api_path
 from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
 from firstlight.api.in_region import Elsewhere, LocalBackend, LocalServer, Prepared
 from firstlight.api.limits import KeyLimits, Lease
@@ -65,7 +66,7 @@ from firstlight.api.responses import (
     Kind,
     error_response,
 )
-from firstlight.api.resume import REQUEST_ID_HEADER, adopt_request_id, resumed, take_resume
+from firstlight.api.resume import adopt_request_id, resumed, take_resume
 from firstlight.api.streams import ReplicaFailedError, Stream
 from firstlight.config import PlatformConfig
 from firstlight.config.sections import DEFAULT_EMBEDDING_PACKAGE, packaged_model_dir
@@ -79,6 +80,7 @@ from firstlight.errors import (
 from firstlight.prefix import HashScheme
 from firstlight.region import RouterState
 from firstlight.region.decision import PeerChoice, RegionDecision, decide_region, rank_peers
+from firstlight.regions.hop import CallerClaim, PeerHop
 from firstlight.regions.peers import PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
 from firstlight.routing import Decision
@@ -142,10 +144,30 @@ class GatewayCore:
     # --- entry points (called by the FastAPI routes) ------------------------------------
 
     async def completions(self, kind: Kind, request: Request) -> Response:
-        """``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``."""
-        obs = self.telemetry.start(kind, request.headers)
+        """``POST /v1/chat/completions`` (``kind="chat"``) and ``/v1/completions``.
+
+        A request that claims to be a peer's forward (:data:`HOP_HEADER`) has its body
+        read first and its signature checked (:mod:`firstlight.regions.hop`); only a
+        valid one gets peer treatment (no client key, the vouched caller, the hop
+        honoured, the trace continued, a continuation and the forwarder's request id
+        adopted). Any other request is a client's, whatever its headers say — except
+        that one carrying the hop header is never forwarded (a region whose peer key
+        differs cannot start a forwarding loop)."""
+        hop: PeerHop | None = None
+        early: bytes | None = None
+        if HOP_HEADER in request.headers:
+            try:
+                early = await read_body(request, self.config.gateway.max_body_bytes)
+            except ApiError as exc:
+                return self._refused(self.telemetry.start(kind), exc)
+            hop = self.peers.signer.verify(api_path(request), request.headers, early)
+        obs = self.telemetry.start(kind, request.headers, from_peer=hop is not None)
         try:
-            caller = self.keys.check(request.headers.get("authorization"))
+            caller = (
+                self.keys.check(request.headers.get("authorization"))
+                if hop is None
+                else _vouched(hop)
+            )
         except ApiError as exc:
             return self._refused(obs, exc)
         if self._total_inflight >= self.config.gateway.max_in_flight:
@@ -168,25 +190,38 @@ class GatewayCore:
             raise
         response: Response | None = None
         try:
-            body = await read_body(request, self.config.gateway.max_body_bytes)
-            hop = request.headers.get(HOP_HEADER) is not None
-            body, resume_ids = take_resume(body, from_peer=hop)
+            if early is not None:
+                body = early
+            else:
+                body = await read_body(request, self.config.gateway.max_body_bytes)
+            body, resume_ids = take_resume(body, from_peer=hop is not None)
             context = None
             if kind == "chat":
                 body, context = await self._context.apply(body, caller.dynamic_context)
             prepared = await self._preparer.prepare_off_loop(kind, body, caller.cache_salt)
-            forwarded_id = request.headers.get(REQUEST_ID_HEADER) if hop else None
-            if forwarded_id is not None:  # one stream keeps one id across regions
-                prepared = adopt_request_id(prepared, forwarded_id)
+            prepared = replace(
+                prepared, caller=CallerClaim(caller.identity, caller.cache_salt, caller.tenant)
+            )
+            if hop is not None and hop.request_id is not None:
+                prepared = adopt_request_id(prepared, hop.request_id)  # one id across regions
             if resume_ids is not None:  # a peer continues a stream here
                 name = prepared.model.name
                 vocabulary = self.encoders[name].vocabulary
-                prepared = resumed(prepared, resume_ids, self._schemes[name], vocabulary)
+                prepared = resumed(
+                    prepared,
+                    resume_ids,
+                    self._schemes[name],
+                    vocabulary,
+                    self.config.gateway.max_prompt_tokens,
+                )
             obs.group = caller.group
             obs.model = prepared.model.name
             obs.request_id = prepared.generation.request_id
             obs.input_tokens = prepared.routing.prompt_tokens
-            response = await self._dispatch(prepared, body, request, hop, obs)
+            forwardable = HOP_HEADER not in request.headers
+            response = await self._dispatch(
+                prepared, body, request, hop is not None, obs, forwardable=forwardable
+            )
             if context is not None:
                 response.headers["x-firstlight-context"] = context.header()
         except ApiError as exc:
@@ -327,17 +362,25 @@ class GatewayCore:
     # --- the region decision ------------------------------------------------------------
 
     async def _dispatch(
-        self, prepared: Prepared, body: bytes, request: Request, hop: bool, obs: RequestObservation
+        self,
+        prepared: Prepared,
+        body: bytes,
+        request: Request,
+        hop: bool,
+        obs: RequestObservation,
+        *,
+        forwardable: bool = True,
     ) -> Response:
         """Decide where the request goes (:func:`~firstlight.region.decide_region`) and
         carry it out: forward to the decision's peers in order, then fall back; retry a
-        local attempt that failed before any output, then fail over."""
+        local attempt that failed before any output, then fail over. ``hop``: a peer's
+        verified forward; not ``forwardable``: no peer is considered at all."""
         state = self.backend.state(prepared.model.name)
         ticket = state.admit(prepared.routing) if state is not None else None
         local = ticket.estimate if ticket is not None else None
         # No router state yet means Ray has not told us of any replica.
         healthy = state is not None and state.healthy_replicas > 0
-        ranked = () if hop else self._ranked(prepared, local)
+        ranked = self._ranked(prepared, local) if forwardable and not hop else ()
         decision = decide_region(
             local, healthy=healthy, from_peer=hop, peers=ranked, router=self.config.router
         )
@@ -349,7 +392,7 @@ class GatewayCore:
         # forwarding gateway decides (one hop).
         elsewhere = (
             None
-            if from_peer
+            if from_peer or not forwardable
             else functools.partial(self._forwarder.continue_stream, prepared, body, request, obs)
         )
         if elsewhere is not None and decision.route != "local":
@@ -416,6 +459,7 @@ class GatewayCore:
             rendered=prepared.openai is not None,
             relay=relay,
             prompt_blocks=prepared.routing.prompt_blocks,
+            caller=prepared.caller,
         )
 
     async def _fail_over(
@@ -495,3 +539,13 @@ class GatewayCore:
 
 CLIENT_CLOSED = 499
 """Status recorded when the client disconnects before the response (nginx's convention)."""
+
+
+def _vouched(hop: PeerHop) -> Caller:
+    """The caller a peer's signed hop vouches for: its identity for per-key limits and its
+    tenant's cache salt, as the sending region authenticated them (no dynamic context:
+    the sending region applied it to the body it forwarded)."""
+    claim = hop.caller
+    if claim is None:
+        return Caller(f"peer:{hop.region}")
+    return Caller(claim.identity, claim.cache_salt, claim.tenant)

@@ -51,6 +51,7 @@ from firstlight.engine.protocol import (
 from firstlight.errors import ApiError, NoCapacityError
 from firstlight.prefix import HashScheme
 from firstlight.region.state import Route, RouterState, ServedBy, Ticket
+from firstlight.regions.hop import CallerClaim
 from firstlight.regions.summary import HotPrefixes
 from firstlight.routing import RequestView
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
@@ -111,6 +112,9 @@ class Prepared:
     openai: OpenAICall | None = None
     """Set when the request uses fields beyond the gateway's own subset: vLLM's OpenAI
     layer on the replica serves it (:mod:`firstlight.api.extended`)."""
+    caller: CallerClaim | None = None
+    """Who the gateway authenticated (its own client, or the caller a peer vouched for):
+    signed into every forward of this request (:mod:`firstlight.regions.hop`)."""
 
     @property
     def served_name(self) -> str:

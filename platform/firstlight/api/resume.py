@@ -39,6 +39,7 @@ from firstlight.api.sse import sse_events
 from firstlight.engine.protocol import FinishReason, GenerationChunk, Usage
 from firstlight.errors import BadRequestError
 from firstlight.prefix import HashScheme
+from firstlight.regions import hop
 from firstlight.regions.peers import Peer, while_answering
 
 __all__ = [
@@ -57,10 +58,11 @@ RESUME_FIELD = "firstlight_resume"
 """Body field of a forwarded request that continues a stream: ``{"token_ids": [...]}``,
 the output tokens the client already received."""
 
-REQUEST_ID_HEADER = "x-firstlight-request-id"
-"""Header of every forwarded request: the forwarding gateway's response id, which the
-peer adopts, so that one stream keeps one id across regions and a continuation is the
-same request to the engine (the simulator's output depends on the request id)."""
+REQUEST_ID_HEADER = hop.REQUEST_ID_HEADER
+"""Header of every forwarded request, signed with the hop: the forwarding gateway's
+response id, which the peer adopts, so that one stream keeps one id across regions and
+a continuation is the same request to the engine (the simulator's output depends on the
+request id). Never adopted from a request whose hop signature did not verify."""
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
@@ -106,12 +108,28 @@ def take_resume(body: bytes, *, from_peer: bool) -> tuple[bytes, tuple[int, ...]
 
 
 def resumed(
-    prepared: Prepared, token_ids: tuple[int, ...], scheme: HashScheme, vocabulary: int
+    prepared: Prepared,
+    token_ids: tuple[int, ...],
+    scheme: HashScheme,
+    vocabulary: int,
+    max_prompt_tokens: int | None = None,
 ) -> Prepared:
-    """``prepared`` continued after ``token_ids`` (the peer's side of a resume). Raises
-    :class:`~firstlight.errors.BadRequestError` for ids outside the vocabulary, for a
-    request vLLM's OpenAI layer serves, or when no output token would be left."""
+    """``prepared`` continued after ``token_ids`` (the peer's side of a resume). The
+    continuation's prompt is the prompt and those tokens, and it is what the engine
+    prefills: it counts against ``max_prompt_tokens`` (``gateway.max_prompt_tokens``).
+    Raises :class:`~firstlight.errors.BadRequestError` for ids outside the vocabulary,
+    for a request vLLM's OpenAI layer serves, for a continuation over the prompt bound,
+    or when no output token would be left."""
     param = f"{RESUME_FIELD}.token_ids"
+    total = prepared.routing.prompt_tokens + len(token_ids)
+    if max_prompt_tokens is not None and total > max_prompt_tokens:
+        raise BadRequestError(
+            f"{param}: the prompt and the {len(token_ids)} tokens already sent make "
+            f"{total} tokens; at most {max_prompt_tokens} are accepted "
+            "(gateway.max_prompt_tokens)",
+            param=param,
+            code="context_length_exceeded",
+        )
     if prepared.openai is not None:
         raise BadRequestError(
             f"{param}: only requests the gateway serves itself can be continued", param=param

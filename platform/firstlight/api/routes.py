@@ -24,6 +24,7 @@ from firstlight.api.responses import error_response
 from firstlight.api.schemas import ChatCompletionRequest, CompletionRequest, EmbeddingsRequest
 from firstlight.dashboard import page
 from firstlight.errors import ApiError
+from firstlight.regions.peers import SUMMARY_PATH
 
 __all__ = ["build_fastapi"]
 
@@ -76,12 +77,14 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
     async def dashboard_api() -> Response:
         return JSONResponse(await core.dashboard_state(), headers={"cache-control": "no-store"})
 
-    @app.get("/v1/firstlight/summary")
+    @app.get(SUMMARY_PATH)
     async def summary(request: Request) -> Response:
-        try:
-            core.keys.check(request.headers.get("authorization"))
-        except ApiError as exc:
-            return error_response(exc)
+        # A peer's probe is a signed hop; an operator may read it with a client key.
+        if core.peers.signer.verify(SUMMARY_PATH, request.headers) is None:
+            try:
+                core.keys.check(request.headers.get("authorization"))
+            except ApiError as exc:
+                return error_response(exc)
         return JSONResponse(core.summary().to_json())
 
     @app.get("/v1/firstlight/advisor")

@@ -247,6 +247,12 @@ class AuthConfig(Section):
     """Salt the prefix cache and its hints per tenant, so no tenant reuses or can
     time-probe another tenant's cached prompts. ``null``: on when any key names a
     tenant."""
+    peer_secret: SecretRef | None = None
+    """The key every region of the deployment shares to sign its hops to peers
+    (forwards, probes, summaries; at least 16 characters; docs/security.md). A peer's
+    request is trusted as one only when its signature verifies, and no client key is
+    ever sent to a peer. Required in ``kubernetes`` mode when the region has peers; in
+    ``local`` mode, when unset, the launcher makes a random one for its regions."""
 
     @model_validator(mode="after")
     def _keys_when_enabled(self) -> Self:
@@ -479,6 +485,13 @@ class PlatformConfig(Section):
                 raise FieldValueError(
                     f"regions[{i}].peers[{j}].url", None, "required in kubernetes mode"
                 )
+        if self.regions[i].peers and self.auth.peer_secret is None:
+            raise FieldValueError(
+                "auth.peer_secret",
+                None,
+                "required in kubernetes mode when the region has peers: the regions' "
+                "shared key that signs their hops (docs/security.md)",
+            )
 
     @property
     def default_model_dir(self) -> Path:

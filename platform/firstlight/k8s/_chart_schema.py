@@ -128,6 +128,12 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         existingClaim=_str("PersistentVolumeClaim to mount read-only; empty: none."),
         mountPath=_str("Where it is mounted.", pattern="^/"),
     ),
+    "auth.peerSecret": _obj(
+        "The key every region shares to sign its hops to peers, from an existing Secret; "
+        "required when region.peers is set (the same value in every region).",
+        existingSecret={**_str("Secret holding the key; empty: none (no peers)."), "default": ""},
+        key=_SECRET_KEY,
+    ),
     "auth.apiKeys": _obj(
         "API keys, from an existing Secret: one file per key under the pods' secrets dir.",
         ("existingSecret", "keys"),
@@ -136,8 +142,8 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             "type": "array",
             "minItems": 1,
             "items": _SECRET_KEY,
-            "description": "Keys of that Secret, one API key each; the first is also "
-            "sent to peer regions on forwards.",
+            "description": "Keys of that Secret, one API key each (never sent to peer "
+            "regions: forwards are signed with auth.peerSecret).",
         },
         tenants={
             "type": "object",
@@ -175,7 +181,11 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             repository=_str("Image repository.", minLength=1),
             tag=_str("Image tag (pinned).", minLength=1),
         ),
-        existingSecret=_SECRET_NAME,
+        existingSecret=_str(
+            "Secret holding the Redis password (you create it; the chart makes no secret, "
+            "so every render is the same). Required when enabled.",
+            pattern=f"^$|{_DNS_NAME}",
+        ),
         passwordKey=_SECRET_KEY,
         resources=_k8s("Redis container resources."),
     ),

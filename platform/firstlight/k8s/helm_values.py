@@ -23,6 +23,8 @@ __all__ = ["API_KEYS_SECRET", "EXTERNAL_REDIS_SECRET", "HelmValues", "to_helm_va
 
 API_KEYS_SECRET = "firstlight-api-keys"
 """Default name of the Secret holding the API keys (``auth.apiKeys.existingSecret``)."""
+PEER_SECRET = "firstlight-peer"
+"""Default name of the Secret holding the regions' hop key (``auth.peerSecret``)."""
 EXTERNAL_REDIS_SECRET = "firstlight-redis-external"
 """Name suggested for the Secret with an external Redis's password."""
 
@@ -66,7 +68,7 @@ def to_helm_values(config: PlatformConfig, region: str | None = None) -> HelmVal
         if changed:
             values[section] = changed
     values.update(_hints(config.hints, notes))
-    values["auth"] = _auth(config, notes)
+    values["auth"] = _auth(config, notes, bool(peers))
     gateway = config.gateway.model_dump(
         mode="json", exclude_defaults=True, exclude={"host", "port"}
     )
@@ -82,8 +84,13 @@ def _hints(hints: HintsConfig, notes: list[str]) -> dict[str, Any]:
     )
     if changed:
         out["hints"] = changed
-    if hints.redis_url == HintsConfig().redis_url:
-        return out  # the local default: the chart runs its own Redis
+    if hints.redis_url == HintsConfig().redis_url:  # the chart runs its own Redis
+        notes.append(
+            "redis: create Secret firstlight-redis with the in-chart Redis's password: "
+            "kubectl create secret generic firstlight-redis "
+            '--from-literal=password="$(openssl rand -hex 32)"'
+        )
+        return out
     external: dict[str, Any] = {"url": hints.redis_url}
     if hints.password is not None:
         external["existingSecret"] = EXTERNAL_REDIS_SECRET
@@ -97,7 +104,7 @@ def _hints(hints: HintsConfig, notes: list[str]) -> dict[str, Any]:
     return out
 
 
-def _auth(config: PlatformConfig, notes: list[str]) -> dict[str, Any]:
+def _auth(config: PlatformConfig, notes: list[str], has_peers: bool) -> dict[str, Any]:
     count = max(1, len(config.auth.api_keys))
     keys = [f"api-key-{i}" for i in range(count)]
     if not config.auth.enabled:
@@ -105,7 +112,7 @@ def _auth(config: PlatformConfig, notes: list[str]) -> dict[str, Any]:
     literals = " ".join(f'--from-literal={key}="$(openssl rand -hex 32)"' for key in keys)
     notes.append(
         f"auth.api_keys: create Secret {API_KEYS_SECRET} with the keys {', '.join(keys)} "
-        f"(the same first key in every region): kubectl create secret generic "
+        f": kubectl create secret generic "
         f"{API_KEYS_SECRET} {literals}"
     )
     api_keys: dict[str, Any] = {"existingSecret": API_KEYS_SECRET, "keys": keys}
@@ -122,6 +129,13 @@ def _auth(config: PlatformConfig, notes: list[str]) -> dict[str, Any]:
     if contexts:
         api_keys["dynamicContext"] = contexts
     auth: dict[str, Any] = {"enabled": True, "apiKeys": api_keys}
+    if has_peers:  # the chart requires the regions' hop key then
+        auth["peerSecret"] = {"existingSecret": PEER_SECRET, "key": "peer-secret"}
+        notes.append(
+            f"auth.peer_secret: create Secret {PEER_SECRET} with the key peer-secret, the "
+            f"same value in every region: kubectl create secret generic {PEER_SECRET} "
+            '--from-literal=peer-secret="$(openssl rand -hex 32)"'
+        )
     if config.auth.tenant_isolation is not None:
         auth["tenant_isolation"] = config.auth.tenant_isolation
     return auth

@@ -39,11 +39,11 @@ CONFIG_SECTIONS = ("region", "models", "router", "hints", "auth", "telemetry", "
 
 CHART_OWNED_FIELDS = {
     "hints": ("redis_url", "password"),
-    "auth": ("api_keys",),
+    "auth": ("api_keys", "peer_secret"),
     "gateway": ("host", "port"),
 }
-"""Config fields the chart sets itself (from ``redis``, ``auth.apiKeys`` and the pod
-layout), so they are not values."""
+"""Config fields the chart sets itself (from ``redis``, ``auth.apiKeys``,
+``auth.peerSecret`` and the pod layout), so they are not values."""
 
 _SCHEMA_ID = "https://json-schema.org/draft-07/schema#"
 
@@ -64,6 +64,7 @@ def values_schema() -> dict[str, Any]:
         "description": "API keys are required outside local mode; cannot be turned off.",
     }
     auth["properties"]["apiKeys"] = CHART_SECTIONS["auth.apiKeys"]
+    auth["properties"]["peerSecret"] = CHART_SECTIONS["auth.peerSecret"]
     auth["required"] = ["apiKeys"]
     region = defs["RegionConfig"]
     region["description"] = "This region and the peers it may spill over or fail over to."

@@ -2,7 +2,8 @@
 
 A :class:`PeerTable` is built by the gateway from ``regions[].peers`` and runs
 :meth:`PeerTable.run` as a background task: every ``probe_interval_s`` it fetches each
-peer's summary (``GET {url}/v1/firstlight/summary``, at most ``probe_timeout_s``) and
+peer's summary (``GET {url}/v1/firstlight/summary``, a signed hop of
+:mod:`firstlight.regions.hop`, at most ``probe_timeout_s``) and
 takes the round trip of that request as an RTT sample (EWMA; the configured ``rtt_ms``
 is the prior). Each peer is probed on its own loop, so a peer that never answers does
 not delay the others' probes. On the hot path the gateway calls :meth:`PeerTable.usable`
@@ -23,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -30,9 +32,20 @@ from typing import TypeVar
 
 import httpx
 
+from firstlight.regions.hop import HopSigner
 from firstlight.regions.summary import ForwardedWork, RegionSummary
 
-__all__ = ["CircuitBreaker", "Peer", "PeerGoneError", "PeerTable", "while_answering"]
+__all__ = [
+    "SUMMARY_PATH",
+    "CircuitBreaker",
+    "Peer",
+    "PeerGoneError",
+    "PeerTable",
+    "while_answering",
+]
+
+SUMMARY_PATH = "/v1/firstlight/summary"
+"""A gateway's summary for its peers (probed, signed)."""
 
 _Item = TypeVar("_Item")
 
@@ -167,7 +180,7 @@ class PeerTable:
         peers: list[Peer],
         client: httpx.AsyncClient,
         *,
-        headers: dict[str, str] | None = None,
+        signer: HopSigner | None = None,
         probe_interval_s: float = 1.0,
         probe_timeout_s: float = 2.0,
         summary_max_age_s: float = 10.0,
@@ -176,7 +189,9 @@ class PeerTable:
     ) -> None:
         self.peers = {p.region: p for p in peers}
         self._client = client
-        self._headers = headers or {}
+        self.signer = signer or HopSigner(secrets.token_hex(32), "unconfigured")
+        """Signs this region's hops (probes and forwards); the gateway verifies peers'
+        with it. Without one, a random key: no peer accepts the hops as signed."""
         self._interval_s = probe_interval_s
         self._timeout_s = probe_timeout_s
         self._max_age_s = summary_max_age_s
@@ -210,8 +225,8 @@ class PeerTable:
         started = self._clock()
         try:
             response = await self._client.get(
-                f"{peer.url}/v1/firstlight/summary",
-                headers=self._headers,
+                f"{peer.url}{SUMMARY_PATH}",
+                headers=self.signer.sign(SUMMARY_PATH),
                 timeout=self._timeout_s,
             )
             response.raise_for_status()

@@ -26,6 +26,7 @@ from firstlight.config import ModelConfig, PlatformConfig, load_config, load_con
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight.routing import build_policy
 from firstlight.serve.gateway_deployment import Gateway
+from firstlight.serve.keys import launcher_key
 from firstlight.serve.model_server import (
     MAX_ONGOING_REQUESTS,
     ModelServer,
@@ -48,7 +49,9 @@ def deployment_name(model: ModelConfig) -> str:
 
 def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = True) -> Application:
     """The application serving ``region``. Raises ``ConfigError`` for an unknown region
-    or bad ``router.params`` (checked here, before anything is deployed)."""
+    or bad ``router.params`` (checked here, before anything is deployed). Without
+    ``auth.peer_secret`` its deployments get this process's launcher key
+    (:mod:`firstlight.serve.keys`): the regions one launcher builds share it."""
     names = [r.name for r in config.regions]
     if region not in names:
         raise ConfigError(
@@ -57,6 +60,7 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
     build_policy(config.router.policy, config.router.params)
     _check_sim_profiles(config)
     config_json = config.model_dump(mode="json")
+    launcher = launcher_key(config)
     handles = {}
     for model in config.models:
         kwargs = router_kwargs(
@@ -76,14 +80,16 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
             request_router_config=_router_config(kwargs),
             **replica_placement(model).deployment_options(),
         )
-        handles[model.name] = deployment.bind(config_json, region, model.name, hints_enabled)
+        handles[model.name] = deployment.bind(
+            config_json, region, model.name, hints_enabled, launcher
+        )
     gateway = _deployment(serve.ingress()(Gateway)).options(
         name="gateway",
         num_replicas=config.gateway.replicas,
         max_ongoing_requests=1024,
         ray_actor_options={"num_cpus": 0},
     )
-    application: Application = gateway.bind(config_json, region, handles)
+    application: Application = gateway.bind(config_json, region, handles, launcher)
     return application
 
 

@@ -33,10 +33,16 @@ from firstlight.engine.protocol import GenerationChunk, GenerationRequest, OpenA
 from firstlight.errors import FirstlightError
 from firstlight.hints._redis import redis_client
 from firstlight.region.state import RouterState, ServedBy, router_state
+from firstlight.regions.hop import HopSigner
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
+from firstlight.serve.keys import region_keys
 from firstlight.serve.model_server import hint_key_prefix, uses_replica_port
-from firstlight.serve.replica_port import ReplicaPortClient, ReplicaPortError
+from firstlight.serve.replica_port import (
+    ReplicaPortAuthError,
+    ReplicaPortClient,
+    ReplicaPortError,
+)
 from firstlight.telemetry import GatewayTelemetry
 from firstlight.telemetry.gateways import ExpositionShare
 from firstlight.telemetry.logs import configure_logging
@@ -51,10 +57,16 @@ _UNREACHABLE_S = 1.0
 check replaces a dead replica within seconds; a live one answers again at once)."""
 
 
-def peer_table(config: PlatformConfig, region: str, client: httpx.AsyncClient) -> PeerTable:
+def peer_table(
+    config: PlatformConfig,
+    region: str,
+    client: httpx.AsyncClient,
+    peer_key: str,
+) -> PeerTable:
     """The peers of ``region`` at their configured URLs; in local mode a peer without one
     is the peer's route prefix on the shared HTTP proxy, and the configured RTT is
-    emulated (a URL there points at something in between, such as a fault injector)."""
+    emulated (a URL there points at something in between, such as a fault injector).
+    Hops are signed with ``peer_key`` (:func:`firstlight.serve.keys.region_keys`)."""
     entry = next(r for r in config.regions if r.name == region)
     peers = []
     for p in entry.peers:
@@ -66,10 +78,7 @@ def peer_table(config: PlatformConfig, region: str, client: httpx.AsyncClient) -
             url = f"http://{host}:{config.gateway.port}/{p.region}"
         emulated = p.rtt_ms if config.mode == "local" else 0.0
         peers.append(Peer(p.region, url, p.rtt_ms, emulated, CircuitBreaker()))
-    headers = {}
-    if config.auth.enabled and config.auth.api_keys:
-        headers["authorization"] = f"Bearer {config.auth.api_keys[0].resolve()}"
-    return PeerTable(peers, client, headers=headers)
+    return PeerTable(peers, client, signer=HopSigner(peer_key, region))
 
 
 def _region_redis(config: PlatformConfig, region: str, what: str) -> Redis | None:
@@ -106,7 +115,11 @@ class Gateway:
     """One gateway replica of one region (see the module docstring)."""
 
     def __init__(
-        self, config: dict[str, Any], region: str, handles: dict[str, DeploymentHandle[Any]]
+        self,
+        config: dict[str, Any],
+        region: str,
+        handles: dict[str, DeploymentHandle[Any]],
+        launcher: str | None = None,
     ) -> None:
         self._config = PlatformConfig.model_validate(config)
         configure_logging(self._config.telemetry.log_level, sink="serve-replica")
@@ -117,8 +130,9 @@ class Gateway:
         self._client = httpx.AsyncClient(
             timeout=httpx.Timeout(connect=2.0, read=300.0, write=10.0, pool=5.0)
         )
-        self._peers = peer_table(self._config, region, self._client)
-        self._ports = ReplicaPortClient()
+        keys = region_keys(self._config, region, launcher)
+        self._peers = peer_table(self._config, region, self._client, keys.peer)
+        self._ports = ReplicaPortClient(keys.port)
         self._port_models = {
             m.name for m in self._config.models if uses_replica_port(self._config, m)
         }
@@ -197,10 +211,15 @@ class Gateway:
                 async with contextlib.aclosing(stream):
                     async for item in stream:
                         yield item
+                return
+            except ReplicaPortAuthError:
+                # A replica of another build (a rolling update gave it another key): its
+                # port refused before any output, so the handle path serves the request.
+                _log.warning("%s: the port at %s refused this gateway's key", model, address)
+                self._unreachable[address] = time.monotonic() + _UNREACHABLE_S
             except ReplicaPortError:
                 self._unreachable[address] = time.monotonic() + _UNREACHABLE_S
                 raise
-            return
         async for served in self._handle_stream(model, request, routing, trace_context):
             yield served
 

@@ -51,6 +51,7 @@ from firstlight.errors import EngineDeadError, HintsError, InvalidRequestError, 
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
 from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
+from firstlight.serve.keys import region_keys
 from firstlight.serve.replica_port import ReplicaPortServer
 from firstlight.telemetry.engine_metrics import publish_engine_metrics
 from firstlight.telemetry.logs import configure_logging
@@ -104,7 +105,12 @@ class ModelServer:
     """One replica of one model in one region (see the module docstring)."""
 
     def __init__(
-        self, config: dict[str, Any], region: str, model_name: str, hints_enabled: bool
+        self,
+        config: dict[str, Any],
+        region: str,
+        model_name: str,
+        hints_enabled: bool,
+        launcher: str | None = None,
     ) -> None:
         self._config = PlatformConfig.model_validate(config)
         configure_logging(self._config.telemetry.log_level, sink="serve-replica")
@@ -124,7 +130,11 @@ class ModelServer:
         self._port: ReplicaPortServer | None = None
         if uses_replica_port(self._config, self._model):
             self._port = ReplicaPortServer(
-                self.generate, lambda: self._accepting, lambda: self._inflight, MAX_ONGOING_REQUESTS
+                self.generate,
+                lambda: self._accepting,
+                lambda: self._inflight,
+                MAX_ONGOING_REQUESTS,
+                region_keys(self._config, region, launcher).port,
             )
 
     # --- called by Ray -------------------------------------------------------------------

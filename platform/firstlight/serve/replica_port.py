@@ -21,17 +21,26 @@ health checks, replacement and draining, and publishes its address in its routin
 
 Wire format: length-prefixed frames (4 bytes, big-endian, then UTF-8 JSON); a request
 frame, then item frames, then an empty frame that ends the stream. TCP's flow control
-is the backpressure: the replica awaits ``drain()`` after every frame. The port trusts
-its callers as Ray's own inter-replica ports do; the cluster's network policy keeps
-it inside the region.
+is the backpressure: the replica awaits ``drain()`` after every frame.
+
+Who may stream: every connection starts with a challenge. The replica sends a random
+nonce; the gateway answers with HMAC-SHA256 over it, keyed with the port key the app
+builder hands both deployments (:func:`firstlight.serve.app.region_app`). A connection
+that answers wrong gets an ``unauthorized`` frame and is closed before any request is
+read, so a neighbour pod that reaches the port can neither generate nor abort anything.
+The gateway treats ``unauthorized`` as a replica of another build (a rolling update
+with a new key): it takes the handle path for that request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import json
 import logging
+import secrets
 import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
@@ -45,6 +54,7 @@ from firstlight.routing import RequestView
 
 __all__ = [
     "MAX_FRAME_BYTES",
+    "ReplicaPortAuthError",
     "ReplicaPortClient",
     "ReplicaPortError",
     "ReplicaPortServer",
@@ -57,6 +67,10 @@ _log = logging.getLogger(__name__)
 _HEADER = struct.Struct("!I")
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 """A frame above this is refused (a request frame of the longest prompts is a few MiB)."""
+_AUTH_FRAME_BYTES = 128
+"""The challenge and its answer are small; a larger frame before authentication ends
+the connection (no one unauthenticated makes the replica buffer a large frame)."""
+_AUTH_CONTEXT = b"firstlight-replica-port-v1\n"
 _IDLE_PER_ADDRESS = 64
 """Idle connections the gateway keeps per replica (more are closed after use)."""
 
@@ -70,6 +84,11 @@ class ReplicaPortError(ConnectionError):
     another replica; after it, the stream is resumed (:mod:`firstlight.api.migration`)."""
 
 
+class ReplicaPortAuthError(ReplicaPortError):
+    """The replica refused the gateway's answer to its challenge: the two hold different
+    port keys (a replica of another build, during a rolling update)."""
+
+
 # --- frames and the codec ----------------------------------------------------------------
 
 
@@ -77,11 +96,16 @@ def _frame(payload: bytes) -> bytes:
     return _HEADER.pack(len(payload)) + payload
 
 
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
+async def _read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES) -> bytes:
     (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
-    if size > MAX_FRAME_BYTES:
-        raise ReplicaPortError(f"a frame of {size} bytes exceeds {MAX_FRAME_BYTES}")
+    if size > limit:
+        raise ReplicaPortError(f"a frame of {size} bytes exceeds {limit}")
     return await reader.readexactly(size) if size else b""
+
+
+def _proof(key: bytes, nonce: bytes) -> bytes:
+    """The answer to the replica's challenge ``nonce``."""
+    return hmac.new(key, _AUTH_CONTEXT + nonce, hashlib.sha256).hexdigest().encode()
 
 
 def encode_request(
@@ -174,6 +198,8 @@ def _decode_item(payload: bytes, request_id: str) -> ServedBy | GenerationChunk:
         raise InvalidRequestError(str(data["message"]), param=data.get("param"))
     if error == "dead":
         raise EngineDeadError(str(data["message"]))
+    if error == "unauthorized":
+        raise ReplicaPortAuthError(f"the replica's port: {data['message']}")
     if error is not None:
         raise ReplicaPortError(f"the replica's port: {error}: {data['message']}")
     usage = data["usage"]
@@ -197,6 +223,8 @@ class PortCounters:
     """Connections accepted (gateways keep theirs open across streams)."""
     streams: int = 0
     refused: int = 0
+    unauthorized: int = 0
+    """Connections closed because their answer to the challenge was wrong."""
     aborted: int = 0
     """Streams whose connection closed before their end (the client went away)."""
 
@@ -204,7 +232,8 @@ class PortCounters:
 class ReplicaPortServer:
     """The replica's port (see the module docstring). ``generate`` streams one request;
     ``accepting`` says whether new streams are taken; ``busy`` says, with the bound
-    ``max_streams``, whether the replica is full."""
+    ``max_streams``, whether the replica is full; ``key`` is the port key its callers
+    must prove they hold."""
 
     def __init__(
         self,
@@ -212,7 +241,9 @@ class ReplicaPortServer:
         accepting: Callable[[], bool],
         inflight: Callable[[], int],
         max_streams: int,
+        key: bytes,
     ) -> None:
+        self._key = key
         self._generate = generate
         self._accepting = accepting
         self._inflight = inflight
@@ -238,6 +269,8 @@ class ReplicaPortServer:
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.counters.connections += 1
         try:
+            if not await self._authenticated(reader, writer):
+                return
             while True:
                 try:
                     payload = await _read_frame(reader)
@@ -247,6 +280,27 @@ class ReplicaPortServer:
                     return
         finally:
             writer.close()
+
+    async def _authenticated(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Challenge the caller; ``False`` (after telling it, when it answered) unless it
+        proves it holds the port key."""
+        nonce = secrets.token_hex(16).encode()
+        try:
+            writer.write(_frame(nonce))
+            await writer.drain()
+            answer = await _read_frame(reader, _AUTH_FRAME_BYTES)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return False  # gone, or a frame too large to be an answer
+        if hmac.compare_digest(answer, _proof(self._key, nonce)):
+            return True
+        self.counters.unauthorized += 1
+        refusal = {"error": "unauthorized", "message": "wrong answer to the port's challenge"}
+        with contextlib.suppress(ConnectionError):
+            writer.write(_frame(json.dumps(refusal).encode()))
+            await writer.drain()
+        return False
 
     async def _one(
         self, payload: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -328,10 +382,12 @@ _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class ReplicaPortClient:
-    """Pooled connections to the replicas' ports (see the module docstring). One per
-    gateway process, used on its event loop only."""
+    """Pooled connections to the replicas' ports (see the module docstring), each
+    answering its replica's challenge with ``key``. One per gateway process, used on its
+    event loop only."""
 
-    def __init__(self, connect_timeout_s: float = 2.0) -> None:
+    def __init__(self, key: bytes, connect_timeout_s: float = 2.0) -> None:
+        self._key = key
         self._idle: dict[str, list[_Connection]] = {}
         self._connect_timeout_s = connect_timeout_s
 
@@ -376,9 +432,12 @@ class ReplicaPortClient:
         host, port = address.rsplit(":", 1)
         try:
             async with asyncio.timeout(self._connect_timeout_s):
-                return await asyncio.open_connection(host, int(port))
-        except (TimeoutError, OSError) as exc:
+                reader, writer = await asyncio.open_connection(host, int(port))
+                nonce = await _read_frame(reader, _AUTH_FRAME_BYTES)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             raise ReplicaPortError(f"cannot reach the replica at {address}: {exc!r}") from exc
+        writer.write(_frame(_proof(self._key, nonce)))  # sent with the first request
+        return reader, writer
 
     def _release(
         self, address: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -67,7 +67,6 @@ _OPERATION = {"chat": "chat", "text": "text_completion", "embeddings": "embeddin
 _DECISION_LOG = 30
 _OUTLIER_LOG = 50
 _outlier_log = logging.getLogger("firstlight.outliers")
-_HOP_HEADER = "x-firstlight-hop"  # firstlight.api.forward.HOP_HEADER (no import cycle)
 _SERVED_HERE = ("local", "from_peer")
 MIGRATION_OUTCOMES = ("retried", "resumed", "resumed_in_peer", "gave_up")
 """Outcomes of ``firstlight.request.migrations``: re-sent before the first token,
@@ -210,14 +209,17 @@ class GatewayTelemetry:
 
     # --- per request (called by GatewayCore) -----------------------------------------
 
-    def start(self, kind: str, headers: Mapping[str, str] | None = None) -> RequestObservation:
-        """A request arrived (``kind`` is ``chat`` or ``text``). A peer's forward (hop
-        header) carries its route span's ``traceparent``: this request's span continues
-        that trace. A client's own ``traceparent`` is not followed (it could switch
-        sampling off)."""
+    def start(
+        self, kind: str, headers: Mapping[str, str] | None = None, *, from_peer: bool = False
+    ) -> RequestObservation:
+        """A request arrived (``kind`` is ``chat`` or ``text``). A peer's forward (a hop
+        whose signature the gateway verified: ``from_peer``) carries its route span's
+        ``traceparent``: this request's span continues that trace. A client's own
+        ``traceparent`` is not followed (it could switch sampling off), whatever
+        headers it sends."""
         operation = _OPERATION.get(kind, kind)
         parent = None
-        if headers is not None and _HOP_HEADER in headers and "traceparent" in headers:
+        if from_peer and headers is not None and "traceparent" in headers:
             parent = extract({"traceparent": headers["traceparent"]})
         span = self.tracer.start_span(operation, context=parent, kind=trace.SpanKind.SERVER)
         span.set_attribute("gen_ai.operation.name", operation)

@@ -17,6 +17,11 @@ locals {
         existingSecret = var.api_keys_secret_name
         keys           = var.api_key_names
       }
+      # The regions' shared hop key; needed only by a region with peers.
+      peerSecret = {
+        existingSecret = length(var.peers) > 0 ? var.peer_secret_name : ""
+        key            = "peer-secret"
+      }
     }
     image = {
       repository = var.image.repository

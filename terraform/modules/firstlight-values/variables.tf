@@ -90,8 +90,14 @@ variable "api_keys_secret_name" {
   type        = string
 }
 
+variable "peer_secret_name" {
+  description = "Kubernetes Secret (key 'peer-secret') holding the key every region shares to sign its hops to peers; the same value in every region."
+  type        = string
+  default     = "firstlight-peer"
+}
+
 variable "api_key_names" {
-  description = "Keys of that Secret, one API key each; the first is sent to peers on forwards."
+  description = "Keys of that Secret, one API key each (never sent to peers: forwards are signed with the peer secret)."
   type        = list(string)
 }
 

@@ -23,6 +23,7 @@ module "values" {
   redis_url            = local.redis_url
   redis_secret_name    = local.redis_secret_name
   api_keys_secret_name = local.api_keys_secret_name
+  peer_secret_name     = var.peer_secret_name
   api_key_names        = local.api_key_names
   monitoring_enabled   = var.monitoring_enabled
   extra_values         = var.extra_values

@@ -199,8 +199,19 @@ variable "hash_seed" {
   }
 }
 
+variable "peer_secret_name" {
+  description = "Kubernetes Secret in namespace holding the key the regions share to sign their hops (key 'peer-secret'), created outside Terraform with the same value in every region (kubectl create secret generic firstlight-peer --from-literal=peer-secret=...), so the key is in no Terraform state."
+  type        = string
+  default     = "firstlight-peer"
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$", var.peer_secret_name))
+    error_message = "peer_secret_name must be a Kubernetes object name."
+  }
+}
+
 variable "api_keys_secret_name" {
-  description = "Kubernetes Secret in namespace holding the API keys, created outside Terraform (kubectl create secret generic ... --from-literal=api-key-0=...) so no key is in Terraform's state. Keys api-key-0 ... api-key-<api_key_count - 1>; the first is also sent to peers on forwards, so every region needs the same keys."
+  description = "Kubernetes Secret in namespace holding the API keys, created outside Terraform (kubectl create secret generic ... --from-literal=api-key-0=...) so no key is in Terraform's state. Keys api-key-0 ... api-key-<api_key_count - 1>; each region may have its own (forwards to peers are signed with the peer secret, not a client key)."
   type        = string
   default     = "firstlight-api-keys"
 
