@@ -53,6 +53,17 @@ def test_validate_prints_json_on_request() -> None:
     assert json.loads(result.stdout)["router"]["policy"] == "firstlight"
 
 
+@pytest.mark.parametrize("output", ["yaml", "json"])
+def test_validate_masks_credentials_in_urls(output: str) -> None:
+    """The hole: ``config validate`` printed a ``redis_url`` holding a password."""
+    env = {"FIRSTLIGHT__HINTS__REDIS_URL": "rediss://hints:s3cret-pw@redis.internal:6380/2"}
+    result = runner.invoke(app, ["config", "validate", str(LOCAL), "-o", output], env=env)
+    assert result.exit_code == 0, result.stderr
+    assert "s3cret-pw" not in result.stdout
+    assert "//hints:" not in result.stdout  # the user name too
+    assert "rediss://***@redis.internal:6380/2" in result.stdout
+
+
 def test_validate_applies_environment_overrides() -> None:
     env = {"FIRSTLIGHT__ROUTER__POLICY": "power_of_two"}
     result = runner.invoke(app, ["config", "validate", str(LOCAL), "-o", "json"], env=env)

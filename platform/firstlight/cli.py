@@ -418,12 +418,13 @@ def validate(
         OutputFormat, typer.Option("--output", "-o", help="Format of the resolved config.")
     ] = OutputFormat.yaml,
 ) -> None:
-    """Validate FILE (plus FIRSTLIGHT__* overrides) and print the resolved configuration.
+    """Validate FILE (plus FIRSTLIGHT__* overrides) and print the resolved configuration,
+    with any credentials in a URL masked (``redis://***@host``).
 
     Exits 2 and lists every problem with its field path and value when it is invalid.
     """
     cfg = _load(file)
-    data = cfg.model_dump(mode="json")
+    data = _without_credentials(cfg.model_dump(mode="json"))
     if output is OutputFormat.json:
         typer.echo(json.dumps(data, indent=2))
     else:
@@ -433,6 +434,22 @@ def validate(
         f"valid: {file} (mode {cfg.mode}; regions {regions}; {len(cfg.models)} model(s))",
         markup=False,
     )
+
+
+def _without_credentials(value: object) -> object:
+    """``value`` (a config dump) with the user and password of every URL replaced by
+    ``***``: a ``redis_url`` may carry them, and what ``config validate`` prints ends
+    up in terminals, CI logs and tickets."""
+    if isinstance(value, dict):
+        return {k: _without_credentials(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_credentials(v) for v in value]
+    if isinstance(value, str) and "://" in value and "@" in value:
+        scheme, _, rest = value.partition("://")
+        authority, slash, path = rest.partition("/")
+        if "@" in authority:
+            return f"{scheme}://***@{authority.rpartition('@')[2]}{slash}{path}"
+    return value
 
 
 @config_app.command("to-helm-values")

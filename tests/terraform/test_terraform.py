@@ -169,6 +169,35 @@ def test_secrets_never_leave_in_outputs() -> None:
     assert not any("redis_auth" in str(o.get("value")) for o in outputs.values())
 
 
+def _ingress_service_annotations() -> dict[str, str]:
+    """The annotations of the ingress controller's Service (its load balancer)."""
+    releases: dict[str, Any] = {}
+    for block in parse_dir(TERRAFORM / "modules/region-aws")["resource"]:
+        for kind, body in block.items():
+            if literal(kind) == "helm_release":
+                releases.update(named([body]))
+    values = str(releases["ingress"]["values"])
+    pairs = re.findall(r'"(service\.beta\.kubernetes\.io/[\w.-]+)"\s*=\s*"([^"]*)"', values)
+    return dict(pairs)
+
+
+def test_the_cluster_enforces_network_policies() -> None:
+    """The hole: the VPC CNI add-on was installed without network-policy enforcement, so
+    the chart's NetworkPolicies were not enforced on the clusters the Terraform builds."""
+    eks = named(parse_dir(TERRAFORM / "modules/region-aws")["module"])["eks"]
+    vpc_cni = eks["addons"]["vpc-cni"]
+    assert "enableNetworkPolicy" in str(vpc_cni["configuration_values"])
+    assert '"true"' in str(vpc_cni["configuration_values"]).replace("\\", "")
+
+
+def test_the_load_balancer_accepts_tls_1_2_and_up_only() -> None:
+    """The hole: the NLB's TLS listener took the provider's default policy (TLS 1.0 and
+    1.1 allowed)."""
+    annotations = _ingress_service_annotations()
+    policy = annotations["service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy"]
+    assert policy == "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+
 def test_checkov_passes_with_justified_skips() -> None:
     if not CHECKOV.is_file():
         pytest.fail(f"{CHECKOV} is missing: run `make tools` (make test does)")

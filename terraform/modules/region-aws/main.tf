@@ -26,7 +26,12 @@ module "eks" {
     coredns                = {}
     eks-pod-identity-agent = { before_compute = true }
     kube-proxy             = {}
-    vpc-cni                = { before_compute = true }
+    vpc-cni = {
+      before_compute = true
+      # Enforce NetworkPolicies (the chart's keep Ray's ports and Redis to the release's
+      # own pods); without this the VPC CNI ignores them.
+      configuration_values = jsonencode({ enableNetworkPolicy = "true" })
+    }
   }
 
   vpc_id     = var.vpc_id

@@ -62,6 +62,8 @@ resource "helm_release" "ingress" {
         "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"         = aws_acm_certificate_validation.public.certificate_arn
         "service.beta.kubernetes.io/aws-load-balancer-ssl-ports"        = "443"
         "service.beta.kubernetes.io/aws-load-balancer-backend-protocol" = "tcp"
+        # TLS 1.2 and 1.3 only (the provider's default policy still allows 1.0 and 1.1).
+        "service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy" = "ELBSecurityPolicy-TLS13-1-2-2021-06"
       }
     }
   })]
