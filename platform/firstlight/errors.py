@@ -21,6 +21,7 @@ translated at the boundary that calls the library, with ``raise ... from exc``::
     └── ApiError                  the gateway refuses an HTTP request (status + OpenAI body)
         ├── BadRequestError           malformed or invalid request body (400)
         ├── AuthenticationError       missing or unknown API key (401)
+        ├── PermissionDeniedError     a known key that may not open this path (403)
         ├── ModelNotServedError       ``model`` is not served here (404)
         ├── RequestTooLargeError      the request body exceeds the gateway's limit (413)
         ├── RateLimitedError          over a limit (429, with Retry-After)
@@ -51,6 +52,7 @@ __all__ = [
     "ModelNotServedError",
     "ModelPreparationError",
     "NoCapacityError",
+    "PermissionDeniedError",
     "ProfilingError",
     "PromptTooLongError",
     "RateLimitedError",
@@ -243,6 +245,14 @@ class AuthenticationError(ApiError):
 
     status = 401
     error_type = "authentication_error"
+
+
+class PermissionDeniedError(ApiError):
+    """A known key that may not open this path: a client key on an operator surface
+    (HTTP 403)."""
+
+    status = 403
+    error_type = "permission_error"
 
 
 class ModelNotServedError(ApiError):

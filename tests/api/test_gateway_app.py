@@ -307,6 +307,46 @@ async def test_auth_accepts_the_configured_key(make_gateway: MakeGateway, key_fi
     assert (await gw.client.get("/readyz")).status_code == 200
 
 
+OPERATOR_PATHS = ("/metrics", "/dashboard/api/state")
+
+
+async def test_the_operator_surfaces_open_only_to_an_operator_key(
+    make_gateway: MakeGateway, key_file: Path, tmp_path: Path
+) -> None:
+    """The hole: /metrics and the dashboard's state (every tenant's advisor rows) had no
+    authentication on the public port. With auth on they answer only to an operator key:
+    none or a wrong one is 401, a client's key 403."""
+    operator_file = tmp_path / "operator"
+    operator_file.write_text("an-operators-key\n")
+    auth = {
+        "enabled": True,
+        "api_keys": [{"file": str(key_file)}],
+        "operator_keys": [{"file": str(operator_file)}],
+    }
+    gw = await make_gateway(gateway_config(auth=auth))
+    client = {"authorization": f"Bearer {API_KEY}"}
+    operator = {"authorization": "Bearer an-operators-key"}
+    for path in OPERATOR_PATHS:
+        missing = await gw.client.get(path)
+        assert_openai_error(missing, 401, "authentication_error", "invalid_api_key")
+        wrong = await gw.client.get(path, headers={"authorization": "Bearer guess"})
+        assert_openai_error(wrong, 401, "authentication_error", "invalid_api_key")
+        refused = await gw.client.get(path, headers=client)
+        assert_openai_error(refused, 403, "permission_error", "operator_key_required")
+        assert (await gw.client.get(path, headers=operator)).status_code == 200, path
+    # An operator key is not a client key either.
+    as_client = await gw.client.post(CHAT, json=chat(), headers=operator)
+    assert_openai_error(as_client, 401, "authentication_error", "invalid_api_key")
+    # The page itself holds no data; the health paths need no key.
+    for path in ("/dashboard", "/healthz", "/readyz"):
+        assert (await gw.client.get(path)).status_code == 200, path
+
+
+async def test_with_auth_off_the_operator_surfaces_stay_open(gw: FakeGateway) -> None:
+    for path in OPERATOR_PATHS:
+        assert (await gw.client.get(path)).status_code == 200, path
+
+
 async def test_the_advisor_shows_a_tenant_its_own_cache_hostile_prefix(
     make_gateway: MakeGateway, tmp_path: Path
 ) -> None:

@@ -105,6 +105,7 @@ def test_secrets_are_mounted_files_never_inline() -> None:
     assert config["auth"] == {
         "enabled": True,
         "api_keys": [{"file": "/var/run/secrets/firstlight/api-keys/api-key-0"}],
+        "operator_keys": [{"file": "/var/run/secrets/firstlight/operator/operator-key"}],
         "peer_secret": {"file": "/var/run/secrets/firstlight/peer/peer-secret"},
     }
     assert config["hints"]["password"] == {"file": "/var/run/secrets/firstlight/redis/password"}
@@ -116,6 +117,7 @@ def test_secrets_are_mounted_files_never_inline() -> None:
             ("/var/run/secrets/firstlight/api-keys", "firstlight-api-keys"),
             ("/var/run/secrets/firstlight/redis", "firstlight-redis"),
             ("/var/run/secrets/firstlight/peer", "firstlight-peer"),
+            ("/var/run/secrets/firstlight/operator", "firstlight-operator"),
         ):
             assert mounts[path]["readOnly"] is True, name
             assert volumes[mounts[path]["name"]]["secret"]["secretName"] == secret, name
@@ -182,6 +184,11 @@ def test_services_select_the_pods_they_serve() -> None:
     assert _matches(monitor["spec"]["selector"], metrics["metadata"]["labels"])
     assert monitor["spec"]["endpoints"][0]["port"] == metrics["spec"]["ports"][0]["name"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    # /metrics answers only to an operator key: Prometheus scrapes with the chart's.
+    assert monitor["spec"]["endpoints"][0]["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "firstlight-operator", "key": "operator-key"},
+    }
     for pdb in rendered.of_kind("PodDisruptionBudget"):
         selected = [n for n, pod in labels.items() if _matches(pdb["spec"]["selector"], pod)]
         assert selected == [f"worker/{pdb['metadata']['name'].removeprefix('firstlight-')}"]

@@ -63,6 +63,7 @@ def chart_region(serve_port: int, key_file: Path, monkeypatch: pytest.MonkeyPatc
     values = {"region": {"name": "chart-east", "peers": []}, "models": [sim_model("chart-sim")]}
     args = app_args(render(values))
     monkeypatch.setenv("FIRSTLIGHT__AUTH__API_KEYS__0__FILE", str(key_file))
+    monkeypatch.setenv("FIRSTLIGHT__AUTH__OPERATOR_KEYS__0__FILE", str(key_file))
     monkeypatch.setenv("FIRSTLIGHT__HINTS__REDIS_URL", "redis://127.0.0.1:6379/0")
     monkeypatch.setenv("FIRSTLIGHT__HINTS__PASSWORD", "null")
     monkeypatch.setenv("FIRSTLIGHT__HINTS__KEY_PREFIX", f"fltest.chart.{uuid.uuid4().hex[:8]}.")

@@ -393,3 +393,22 @@ def test_page_loads_nothing_from_the_network() -> None:
         assert ref.startswith("data:"), ref
     assert "@import" not in without_comments
     assert "url(" not in without_comments
+
+
+def test_a_refused_state_says_an_operator_key_is_needed(server: _Server, tmp_path: Path) -> None:
+    """With auth on the state answers only to an operator key: the page says so and
+    shows a form for one (kept for the tab, sent as a Bearer token)."""
+    url = _serve(server, None)
+    refusal = json.dumps({"error": {"message": "no", "type": "authentication_error"}}).encode()
+    server.routes[f"{PREFIX}/dashboard/api/state"] = (
+        HTTPStatus.UNAUTHORIZED,
+        "application/json",
+        refusal,
+    )
+    dom = _dump_dom(url, tmp_path / "profile")
+    banner = re.search(r'<div id="conn-banner"([^>]*)>([^<]*)<', dom)
+    assert banner
+    assert "hidden" not in banner.group(1)
+    assert "an operator key is needed" in banner.group(2)
+    assert '<form id="key-form">' in dom
+    assert 'type="password"' in dom

@@ -20,6 +20,11 @@ PATH = "/v1/chat/completions"
 BODY = b'{"model": "m"}'
 
 
+def _flip_last(signature: str) -> str:
+    """``signature`` with its last hex digit changed (always changed, never kept)."""
+    return signature[:-1] + ("1" if signature[-1] == "0" else "0")
+
+
 def _pair(clock: FakeClock) -> tuple[HopSigner, HopSigner]:
     return HopSigner(KEY, "us-east", clock=clock), HopSigner(KEY, "eu-west", clock=clock)
 
@@ -42,7 +47,7 @@ def test_a_signed_hop_verifies_once_with_what_it_vouches_for() -> None:
         lambda h: {k: v for k, v in h.items() if k != CALLER_HEADER},
         lambda h: {k: v for k, v in h.items() if k != SIGNATURE_HEADER},
         lambda h: {**h, SIGNATURE_HEADER: h[SIGNATURE_HEADER].upper()},
-        lambda h: {**h, SIGNATURE_HEADER: h[SIGNATURE_HEADER][:-1] + "0"},
+        lambda h: {**h, SIGNATURE_HEADER: _flip_last(h[SIGNATURE_HEADER])},
         lambda h: {**h, HOP_HEADER: "bad region!"},
     ],
     ids=[

@@ -77,7 +77,10 @@ def platform_config(
         "gateway": {"host": "127.0.0.1", "port": port, "replicas": 1},
     }
     if key_file is not None:
-        data["auth"] = {"enabled": True, "api_keys": [{"file": str(key_file)}]}
+        # The test key opens the operator surfaces too (/metrics): these integration tests
+        # scrape with it; the fake-gateway tests keep the two kinds of key apart.
+        key = {"file": str(key_file)}
+        data["auth"] = {"enabled": True, "api_keys": [key], "operator_keys": [key]}
     extra = dict(extra or {})
     data["gateway"].update(extra.pop("gateway", {}))
     data.update(extra)

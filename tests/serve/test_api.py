@@ -61,6 +61,7 @@ def platform(
             "auth": {
                 "enabled": True,
                 "api_keys": [{"file": str(key_file)}, {"file": str(limit_key_file)}],
+                "operator_keys": [{"file": str(key_file)}],  # it reads /metrics too
             },
         },
     )

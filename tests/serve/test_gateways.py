@@ -41,7 +41,9 @@ def region(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
 
 async def _dashboard(endpoint: str) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=10) as client:
-        response = await client.get(f"{endpoint}/dashboard/api/state")
+        # The test key is also the platform's operator key (tests.serve.cluster).
+        operator = {"authorization": f"Bearer {API_KEY}"}
+        response = await client.get(f"{endpoint}/dashboard/api/state", headers=operator)
     response.raise_for_status()
     state: dict[str, Any] = response.json()
     return state

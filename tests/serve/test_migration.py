@@ -216,7 +216,9 @@ async def _migrations(endpoint: str) -> dict[str, float]:
     """The region's ``firstlight_request_migrations_total`` of :data:`MODEL`, by outcome
     (summed over its gateways)."""
     async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
-        response = await client.get(f"{endpoint}/metrics")
+        # The test key is also the platform's operator key (tests.serve.cluster).
+        operator = {"authorization": f"Bearer {API_KEY}"}
+        response = await client.get(f"{endpoint}/metrics", headers=operator)
     assert response.status_code == 200, response.text
     counts: dict[str, float] = collections.defaultdict(float)
     for line in response.text.splitlines():

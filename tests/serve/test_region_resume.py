@@ -137,8 +137,12 @@ def _undisturbed_text(request_id: str) -> str:
 
 async def _migrations(endpoint: str, model: str = MODEL) -> dict[str, float]:
     """The region's ``firstlight_request_migrations_total`` of ``model``, by outcome."""
+    # The test key is also the platform's operator key (tests.serve.cluster).
+    operator = {"authorization": f"Bearer {API_KEY}"}
     async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
-        exposition = (await client.get(f"{endpoint}/metrics")).text
+        response = await client.get(f"{endpoint}/metrics", headers=operator)
+    assert response.status_code == 200, response.text
+    exposition = response.text
     counts: dict[str, float] = {}
     for line in exposition.splitlines():
         if line.startswith(MIGRATIONS + "{") and f'model="{model}"' in line:

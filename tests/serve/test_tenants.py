@@ -18,6 +18,8 @@ MODEL = "sim-tenants"
 KEYS = {"acme": "sk-tenant-acme-0123456789abcdef", "globex": "sk-tenant-globex-0123456789abc"}
 PROMPT = "The shared system prompt of both tenants, long enough for many blocks. " * 12
 
+OPERATOR_KEY = "tenants-test-operator-key"
+
 
 @pytest.fixture(scope="module")
 def tenanted(serve_port: int, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalPlatform]:
@@ -26,11 +28,14 @@ def tenanted(serve_port: int, tmp_path_factory: pytest.TempPathFactory) -> Itera
     for tenant, key in KEYS.items():
         (folder / tenant).write_text(key)
         keys.append({"file": str(folder / tenant), "tenant": tenant})
+    (folder / "operator").write_text(OPERATOR_KEY)
+    auth = {
+        "enabled": True,
+        "api_keys": keys,
+        "operator_keys": [{"file": str(folder / "operator")}],
+    }
     config = platform_config(
-        serve_port,
-        [{"name": "tn-east"}],
-        [sim_model(MODEL)],
-        extra={"auth": {"enabled": True, "api_keys": keys}},
+        serve_port, [{"name": "tn-east"}], [sim_model(MODEL)], extra={"auth": auth}
     )
     assert config.auth.isolates_tenants  # on by default once keys name tenants
     running = start_local(config, timeout_s=120)
@@ -82,9 +87,13 @@ def test_no_key_appears_in_logs_metrics_or_the_dashboard(tenanted: LocalPlatform
     assert refused.status_code == 401
     assert CANARY not in refused.text
     _cached_tokens(tenanted, "acme")
-    texts = [
-        httpx.get(f"{base}{path}", timeout=30).text for path in ("/metrics", "/dashboard/api/state")
+    operator = {"authorization": f"Bearer {OPERATOR_KEY}"}
+    answers = [
+        httpx.get(f"{base}{path}", headers=operator, timeout=30)
+        for path in ("/metrics", "/dashboard/api/state")
     ]
+    assert [a.status_code for a in answers] == [200, 200]  # what an operator sees
+    texts = [a.text for a in answers]
     # The Ray session's log folder (every worker's stdout/stderr, Serve's logs).
     logs = Path(ray._private.worker.global_worker.node.get_logs_dir_path())
     files = [p for p in logs.rglob("*") if p.is_file()]

@@ -93,6 +93,7 @@ file onto these values; the chart tests check the round trip. */}}
 {{- $keys = append $keys $entry -}}
 {{- end -}}
 {{- $auth := dict "enabled" true "api_keys" $keys -}}
+{{- $_ := set $auth "operator_keys" (list (dict "file" (printf "%s/operator/%s" $secrets $v.auth.operatorKey.key))) -}}
 {{- if include "firstlight.peerSecretName" . -}}
 {{- $_ := set $auth "peer_secret" (dict "file" (printf "%s/peer/%s" $secrets $v.auth.peerSecret.key)) -}}
 {{- end -}}
@@ -149,6 +150,12 @@ volumes:
         {{- range .Values.auth.apiKeys.keys }}
         - {key: {{ . }}, path: {{ . }}}
         {{- end }}
+  - name: operator-key
+    secret:
+      secretName: {{ .Values.auth.operatorKey.existingSecret }}
+      defaultMode: 0440
+      items:
+        - {key: {{ .Values.auth.operatorKey.key }}, path: {{ .Values.auth.operatorKey.key }}}
   {{- if include "firstlight.peerSecretName" . }}
   - name: peer-secret
     secret:
@@ -206,6 +213,9 @@ env:
 volumeMounts:
   - name: api-keys
     mountPath: {{ include "firstlight.secretsDir" . }}/api-keys
+    readOnly: true
+  - name: operator-key
+    mountPath: {{ include "firstlight.secretsDir" . }}/operator
     readOnly: true
   {{- if include "firstlight.peerSecretName" . }}
   - name: peer-secret

@@ -4,6 +4,8 @@ Built once per gateway from ``auth`` (keys resolved from their secret references
 start-up) and called on every request. Keys are kept only as SHA-256 digests, so a
 memory dump or a log line never shows one; comparison uses ``hmac.compare_digest``
 against every accepted digest, so the time taken says nothing about how close a guess was.
+Operator keys (``auth.operator_keys``) open the operator surfaces, which client keys do
+not (:meth:`ApiKeys.check_operator`).
 
 With tenant isolation (``auth.tenant_isolation``, on when keys name tenants) every
 request carries a **cache salt** derived from its tenant: the engines mix it into the
@@ -19,7 +21,7 @@ import hmac
 from dataclasses import dataclass
 
 from firstlight.config import AuthConfig, DynamicContextSettings
-from firstlight.errors import AuthenticationError
+from firstlight.errors import AuthenticationError, PermissionDeniedError
 
 __all__ = ["ApiKeys", "Caller"]
 
@@ -63,25 +65,14 @@ class ApiKeys:
             for ref in config.api_keys
             for digest in (_digest(ref.resolve()),)
         )
+        self._operators = tuple(_digest(ref.resolve()) for ref in config.operator_keys)
 
     def check(self, authorization: str | None) -> Caller:
         """Return the caller; raise :class:`AuthenticationError` unless
         ``authorization`` is ``Bearer <accepted key>``."""
         if not self.enabled:
             return Caller("anonymous")
-        if not authorization:
-            raise AuthenticationError(
-                "missing API key: send it as 'Authorization: Bearer <key>'",
-                code="invalid_api_key",
-            )
-        scheme, _, token = authorization.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            raise AuthenticationError(
-                "malformed Authorization header: expected 'Bearer <key>'",
-                code="invalid_api_key",
-            )
-        candidate = _digest(token)
+        candidate = _bearer(authorization)
         found: Caller | None = None
         for digest, caller in self._keys:  # every key compared: constant time
             if hmac.compare_digest(candidate, digest):
@@ -89,6 +80,47 @@ class ApiKeys:
         if found is None:
             raise AuthenticationError("incorrect API key provided", code="invalid_api_key")
         return found
+
+    def check_operator(self, authorization: str | None) -> None:
+        """Pass when auth is off or ``authorization`` carries an operator key
+        (``auth.operator_keys``); raise :class:`AuthenticationError` for no key or an
+        unknown one, :class:`PermissionDeniedError` for a client's key. Called by the
+        operator routes (``/metrics``, the dashboard's state)."""
+        if not self.enabled:
+            return
+        candidate = _bearer(authorization)
+        operator = client = False
+        for digest in self._operators:  # every key compared: constant time
+            operator |= hmac.compare_digest(candidate, digest)
+        for digest, _ in self._keys:
+            client |= hmac.compare_digest(candidate, digest)
+        if operator:
+            return
+        if client:
+            raise PermissionDeniedError(
+                "a client key does not open the operator surfaces: use an operator key "
+                "(auth.operator_keys)",
+                code="operator_key_required",
+            )
+        raise AuthenticationError("incorrect operator key provided", code="invalid_api_key")
+
+
+def _bearer(authorization: str | None) -> bytes:
+    """The digest of the Bearer token in ``authorization``; raises
+    :class:`AuthenticationError` when there is none."""
+    if not authorization:
+        raise AuthenticationError(
+            "missing API key: send it as 'Authorization: Bearer <key>'",
+            code="invalid_api_key",
+        )
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise AuthenticationError(
+            "malformed Authorization header: expected 'Bearer <key>'",
+            code="invalid_api_key",
+        )
+    return _digest(token)
 
 
 def _digest(key: str) -> bytes:

@@ -63,7 +63,11 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
         return JSONResponse({"ready": ready, **detail}, status_code=200 if ready else 503)
 
     @app.get("/metrics")
-    async def metrics() -> Response:
+    async def metrics(request: Request) -> Response:
+        try:
+            core.keys.check_operator(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
         if not core.telemetry.enabled:
             return JSONResponse({"detail": "metrics are off (telemetry.metrics_enabled)"}, 404)
         body = await core.metrics_exposition()
@@ -74,7 +78,12 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
         return HTMLResponse(page(), headers={"cache-control": "no-store"})
 
     @app.get("/dashboard/api/state")
-    async def dashboard_api() -> Response:
+    async def dashboard_api(request: Request) -> Response:
+        # The page itself holds no data; its state lists every tenant's rows.
+        try:
+            core.keys.check_operator(request.headers.get("authorization"))
+        except ApiError as exc:
+            return error_response(exc)
         return JSONResponse(await core.dashboard_state(), headers={"cache-control": "no-store"})
 
     @app.get(SUMMARY_PATH)

@@ -247,6 +247,11 @@ class AuthConfig(Section):
     """Salt the prefix cache and its hints per tenant, so no tenant reuses or can
     time-probe another tenant's cached prompts. ``null``: on when any key names a
     tenant."""
+    operator_keys: tuple[SecretRef, ...] = ()
+    """Keys that open the operator surfaces, ``/metrics`` and ``/dashboard/api/state``
+    (docs/security.md). With ``enabled`` those answer only to one of these — no key is
+    401, a client key 403 — and Prometheus scrapes with one (the chart wires it); with
+    auth off (local mode only) they stay open like every other path."""
     peer_secret: SecretRef | None = None
     """The key every region of the deployment shares to sign its hops to peers
     (forwards, probes, summaries; at least 16 characters; docs/security.md). A peer's

@@ -128,6 +128,13 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         existingClaim=_str("PersistentVolumeClaim to mount read-only; empty: none."),
         mountPath=_str("Where it is mounted.", pattern="^/"),
     ),
+    "auth.operatorKey": _obj(
+        "The key that opens /metrics and the dashboard's state (client keys do not), from "
+        "an existing Secret; the ServiceMonitor scrapes with it.",
+        ("existingSecret", "key"),
+        existingSecret=_str("Secret holding the key.", pattern=_DNS_NAME),
+        key=_SECRET_KEY,
+    ),
     "auth.peerSecret": _obj(
         "The key every region shares to sign its hops to peers, from an existing Secret; "
         "required when region.peers is set (the same value in every region).",

@@ -129,6 +129,12 @@ def _auth(config: PlatformConfig, notes: list[str], has_peers: bool) -> dict[str
     if contexts:
         api_keys["dynamicContext"] = contexts
     auth: dict[str, Any] = {"enabled": True, "apiKeys": api_keys}
+    notes.append(
+        "auth.operator_keys: create Secret firstlight-operator with the key operator-key "
+        "(it opens /metrics and the dashboard's state; the ServiceMonitor scrapes with it): "
+        "kubectl create secret generic firstlight-operator "
+        '--from-literal=operator-key="$(openssl rand -hex 32)"'
+    )
     if has_peers:  # the chart requires the regions' hop key then
         auth["peerSecret"] = {"existingSecret": PEER_SECRET, "key": "peer-secret"}
         notes.append(

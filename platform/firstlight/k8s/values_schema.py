@@ -39,11 +39,11 @@ CONFIG_SECTIONS = ("region", "models", "router", "hints", "auth", "telemetry", "
 
 CHART_OWNED_FIELDS = {
     "hints": ("redis_url", "password"),
-    "auth": ("api_keys", "peer_secret"),
+    "auth": ("api_keys", "operator_keys", "peer_secret"),
     "gateway": ("host", "port"),
 }
 """Config fields the chart sets itself (from ``redis``, ``auth.apiKeys``,
-``auth.peerSecret`` and the pod layout), so they are not values."""
+``auth.peerSecret``, ``auth.operatorKey`` and the pod layout), so they are not values."""
 
 _SCHEMA_ID = "https://json-schema.org/draft-07/schema#"
 
@@ -65,6 +65,7 @@ def values_schema() -> dict[str, Any]:
     }
     auth["properties"]["apiKeys"] = CHART_SECTIONS["auth.apiKeys"]
     auth["properties"]["peerSecret"] = CHART_SECTIONS["auth.peerSecret"]
+    auth["properties"]["operatorKey"] = CHART_SECTIONS["auth.operatorKey"]
     auth["required"] = ["apiKeys"]
     region = defs["RegionConfig"]
     region["description"] = "This region and the peers it may spill over or fail over to."
