@@ -35,6 +35,7 @@ from firstlight.regions.hop import (
     HopSigner,
 )
 from tests.api.fake_region import (
+    MODEL,
     TEST_PEER_KEY,
     FakeGateway,
     fake_gateway,
@@ -153,3 +154,18 @@ async def test_a_peers_vouched_caller_gets_its_tenants_cache_salt(tmp_path: Path
     assert salts[0] is not None
     assert salts[0] != "salt-of-globex"
     assert salts[1] == "salt-of-globex"
+
+
+async def test_a_forged_hop_with_no_replica_here_is_refused_at_once(tmp_path: Path) -> None:
+    """A request with an unverified hop header is never forwarded, and with no healthy
+    replica here it is refused at once (503) rather than left waiting for one."""
+    key_file = tmp_path / "key"
+    key_file.write_text(API_KEY + "\n")
+    async with fake_gateway(gateway_config(key_file=key_file), replicas={MODEL: 0}) as gw:
+        headers = {"authorization": f"Bearer {API_KEY}", HOP_HEADER: "east"}
+        response = await gw.client.post(CHAT, json=chat(max_tokens=2), headers=headers)
+    assert response.status_code == 503, response.text
+    assert "no healthy replica" in response.json()["error"]["message"]
+    # Refused by the region decision, before any stream was tried: Ray would hold an
+    # attempt until a replica starts (the fake fails it at once, so count the attempts).
+    assert gw.backend.trace_contexts == []

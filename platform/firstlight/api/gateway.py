@@ -395,15 +395,17 @@ class GatewayCore:
             if from_peer or not forwardable
             else functools.partial(self._forwarder.continue_stream, prepared, body, request, obs)
         )
-        if elsewhere is not None and decision.route != "local":
-            route = "spill-over" if decision.route == "overflow" else decision.route
-            forwarded = await self._forward(
-                decision, route, prepared, body, request, obs, elsewhere
-            )
-            if forwarded is not None:
-                return forwarded
+        if decision.route not in ("local", "from_peer"):
+            if elsewhere is not None:
+                route = "spill-over" if decision.route == "overflow" else decision.route
+                forwarded = await self._forward(
+                    decision, route, prepared, body, request, obs, elsewhere
+                )
+                if forwarded is not None:
+                    return forwarded
+            # Nothing forwarded (no peer answered, or the request may not be forwarded).
             if decision.fallback == "refuse":
-                raise self._refusal(prepared, decision, forwarded=True)
+                raise self._refusal(prepared, decision, forwarded=elsewhere is not None)
         attempts = Attempts(self.config.gateway.max_attempts)
         reason = "from_peer" if from_peer else "local"
         while True:
