@@ -112,14 +112,16 @@ async def capacity_block(
     return rows
 
 
-async def served_by_gateway(endpoint: str) -> dict[str, float]:
+async def served_by_gateway(
+    endpoint: str, headers: dict[str, str] | None = None
+) -> dict[str, float]:
     """Requests each live gateway has answered, from one scrape of the region's
     ``/metrics`` (every gateway publishes its counts every 2 s; each sample is labelled
-    with its gateway's Ray replica id)."""
+    with its gateway's Ray replica id). ``headers``: an operator key's, where auth is on."""
     from prometheus_client.parser import text_string_to_metric_families
 
     async with httpx.AsyncClient(timeout=10.0, trust_env=False) as client:
-        response = await client.get(f"{endpoint}/metrics")
+        response = await client.get(f"{endpoint}/metrics", headers=headers)
     response.raise_for_status()
     counts: dict[str, float] = {}
     for family in text_string_to_metric_families(response.text):

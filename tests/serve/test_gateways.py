@@ -21,6 +21,9 @@ from firstlight_bench.serving_gateways import served_by_gateway
 from firstlight_bench.steady import SteadyLoad
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
+OPERATOR = {"authorization": f"Bearer {API_KEY}"}
+"""The test key is also the platform's operator key (tests.serve.cluster): /metrics."""
+
 MODEL = "sim-gateways"
 REGION = "gw-east"
 
@@ -41,9 +44,7 @@ def region(serve_port: int, key_file: Path) -> Iterator[LocalPlatform]:
 
 async def _dashboard(endpoint: str) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=10) as client:
-        # The test key is also the platform's operator key (tests.serve.cluster).
-        operator = {"authorization": f"Bearer {API_KEY}"}
-        response = await client.get(f"{endpoint}/dashboard/api/state", headers=operator)
+        response = await client.get(f"{endpoint}/dashboard/api/state", headers=OPERATOR)
     response.raise_for_status()
     state: dict[str, Any] = response.json()
     return state
@@ -75,7 +76,10 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     await load.wait_for(40)
     # Gateways publish every 2 s: poll until the scrape shows both with their requests.
     async with asyncio.timeout(30):
-        while len(counts := await served_by_gateway(endpoint)) < 2 or min(counts.values()) == 0:
+        while (
+            len(counts := await served_by_gateway(endpoint, OPERATOR)) < 2
+            or min(counts.values()) == 0
+        ):
             await load.wait_for(len(load.answers) + 4)
     assert len(counts) == 2, counts
     # The built-in dashboard merges both gateways' windows, whichever one answers the
@@ -93,7 +97,7 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     await load.wait_for(len(load.answers) + 40)
     # The dead gateway stops publishing and leaves the scrape (Ray starts a new one).
     async with asyncio.timeout(4 * LIVE_FOR_S):
-        while victim in await served_by_gateway(endpoint):
+        while victim in await served_by_gateway(endpoint, OPERATOR):
             await load.wait_for(len(load.answers) + 1)
     answers = await load.stop()
 
