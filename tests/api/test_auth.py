@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
 import pytest
 
-from firstlight.api.auth import ApiKeys, Caller
+from firstlight.api.auth import SALT_KEY_PURPOSE, ApiKeys, Caller
 from firstlight.config import ApiKeyRef, AuthConfig
 from firstlight.errors import AuthenticationError
+from firstlight.regions.hop import HopSigner
 
 KEY_A = "sk-firstlight-aaaaaaaaaaaaaaaa"
 KEY_B = "sk-firstlight-bbbbbbbbbbbbbbbb"
+SALT_KEY = HopSigner("a-peer-key-of-this-deployment", "west").derived_key(SALT_KEY_PURPOSE)
 
 
 def _keys(
-    tmp_path: Path, *keys: str, tenants: tuple[str | None, ...] = (), isolate: bool | None = None
+    tmp_path: Path,
+    *keys: str,
+    tenants: tuple[str | None, ...] = (),
+    isolate: bool | None = None,
+    salt_key: bytes = SALT_KEY,
 ) -> ApiKeys:
     refs = []
     for i, key in enumerate(keys):
@@ -25,12 +32,12 @@ def _keys(
         tenant = tenants[i] if i < len(tenants) else None
         refs.append(ApiKeyRef(file=path, tenant=tenant))
     auth = AuthConfig(enabled=True, api_keys=tuple(refs), tenant_isolation=isolate)
-    return ApiKeys(auth)
+    return ApiKeys(auth, salt_key=salt_key)
 
 
 @pytest.mark.parametrize("authorization", [None, "", "Bearer nothing-configured", "garbage"])
 def test_auth_off_accepts_everything_as_anonymous(authorization: str | None) -> None:
-    keys = ApiKeys(AuthConfig(enabled=False))
+    keys = ApiKeys(AuthConfig(enabled=False), salt_key=SALT_KEY)
     assert not keys.enabled
     assert keys.check(authorization) == Caller("anonymous")
 
@@ -113,10 +120,38 @@ def test_keys_of_one_tenant_share_a_salt_and_tenants_differ(tmp_path: Path) -> N
     assert a == b != c
     assert "acme" not in a
     assert KEY_A not in a
-    # The salt depends on the tenant only: every gateway and region computes the same.
+    # The salt depends on the tenant and the deployment's peer key only: every gateway
+    # and region of the deployment computes the same.
     (tmp_path / "other").mkdir()
-    other = _keys(tmp_path / "other", KEY_C, tenants=("acme",))
+    other_region = HopSigner("a-peer-key-of-this-deployment", "east")
+    other = _keys(
+        tmp_path / "other",
+        KEY_C,
+        tenants=("acme",),
+        salt_key=other_region.derived_key(SALT_KEY_PURPOSE),
+    )
     assert other.check(f"Bearer {KEY_C}").cache_salt == a
+
+
+def test_the_salt_is_keyed_by_the_deployments_peer_key(tmp_path: Path) -> None:
+    """Knowing a tenant's name is not enough to compute its salt: a deployment with
+    another peer key salts the same tenant differently, and no plain digest of the name
+    (with or without the domain prefix) is it."""
+    keys = _keys(tmp_path, KEY_A, tenants=("acme",))
+    salt = keys.check(f"Bearer {KEY_A}").cache_salt
+    assert salt is not None
+    (tmp_path / "other").mkdir()
+    elsewhere = HopSigner("another-deployments-peer-key", "west")
+    stranger = _keys(
+        tmp_path / "other",
+        KEY_A,
+        tenants=("acme",),
+        salt_key=elsewhere.derived_key(SALT_KEY_PURPOSE),
+    )
+    assert stranger.check(f"Bearer {KEY_A}").cache_salt != salt
+    for name in (b"acme", b"firstlight-tenant/acme"):
+        for digest in (hashlib.sha256, hashlib.sha1, hashlib.md5, hashlib.blake2b):
+            assert not digest(name).hexdigest().startswith(salt)
 
 
 def test_isolation_can_be_forced_on_for_keys_without_tenants(tmp_path: Path) -> None:

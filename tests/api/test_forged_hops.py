@@ -169,3 +169,21 @@ async def test_a_forged_hop_with_no_replica_here_is_refused_at_once(tmp_path: Pa
     # Refused by the region decision, before any stream was tried: Ray would hold an
     # attempt until a replica starts (the fake fails it at once, so count the attempts).
     assert gw.backend.trace_contexts == []
+
+
+async def test_a_peers_request_id_names_the_answer_never_the_engines_request(
+    gw: FakeGateway,
+) -> None:
+    """The forwarder's id (signed) is the id the client sees, but the engine gets this
+    gateway's own: two forwards under one id — a continuation sent back to a region
+    whose first attempt is still being aborted — cannot collide in an engine, and no
+    peer chooses which engine request an abort reaches."""
+    for _ in range(2):
+        response = await gw.client.post(CHAT, **peer_hop(_payload(False), request_id=FORGED_ID))
+        assert response.status_code == 200, response.text
+        chunks = [json.loads(d) for d in sse_data(response.text)[:-1]]
+        assert {c["id"] for c in chunks} == {FORGED_ID}
+    engine_ids = [r.request_id for r in gw.backend.requests]
+    assert len(set(engine_ids)) == 2
+    assert FORGED_ID not in engine_ids
+    assert {r.response_id for r in gw.backend.requests} == {FORGED_ID}

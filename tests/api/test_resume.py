@@ -71,8 +71,10 @@ async def test_a_stream_whose_region_lost_its_last_replica_continues_in_the_peer
         [(_, failed)] = east.backend.failed
         assert east.backend.replica_ids(MODEL) == []
         assert east.backend.served == [(request_id, failed)]
-        [(continued_id, _)] = west.backend.served  # the peer continued the same request
-        assert continued_id == request_id
+        # The peer continued the same stream, under an engine request id of its own.
+        [(continued_id, _)] = west.backend.served
+        assert continued_id != request_id
+        assert [r.response_id for r in west.backend.requests] == [request_id]
         prompt = chat_prompt("Tell me a story")
         assert text == await uninterrupted_text(request_id, prompt, 8, east)
         assert usage["prompt_tokens"] == len(prompt)
@@ -93,7 +95,9 @@ async def test_a_forwarded_stream_whose_peer_breaks_off_continues_here(
         assert response.headers["x-firstlight-route"] == "spill-over"
         request_id, text, usage = _streamed(response)
 
-        assert west.backend.served[0][0] == request_id  # west served it under east's id
+        # West answered under east's id; its engine had west's own.
+        assert west.backend.requests[0].response_id == request_id
+        assert west.backend.served[0][0] != request_id
         assert [rid for rid, _ in east.backend.served] == [request_id]  # and east went on
         prompt = chat_prompt("Tell me a story")
         assert text == await uninterrupted_text(request_id, prompt, 8, east)

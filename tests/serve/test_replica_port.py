@@ -26,7 +26,9 @@ from firstlight.serve.replica_port import (
 
 def _request(rid: str = "r1", max_tokens: int = 3) -> tuple[GenerationRequest, RequestView]:
     sampling = SamplingSettings(max_tokens, 0.7, 0.9, 5, ("\n",), ("top_p",))
-    request = GenerationRequest(rid, (1, 2, 3), sampling, "salt", LoraKey("a", "/x"), 2)
+    request = GenerationRequest(
+        rid, (1, 2, 3), sampling, "salt", LoraKey("a", "/x"), 2, stream_id="chatcmpl-fwd"
+    )
     return request, RequestView(rid, 3, (11, 2**63 - 1), 16)
 
 

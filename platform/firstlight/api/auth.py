@@ -10,8 +10,10 @@ not (:meth:`ApiKeys.check_operator`).
 With tenant isolation (``auth.tenant_isolation``, on when keys name tenants) every
 request carries a **cache salt** derived from its tenant: the engines mix it into the
 first prefix block's hash, and the gateway into its hint hashes, so one tenant's
-prompts never hit, and cannot be timed against, another tenant's cache. The salt is a
-keyed digest of the tenant name (never the key), stable across gateways and regions.
+prompts never hit, and cannot be timed against, another tenant's cache. The salt is an
+HMAC of the tenant name (never the key) keyed by ``salt_key``, which the gateway derives
+from the regions' shared peer key: the same in every gateway and region of one
+deployment, and not computable by anyone who knows only tenant names.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from dataclasses import dataclass
 from firstlight.config import AuthConfig, DynamicContextSettings
 from firstlight.errors import AuthenticationError, PermissionDeniedError
 
-__all__ = ["ApiKeys", "Caller"]
+__all__ = ["SALT_KEY_PURPOSE", "ApiKeys", "Caller"]
+
+SALT_KEY_PURPOSE = b"firstlight-tenant-salt"
+"""What the gateway derives the cache salts' key for from the peer key."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,9 +52,11 @@ class Caller:
 
 
 class ApiKeys:
-    """The accepted keys of one gateway; ``enabled=False`` accepts everything."""
+    """The accepted keys of one gateway; ``enabled=False`` accepts everything.
+    ``salt_key`` keys the tenants' cache salts (:meth:`HopSigner.derived_key
+    <firstlight.regions.hop.HopSigner.derived_key>` of :data:`SALT_KEY_PURPOSE`)."""
 
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthConfig, *, salt_key: bytes) -> None:
         self.enabled = config.enabled
         isolate = config.isolates_tenants
         self._keys: tuple[tuple[bytes, Caller], ...] = tuple(
@@ -57,7 +64,7 @@ class ApiKeys:
                 digest,
                 Caller(
                     digest.hex()[:16],
-                    _salt(ref.tenant or digest.hex()) if isolate else None,
+                    _salt(salt_key, ref.tenant or digest.hex()) if isolate else None,
                     ref.tenant,
                     ref.dynamic_context,
                 ),
@@ -127,5 +134,6 @@ def _digest(key: str) -> bytes:
     return hashlib.sha256(key.encode("utf-8")).digest()
 
 
-def _salt(tenant: str) -> str:
-    return hashlib.sha256(b"firstlight-tenant/" + tenant.encode("utf-8")).hexdigest()[:32]
+def _salt(key: bytes, tenant: str) -> str:
+    message = b"firstlight-tenant/" + tenant.encode("utf-8")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:32]

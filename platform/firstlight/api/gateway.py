@@ -51,7 +51,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 
-from firstlight.api.auth import ApiKeys, Caller
+from firstlight.api.auth import SALT_KEY_PURPOSE, ApiKeys, Caller
 from firstlight.api.context import ContextLoader, Ranker
 from firstlight.api.forward import HOP_HEADER, PeerForwarder, api_path
 from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
@@ -66,7 +66,7 @@ from firstlight.api.responses import (
     Kind,
     error_response,
 )
-from firstlight.api.resume import adopt_request_id, resumed, take_resume
+from firstlight.api.resume import adopt_stream_id, resumed, take_resume
 from firstlight.api.streams import ReplicaFailedError, Stream
 from firstlight.config import PlatformConfig
 from firstlight.config.sections import DEFAULT_EMBEDDING_PACKAGE, packaged_model_dir
@@ -113,7 +113,7 @@ class GatewayCore:
         self.backend = backend
         self.encoders = encoders
         self.peers = peers
-        self.keys = ApiKeys(config.auth)
+        self.keys = ApiKeys(config.auth, salt_key=peers.signer.derived_key(SALT_KEY_PURPOSE))
         self._client = client
         self._models = {m.name: m for m in config.models}
         self._schemes = {m.name: HashScheme.for_model(m, config.hints) for m in config.models}
@@ -203,7 +203,7 @@ class GatewayCore:
                 prepared, caller=CallerClaim(caller.identity, caller.cache_salt, caller.tenant)
             )
             if hop is not None and hop.request_id is not None:
-                prepared = adopt_request_id(prepared, hop.request_id)  # one id across regions
+                prepared = adopt_stream_id(prepared, hop.request_id)  # one id across regions
             if resume_ids is not None:  # a peer continues a stream here
                 name = prepared.model.name
                 vocabulary = self.encoders[name].vocabulary
@@ -216,7 +216,7 @@ class GatewayCore:
                 )
             obs.group = caller.group
             obs.model = prepared.model.name
-            obs.request_id = prepared.generation.request_id
+            obs.request_id = prepared.generation.response_id
             obs.input_tokens = prepared.routing.prompt_tokens
             forwardable = HOP_HEADER not in request.headers
             response = await self._dispatch(

@@ -398,7 +398,7 @@ class LocalServer:
         reason: str,
     ) -> tuple[Stream, GenerationChunk] | None:
         """The request continued in a peer region, or ``None`` when none could."""
-        rid = prepared.generation.request_id
+        rid = prepared.generation.response_id
         moved = await elsewhere(tuple(generated))
         if moved is None:
             return None
@@ -419,7 +419,7 @@ class LocalServer:
         """One attempt to continue the request on a replica of this region: the new
         stream, its first chunk and the continuation's ticket (its own decision,
         committed here), or why it failed."""
-        name, rid = prepared.model.name, prepared.generation.request_id
+        name, rid = prepared.model.name, prepared.generation.response_id
         self.telemetry.migrated(name, "resumed")
         request, routing = continuation(prepared.generation, generated, self._schemes[name])
         _log.warning(
@@ -490,7 +490,7 @@ class LocalServer:
         obs.prompt_sample = with_usage(obs.prompt_sample, usage)
         return completion_body(
             prepared.kind,
-            prepared.generation.request_id,
+            prepared.generation.response_id,
             prepared.served_name,
             int(time.time()),
             "".join(parts),
@@ -508,7 +508,7 @@ class LocalServer:
         token_ids: bool,
         ticket: Ticket | None,
     ) -> AsyncIterator[bytes]:
-        kind, rid, name = prepared.kind, prepared.generation.request_id, prepared.served_name
+        kind, rid, name = prepared.kind, prepared.generation.response_id, prepared.served_name
         created = int(time.time())
         usage: Usage | None = None
         obs.output_tokens = 0

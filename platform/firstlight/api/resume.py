@@ -47,7 +47,7 @@ __all__ = [
     "RESUME_FIELD",
     "TOKENS_FIELD",
     "PeerStreamError",
-    "adopt_request_id",
+    "adopt_stream_id",
     "peer_chunks",
     "resume_body",
     "resumed",
@@ -60,9 +60,11 @@ the output tokens the client already received."""
 
 REQUEST_ID_HEADER = hop.REQUEST_ID_HEADER
 """Header of every forwarded request, signed with the hop: the forwarding gateway's
-response id, which the peer adopts, so that one stream keeps one id across regions and
-a continuation is the same request to the engine (the simulator's output depends on the
-request id). Never adopted from a request whose hop signature did not verify."""
+response id, which the peer answers under, so that one stream keeps one id across
+regions and a continuation continues the same output (the simulator's filler output
+keys on it). The peer's engine never gets it: it gets the peer gateway's own id
+(:attr:`~firstlight.engine.GenerationRequest.stream_id`). Never adopted from a request
+whose hop signature did not verify."""
 
 _REQUEST_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
@@ -146,20 +148,16 @@ def resumed(
     return replace(prepared, generation=generation, routing=routing)
 
 
-def adopt_request_id(prepared: Prepared, request_id: str) -> Prepared:
-    """``prepared`` under the forwarding gateway's ``request_id`` (from
-    :data:`REQUEST_ID_HEADER`, on a forwarded request only). Raises
-    :class:`~firstlight.errors.BadRequestError` for an id that is not 1 to 128 of
-    ``[A-Za-z0-9_.:-]``."""
+def adopt_stream_id(prepared: Prepared, request_id: str) -> Prepared:
+    """``prepared`` answering under the forwarding gateway's ``request_id`` (from
+    :data:`REQUEST_ID_HEADER`, on a verified forwarded request only): the client, the
+    logs and a continuation see that id, while the engine, the router's reservations
+    and the engine's OpenAI layer keep this gateway's own (two forwards with one id
+    cannot collide in an engine). Raises :class:`~firstlight.errors.BadRequestError`
+    for an id that is not 1 to 128 of ``[A-Za-z0-9_.:-]``."""
     if not _REQUEST_ID.fullmatch(request_id):
         raise BadRequestError(f"{REQUEST_ID_HEADER}: not a request id: {request_id[:40]!r}")
-    openai = prepared.openai
-    return replace(
-        prepared,
-        generation=replace(prepared.generation, request_id=request_id),
-        routing=replace(prepared.routing, request_id=request_id),
-        openai=None if openai is None else replace(openai, request_id=request_id),
-    )
+    return replace(prepared, generation=replace(prepared.generation, stream_id=request_id))
 
 
 def resume_body(body: bytes, token_ids: tuple[int, ...]) -> bytes:

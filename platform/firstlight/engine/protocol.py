@@ -78,6 +78,16 @@ class GenerationRequest:
     resumes a stream whose replica failed): the prompt ends with them, and a
     deterministic engine continues at this output position (vLLM needs nothing more;
     the simulator's filler output uses it)."""
+    stream_id: str = ""
+    """The id the client sees for this answer when it is not ``request_id``: a request a
+    peer region forwarded keeps the forwarder's id across regions (for the client, the
+    logs and a continuation's filler output), while ``request_id``, the id the engine
+    gets, is always this gateway's own. Empty: ``request_id``."""
+
+    @property
+    def response_id(self) -> str:
+        """The id of the answer the client sees (``stream_id``, else ``request_id``)."""
+        return self.stream_id or self.request_id
 
 
 @dataclass(frozen=True, slots=True)

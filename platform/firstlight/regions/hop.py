@@ -119,6 +119,12 @@ class HopSigner:
         self._window_s = window_s
         self._seen: OrderedDict[str, float] = OrderedDict()
 
+    def derived_key(self, purpose: bytes) -> bytes:
+        """A key for ``purpose`` derived from the peer key (HMAC-SHA256): the same in
+        every region that shares the peer key, useless for signing hops. The gateway
+        keys its tenants' cache salts with one."""
+        return hmac.new(self._key, b"firstlight-derived/" + purpose, hashlib.sha256).digest()
+
     def sign(
         self,
         target: str,

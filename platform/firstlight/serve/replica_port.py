@@ -120,6 +120,7 @@ def encode_request(
         "salt": request.cache_salt,
         "lora": None if request.lora is None else [request.lora.name, request.lora.path],
         "resumed": request.resumed_tokens,
+        "stream": request.stream_id,
         "routing": [routing.prompt_tokens, routing.block_hashes, routing.block_size],
         "trace": trace_context,
     }
@@ -148,6 +149,7 @@ def decode_request(payload: bytes) -> tuple[GenerationRequest, RequestView, dict
             None if data["salt"] is None else str(data["salt"]),
             lora,
             int(data["resumed"]),
+            str(data.get("stream", "")),  # a gateway of an older release sends none
         )
         prompt_tokens, hashes, block_size = data["routing"]
         routing = RequestView(

@@ -127,7 +127,7 @@ class SimCore:
         req = SimRequest(
             request.request_id, len(prompt), request.sampling.max_tokens, block_hashes, bs
         )
-        req.offset = self._filler.offset(request.request_id, request.resumed_tokens)
+        req.offset = self._filler.offset(request.response_id, request.resumed_tokens)
         if request.sampling.stop:
             req.stop_ids = self._filler.stop_token_ids(request.sampling.stop)
         limit = (len(prompt) - 1) // bs
