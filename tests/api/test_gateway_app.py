@@ -342,6 +342,44 @@ async def test_the_operator_surfaces_open_only_to_an_operator_key(
         assert (await gw.client.get(path)).status_code == 200, path
 
 
+async def test_replicas_and_cost_terms_are_shown_to_operators_and_peers_only(
+    make_gateway: MakeGateway, key_file: Path, tmp_path: Path
+) -> None:
+    """The hole: every client saw the replica that answered (``x-firstlight-replica``),
+    the policy's cost terms (``x-firstlight-decision``) and ``/readyz``'s replica
+    counts and hint feed — the region's topology. Now a client sees the route, region
+    and predicted TTFT; a key that is also an operator's, and a peer's verified forward,
+    see the rest; probes get the status."""
+    both_file = tmp_path / "both"
+    both_file.write_text("a-key-of-an-operator-who-also-calls\n")
+    auth = {
+        "enabled": True,
+        "api_keys": [{"file": str(key_file)}, {"file": str(both_file)}],
+        "operator_keys": [{"file": str(both_file)}],
+    }
+    gw = await make_gateway(gateway_config(auth=auth))
+    client = {"authorization": f"Bearer {API_KEY}"}
+    operator = {"authorization": "Bearer a-key-of-an-operator-who-also-calls"}
+    hidden = ("x-firstlight-replica", "x-firstlight-decision")
+    for stream in (False, True):
+        seen = await gw.client.post(CHAT, json=chat(stream=stream), headers=client)
+        assert seen.status_code == 200, seen.text
+        assert not [h for h in hidden if h in seen.headers], stream
+        assert seen.headers["x-firstlight-route"] == "local"
+        assert seen.headers["x-firstlight-region"] == gw.region
+        shown = await gw.client.post(CHAT, json=chat(stream=stream), headers=operator)
+        assert all(h in shown.headers for h in hidden), stream
+    forwarded = await gw.client.post(CHAT, **peer_hop(chat()))
+    assert all(h in forwarded.headers for h in hidden)
+    probe = await gw.client.get("/readyz")
+    assert probe.status_code == 200
+    assert probe.json() == {"ready": True, "region": gw.region}
+    assert (await gw.client.get("/readyz", headers=client)).json() == probe.json()
+    detail = (await gw.client.get("/readyz", headers=operator)).json()
+    assert detail["replicas"] == {MODEL: len(gw.backend.replica_ids(MODEL))}
+    assert "hints" in detail
+
+
 async def test_with_auth_off_the_operator_surfaces_stay_open(gw: FakeGateway) -> None:
     for path in OPERATOR_PATHS:
         assert (await gw.client.get(path)).status_code == 200, path

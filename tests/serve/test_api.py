@@ -352,6 +352,8 @@ def test_over_the_concurrency_limit_is_429_then_recovers(platform: LocalPlatform
 def test_health_and_readiness(platform: LocalPlatform) -> None:
     base = platform.endpoints["api-west"]
     assert httpx.get(f"{base}/healthz").json() == {"status": "ok", "region": "api-west"}
-    ready = httpx.get(f"{base}/readyz")
-    assert ready.status_code == 200
+    probe = httpx.get(f"{base}/readyz")  # a probe's view: the status only
+    assert probe.status_code == 200
+    assert probe.json() == {"ready": True, "region": "api-west"}
+    ready = httpx.get(f"{base}/readyz", headers=_AUTH)  # an operator's: the detail
     assert ready.json()["replicas"] == {MODEL: 1}

@@ -38,7 +38,8 @@ HEADERS = {"authorization": f"Bearer {API_KEY}"}
 
 async def _readiness(base: str) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=10, trust_env=False) as client:
-        ready: dict[str, Any] = (await client.get(f"{base}/readyz")).json()
+        # The test key is an operator key too: /readyz's detail is for operators.
+        ready: dict[str, Any] = (await client.get(f"{base}/readyz", headers=HEADERS)).json()
     return ready
 
 

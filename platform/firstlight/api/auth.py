@@ -88,6 +88,21 @@ class ApiKeys:
             raise AuthenticationError("incorrect API key provided", code="invalid_api_key")
         return found
 
+    def is_operator(self, authorization: str | None) -> bool:
+        """Whether ``authorization`` carries an operator key (always, with auth off);
+        never raises. Called per request for what only operators see: the route's
+        replica and decision headers, ``/readyz``'s detail."""
+        if not self.enabled:
+            return True
+        try:
+            candidate = _bearer(authorization)
+        except AuthenticationError:
+            return False
+        operator = False
+        for digest in self._operators:  # every key compared: constant time
+            operator |= hmac.compare_digest(candidate, digest)
+        return operator
+
     def check_operator(self, authorization: str | None) -> None:
         """Pass when auth is off or ``authorization`` carries an operator key
         (``auth.operator_keys``); raise :class:`AuthenticationError` for no key or an

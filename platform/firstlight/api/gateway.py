@@ -87,9 +87,20 @@ from firstlight.routing import Decision
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.gateways import ExpositionShare
 
-__all__ = ["HOP_HEADER", "GatewayCore", "LocalBackend"]  # HOP_HEADER: from .forward
+__all__ = [  # HOP_HEADER: from .forward
+    "HOP_HEADER",
+    "OPERATOR_ROUTE_HEADERS",
+    "GatewayCore",
+    "LocalBackend",
+]
 
 _log = logging.getLogger(__name__)
+
+OPERATOR_ROUTE_HEADERS = ("x-firstlight-replica", "x-firstlight-decision")
+"""Response headers that name the region's replicas and their cost terms: sent to a
+request with an operator key (or with auth off) and to a peer's verified forward (the
+forwarding gateway logs them), dropped for every other client. The route, region and
+predicted TTFT headers go to everyone."""
 
 
 class GatewayCore:
@@ -224,6 +235,10 @@ class GatewayCore:
             )
             if context is not None:
                 response.headers["x-firstlight-context"] = context.header()
+            if hop is None and not self.keys.is_operator(request.headers.get("authorization")):
+                for header in OPERATOR_ROUTE_HEADERS:  # the region's topology
+                    if header in response.headers:
+                        del response.headers[header]
         except ApiError as exc:
             response = error_response(exc)
         except asyncio.CancelledError:

@@ -58,8 +58,12 @@ def build_fastapi(core: GatewayCore) -> FastAPI:
         return JSONResponse({"status": "ok", "region": core.region})
 
     @app.get("/readyz")
-    async def readyz() -> Response:
+    async def readyz(request: Request) -> Response:
+        # Probes need only the status; the detail (replicas, hint feed) is the region's
+        # topology, for operators.
         ready, detail = core.readiness()
+        if not core.keys.is_operator(request.headers.get("authorization")):
+            detail = {"region": core.region}
         return JSONResponse({"ready": ready, **detail}, status_code=200 if ready else 503)
 
     @app.get("/metrics")
