@@ -22,6 +22,7 @@ from tests.chart.chart import (
     pod_specs,
     render,
 )
+from tests.conftest import REPO_ROOT
 
 EAST = load_values(next(p for p in EXAMPLES if p.name == "us-east.values.yaml"))
 EXTERNAL = load_values(next(p for p in EXAMPLES if p.name == "external-redis.values.yaml"))
@@ -251,6 +252,70 @@ def test_network_policies_open_only_the_gateway_port_to_everyone() -> None:
         "ray-head",
         "worker/l4",
     }
+
+
+def _operator_rule(ray: dict[str, Any]) -> dict[str, Any]:
+    (rule,) = [r for r in ray["ingress"] if {"port": 8265, "protocol": "TCP"} in r.get("ports", [])]
+    return rule
+
+
+def test_rays_dashboard_is_open_only_to_the_operators_namespace() -> None:
+    """The hole: the rule for the KubeRay operator matched its label in every namespace
+    (an empty namespaceSelector), so any pod anyone labelled so could reach Ray's
+    dashboard, whose Jobs API runs code beside the API keys. Now it names the namespace
+    the Terraform installs the operator in, and a selector of every namespace does not
+    render."""
+    ray = next(
+        p["spec"]
+        for p in render(EAST).of_kind("NetworkPolicy")
+        if p["metadata"]["name"].endswith("-ray")
+    )
+    (peer,) = _operator_rule(ray)["from"]
+    namespace = peer["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+    platform_tf = (REPO_ROOT / "terraform/modules/region-aws/platform.tf").read_text()
+    operator_release = platform_tf.split('resource "helm_release" "kuberay_operator"')[1]
+    assert f'namespace        = "{namespace}"' in operator_release.split("}")[0]
+    # Values merge into the defaults: clearing the labels leaves an empty selector.
+    every = {"kubeRayOperator": {"namespaceSelector": {"matchLabels": None}}}
+    with pytest.raises(HelmRenderError, match=r"namespaceSelector is empty"):
+        render({"networkPolicy": every})
+    # An operator in the release's own namespace: no namespace selector at all.
+    same = {"kubeRayOperator": {"namespaceSelector": None}}
+    ray = render({"networkPolicy": same}).of_kind("NetworkPolicy")[0]["spec"]
+    (peer,) = _operator_rule(ray)["from"]
+    assert list(peer) == ["podSelector"]
+
+
+def test_with_egress_on_the_ray_pods_reach_only_their_release_dns_redis_and_listed_rules() -> None:
+    off = render(EAST).of_kind("NetworkPolicy")
+    assert all(p["spec"]["policyTypes"] == ["Ingress"] for p in off)
+    assert all("egress" not in p["spec"] for p in off)
+    extra = {"to": [{"ipBlock": {"cidr": "10.9.0.0/16"}}], "ports": [{"port": 6380}]}
+    egress = {"enabled": True, "to": [extra]}
+    for values, with_redis in ((EAST, True), (EXTERNAL, False)):
+        rendered = render({**values, "networkPolicy": {"egress": egress}})
+        labels = _pod_labels(rendered)
+        ray = next(
+            p["spec"]
+            for p in rendered.of_kind("NetworkPolicy")
+            if p["metadata"]["name"].endswith("-ray")
+        )
+        assert ray["policyTypes"] == ["Ingress", "Egress"]
+        rules = ray["egress"]
+        assert rules[0] == {"to": [{"podSelector": ray["podSelector"]}]}  # all ports
+        dns = rules[1]
+        assert dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+        assert {(p["protocol"], p["port"]) for p in dns["ports"]} == {("UDP", 53), ("TCP", 53)}
+        redis = [r for r in rules if {"protocol": "TCP", "port": 6379} in r.get("ports", [])]
+        if with_redis:
+            (rule,) = redis
+            (peer,) = rule["to"]
+            selected = {n for n, pod in labels.items() if _matches(peer["podSelector"], pod)}
+            assert selected == {"redis"}
+        else:
+            assert redis == []
+        assert rules[-1] == extra  # what the operator listed, as given
+        assert all("to" in r for r in rules)  # no rule opens every destination
 
 
 def test_prometheus_rule_is_the_tested_alert_file() -> None:

@@ -264,8 +264,20 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
     "networkPolicy": _obj(
         "Only the gateway port is reachable from outside; Redis only from the Ray pods.",
         enabled=_bool("Create the NetworkPolicies."),
-        kubeRayOperator=_k8s("NetworkPolicyPeer of the KubeRay operator (reads the dashboard)."),
+        kubeRayOperator=_k8s(
+            "NetworkPolicyPeer of the KubeRay operator (reads the dashboard, which runs "
+            "jobs): a namespaceSelector naming its namespace, or none for this namespace; "
+            "an empty one (every namespace) is refused."
+        ),
         metricsFrom=_k8s("NetworkPolicyPeers allowed to scrape Ray's metrics port.", "array"),
+        egress=_obj(
+            "What the Ray pods may connect to.",
+            enabled=_bool(
+                "Restrict the Ray pods' egress to the release's pods, Redis, DNS and `to`."
+            ),
+            dns=_k8s("NetworkPolicyPeer of the cluster's DNS (port 53, UDP and TCP)."),
+            to=_k8s("NetworkPolicyEgressRules allowed besides those.", "array"),
+        ),
     ),
     "podDisruptionBudget": _obj(
         "PodDisruptionBudgets of the worker groups: drains keep minAvailable worker pods "
