@@ -157,6 +157,7 @@ INVALID: list[tuple[str, str, str, str]] = [
     ),
     ("trace-url-without-id", _with(TWO_REGIONS, telemetry={"trace_url": "https://jaeger.example/trace/"}), "telemetry.trace_url", "holding {trace_id}"),
     ("trace-url-not-http", _with(TWO_REGIONS, telemetry={"trace_url": "javascript:x/{trace_id}"}), "telemetry.trace_url", "'javascript:x/{trace_id}'"),
+    ("redis-ca-without-tls", _with(TWO_REGIONS, hints={"tls_ca_file": "/ca.pem"}), "hints.tls_ca_file", "needs a rediss:// URL"),
     ("local-region-unknown", _with(TWO_REGIONS, region="ap-south"), "region", "'ap-south': unknown region"),
     ("kubernetes-needs-region", _with(KUBERNETES, region=None), "region", "required in kubernetes mode"),
     ("kubernetes-needs-auth", _with(KUBERNETES, auth={"enabled": False}), "auth.enabled", "only in local mode"),

@@ -5,12 +5,20 @@ monitoring objects carry the observability issue's rules and dashboards."""
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+import trustme
 import yaml
 from helm_python.errors import HelmRenderError
+from ray._private.services import get_address
 
+from firstlight.config import parse_config
 from tests.chart.chart import (
     CHART_DIR,
     EXAMPLES,
@@ -155,6 +163,100 @@ def test_in_chart_redis_is_reached_by_its_service_with_auth_and_no_persistence()
     assert '--save ""' in script
     assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "firstlight-redis"
     assert "volumeClaimTemplates" not in sts["spec"]
+
+
+TLS_REDIS = {**EAST, "redis": {"tls": {"enabled": True, "existingSecret": "redis-tls"}}}
+
+
+def test_the_in_chart_redis_can_speak_tls_only_and_everyone_verifies_it() -> None:
+    """The hole: the in-chart Redis was plain ``redis://`` (its password and every hint
+    in clear on the pod network), with no way to turn TLS on."""
+    rendered = render(TLS_REDIS)
+    config = parse_config(app_args(rendered)["config"])
+    secrets = "/var/run/secrets/firstlight"
+    assert config.hints.redis_url == f"rediss://firstlight-redis.{NAMESPACE}.svc:6379/0"
+    assert config.hints.tls_ca_file == Path(f"{secrets}/redis-tls/ca.crt")
+    gcs = rendered.one("RayService")["spec"]["rayClusterConfig"]["gcsFaultToleranceOptions"]
+    assert get_address(gcs["redisAddress"])[2] is True  # Ray's GCS connects with TLS
+    for name, spec in _ray_pods(rendered):
+        (container,) = spec["containers"]
+        assert {"name": "RAY_REDIS_CA_CERT", "value": f"{secrets}/redis-tls/ca.crt"} in container[
+            "env"
+        ], name
+        mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+        assert mounts["redis-tls-ca"] == f"{secrets}/redis-tls", name
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        ca = volumes["redis-tls-ca"]["secret"]
+        assert (ca["secretName"], ca["items"]) == (
+            "redis-tls",
+            [{"key": "ca.crt", "path": "ca.crt"}],
+        )
+    (sts,) = rendered.of_kind("StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    assert {"name": "tls", "secret": {"secretName": "redis-tls", "defaultMode": 0o440}} in pod[
+        "volumes"
+    ]
+    (container,) = pod["containers"]
+    assert "--tls --cacert /tls/ca.crt" in container["readinessProbe"]["exec"]["command"][2]
+    with pytest.raises(HelmRenderError, match=r"redis\.tls\.existingSecret is required"):
+        render({"redis": {"tls": {"enabled": True}}})
+
+
+def test_the_rendered_redis_configuration_serves_tls_only_on_a_real_redis(tmp_path: Path) -> None:
+    """The in-chart Redis's configuration, as rendered, run by a real ``redis-server``
+    with a test CA's certificate in place of the Secret's: a client that verifies the
+    server against the CA gets in with the password; a plain connection does not."""
+    (sts,) = render(TLS_REDIS).of_kind("StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    script = container["args"][0]
+    lines = script.split("<<EOF\n", 1)[1].split("\nEOF", 1)[0].splitlines()
+    ca = trustme.CA()
+    issued = ca.issue_cert("localhost")
+    files = {"tls.crt": tmp_path / "tls.crt", "tls.key": tmp_path / "tls.key"}
+    issued.cert_chain_pems[0].write_to_path(str(files["tls.crt"]))
+    issued.private_key_pem.write_to_path(str(files["tls.key"]))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.crt"))
+    port = _free_port()
+    conf = "\n".join(line.strip() for line in lines)
+    conf = conf.replace("$REDIS_PASSWORD", "pw").replace("/tls/", f"{tmp_path}/")
+    conf = conf.replace("tls-port 6379", f"tls-port {port}")
+    assert "port 0" in conf.splitlines()
+    server = subprocess.Popen(
+        ["redis-server", "-", "--save", "", "--appendonly", "no", "--bind", "127.0.0.1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    try:
+        assert server.stdin is not None
+        server.stdin.write(conf.encode() + b"\n")
+        server.stdin.close()
+        verified = redis.Redis(
+            host="localhost", port=port, password="pw", ssl=True,
+            ssl_ca_certs=str(tmp_path / "ca.crt"), socket_timeout=2,
+        )  # fmt: skip
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert verified.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+        plain = redis.Redis(host="localhost", port=port, password="pw", socket_timeout=2)
+        with pytest.raises(redis.ConnectionError):
+            plain.ping()
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def test_external_redis_uses_its_url_and_secret_and_no_redis_is_rendered() -> None:

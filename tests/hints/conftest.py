@@ -10,6 +10,7 @@ import socket
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -44,8 +45,11 @@ async def eventually(
         await asyncio.sleep(0.01)
 
 
-def client_for(url: str = REDIS_URL, timeout_s: float = 2.0) -> Redis:
-    return redis_client(HintsConfig(redis_url=url), connect_timeout_s=timeout_s)
+def client_for(
+    url: str = REDIS_URL, timeout_s: float = 2.0, tls_ca_file: Path | None = None
+) -> Redis:
+    config = HintsConfig(redis_url=url, tls_ca_file=tls_ca_file)
+    return redis_client(config, connect_timeout_s=timeout_s)
 
 
 @pytest.fixture
@@ -99,21 +103,45 @@ def free_port() -> int:
         return port
 
 
-class RedisServer:
-    """A ``redis-server`` of our own, without persistence, on a fixed free port."""
+@dataclass(frozen=True)
+class ServerTls:
+    """PEM files of a TLS Redis: its certificate and key, and the CA that signed them."""
 
-    def __init__(self, workdir: Path) -> None:
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+
+
+class RedisServer:
+    """A ``redis-server`` of our own, without persistence, on a fixed free port; with
+    ``tls``, TLS only (``rediss://localhost``), clients not asked for certificates."""
+
+    def __init__(self, workdir: Path, tls: ServerTls | None = None) -> None:
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.tls = tls
+        scheme, host = ("rediss", "localhost") if tls is not None else ("redis", "127.0.0.1")
+        self.url = f"{scheme}://{host}:{self.port}/0"
         self._workdir = workdir
         self._process: asyncio.subprocess.Process | None = None
+
+    def _listen_args(self) -> list[str]:
+        if self.tls is None:
+            return ["--port", str(self.port)]
+        return [
+            "--port", "0",
+            "--tls-port", str(self.port),
+            "--tls-cert-file", str(self.tls.cert_file),
+            "--tls-key-file", str(self.tls.key_file),
+            "--tls-ca-cert-file", str(self.tls.ca_file),
+            "--tls-auth-clients", "no",
+        ]  # fmt: skip
 
     async def start(self) -> None:
         executable = shutil.which("redis-server")
         assert executable is not None, "redis-server is not on PATH"
         self._process = await asyncio.create_subprocess_exec(
             executable,
-            "--port", str(self.port),
+            *self._listen_args(),
             "--bind", "127.0.0.1",
             "--save", "",
             "--appendonly", "no",
@@ -123,7 +151,8 @@ class RedisServer:
         )  # fmt: skip
 
         async def answers() -> bool:
-            client = client_for(self.url, timeout_s=0.5)
+            ca = self.tls.ca_file if self.tls is not None else None
+            client = client_for(self.url, timeout_s=0.5, tls_ca_file=ca)
             try:
                 return bool(await client.ping())
             except (RedisConnectionError, OSError):

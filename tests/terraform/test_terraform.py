@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import hcl2
 import pytest
 import yaml
 
@@ -196,6 +197,23 @@ def test_the_load_balancer_accepts_tls_1_2_and_up_only() -> None:
     annotations = _ingress_service_annotations()
     policy = annotations["service.beta.kubernetes.io/aws-load-balancer-ssl-negotiation-policy"]
     assert policy == "ELBSecurityPolicy-TLS13-1-2-2021-06"
+
+
+def test_the_example_keeps_its_state_encrypted_with_a_kms_key_and_locked() -> None:
+    """The hole: the state holds the ElastiCache auth tokens, and the example had no
+    backend: `terraform apply` left them in a plain local terraform.tfstate."""
+    example = TERRAFORM / "examples/three-regions"
+    (settings,) = parse_dir(example)["terraform"]
+    (backend,) = settings["backend"]
+    s3 = backend['"s3"']
+    assert s3["encrypt"] is True
+    assert s3["use_lockfile"] is True
+    # The rest is partial configuration: the README's init uses the example file.
+    filled = hcl2.loads((example / "backend.hcl.example").read_text(encoding="utf-8"))
+    assert {"bucket", "key", "region", "kms_key_id"} <= set(filled)
+    assert literal(filled["kms_key_id"]).startswith("arn:aws:kms:")
+    readme = (example / "README.md").read_text(encoding="utf-8")
+    assert "terraform init -backend-config=backend.hcl" in readme
 
 
 def test_checkov_passes_with_justified_skips() -> None:

@@ -57,9 +57,16 @@ no peers. A region with peers must name one (the same key in every region). */}}
 {{- if .Values.redis.enabled -}}{{ .Values.redis.passwordKey }}{{- else -}}{{ .Values.externalRedis.passwordKey }}{{- end -}}
 {{- end -}}
 
+{{/* The in-chart Redis's TLS Secret: empty unless redis.enabled and redis.tls.enabled. */}}
+{{- define "firstlight.redisTlsSecret" -}}
+{{- if and .Values.redis.enabled .Values.redis.tls.enabled -}}
+{{- required "redis.tls.existingSecret is required with redis.tls.enabled: a kubernetes.io/tls Secret with tls.crt, tls.key and ca.crt for <release>-redis.<namespace>.svc (e.g. from a cert-manager Certificate)" .Values.redis.tls.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "firstlight.redisUrl" -}}
 {{- if .Values.redis.enabled -}}
-{{- printf "redis://%s-redis.%s.svc:6379/0" (include "firstlight.fullname" .) .Release.Namespace -}}
+{{- printf "%s://%s-redis.%s.svc:6379/0" (ternary "rediss" "redis" (not (empty (include "firstlight.redisTlsSecret" .)))) (include "firstlight.fullname" .) .Release.Namespace -}}
 {{- else -}}
 {{- required "externalRedis.url is required when redis.enabled is false" .Values.externalRedis.url -}}
 {{- end -}}
@@ -78,6 +85,9 @@ file onto these values; the chart tests check the round trip. */}}
 {{- $hints := merge (dict "redis_url" (include "firstlight.redisUrl" .)) (deepCopy $v.hints) -}}
 {{- if include "firstlight.redisSecretName" . -}}
 {{- $_ := set $hints "password" (dict "file" (printf "%s/redis/%s" $secrets (include "firstlight.redisPasswordKey" .))) -}}
+{{- end -}}
+{{- if include "firstlight.redisTlsSecret" . -}}
+{{- $_ := set $hints "tls_ca_file" (printf "%s/redis-tls/ca.crt" $secrets) -}}
 {{- end -}}
 {{- $keys := list -}}
 {{- $tenants := $v.auth.apiKeys.tenants | default dict -}}
@@ -172,6 +182,14 @@ volumes:
       items:
         - {key: {{ include "firstlight.redisPasswordKey" . }}, path: {{ include "firstlight.redisPasswordKey" . }}}
   {{- end }}
+  {{- with include "firstlight.redisTlsSecret" . }}
+  - name: redis-tls-ca
+    secret:
+      secretName: {{ . }}
+      defaultMode: 0444
+      items:
+        - {key: ca.crt, path: ca.crt}
+  {{- end }}
   {{- if .Values.modelStorage.existingClaim }}
   - name: models
     persistentVolumeClaim:
@@ -207,6 +225,11 @@ env:
   # A request a dying gateway took but never answered goes to another gateway.
   - name: RAY_SERVE_HAPROXY_RETRY_ON
     value: "conn-failure empty-response"
+  {{- if include "firstlight.redisTlsSecret" . }}
+  # Ray's GCS verifies the in-chart Redis's certificate (GCS fault tolerance).
+  - name: RAY_REDIS_CA_CERT
+    value: {{ include "firstlight.secretsDir" . }}/redis-tls/ca.crt
+  {{- end }}
   {{- with .Values.extraEnv }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
@@ -225,6 +248,11 @@ volumeMounts:
   {{- if include "firstlight.redisSecretName" . }}
   - name: redis-password
     mountPath: {{ include "firstlight.secretsDir" . }}/redis
+    readOnly: true
+  {{- end }}
+  {{- if include "firstlight.redisTlsSecret" . }}
+  - name: redis-tls-ca
+    mountPath: {{ include "firstlight.secretsDir" . }}/redis-tls
     readOnly: true
   {{- end }}
   {{- if .Values.modelStorage.existingClaim }}
@@ -288,7 +316,7 @@ RayCluster's UID) and no credentials. Empty when GCS fault tolerance is off. */}
 {{- define "firstlight.gcsRedisAddress" -}}
 {{- if .Values.rayCluster.gcsFaultTolerance.enabled -}}
 {{- if .Values.redis.enabled -}}
-{{- printf "%s-redis.%s.svc:6379" (include "firstlight.fullname" .) .Release.Namespace -}}
+{{- printf "%s%s-redis.%s.svc:6379" (ternary "rediss://" "" (not (empty (include "firstlight.redisTlsSecret" .)))) (include "firstlight.fullname" .) .Release.Namespace -}}
 {{- else -}}
 {{- $url := urlParse (include "firstlight.redisUrl" .) -}}
 {{- $host := $url.host -}}

@@ -222,6 +222,26 @@ class HintsConfig(Section):
     hash_seed: Annotated[int, Field(ge=0, le=4_294_967_295)] = 0
     """Seed of prefix block hashes (the engine's ``PYTHONHASHSEED``); engines and
     gateways must agree or no hint will ever match."""
+    tls_ca_file: Path | None = None
+    """PEM file of the certificate authority that signed the Redis server's certificate,
+    for a ``rediss://`` URL whose server the system's trust store does not know (the
+    in-chart Redis with ``redis.tls``: the chart mounts its CA and sets this). Unset:
+    the system's trust store. Only with ``rediss://``."""
+
+    @model_validator(mode="after")
+    def _ca_only_with_tls(self) -> Self:
+        if self.tls_ca_file is not None and not self.redis_url.startswith("rediss://"):
+            raise FieldValueError(
+                "tls_ca_file",
+                str(self.tls_ca_file),
+                f"a CA file needs a rediss:// URL, and redis_url is {_scheme(self.redis_url)}",
+            )
+        return self
+
+
+def _scheme(url: str) -> str:
+    """The scheme of ``url`` alone, for messages (never its credentials)."""
+    return url.split("://", 1)[0] + "://..."
 
 
 class ApiKeyRef(SecretRef):

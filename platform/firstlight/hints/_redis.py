@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 
 from firstlight.config import HintsConfig
 
-__all__ = ["REDIS_ERRORS", "close_quietly", "redis_client", "with_deadline"]
+__all__ = ["REDIS_ERRORS", "close_quietly", "redis_client", "tls_options", "with_deadline"]
 
 REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
 """What a Redis call raises when Redis is unreachable, slow or answers with an error
@@ -51,8 +51,18 @@ def redis_client(config: HintsConfig, *, connect_timeout_s: float = 5.0) -> Redi
         socket_timeout=None,
         socket_connect_timeout=connect_timeout_s,
         retry=Retry(NoBackoff(), 1),
+        **tls_options(config),
     )
     return client
+
+
+def tls_options(config: HintsConfig) -> dict[str, Any]:
+    """The redis-py keyword arguments of ``config``'s TLS: the CA file that verifies the
+    server (``hints.tls_ca_file``), if any. Hostname and certificate are always checked
+    for ``rediss://`` (redis-py's defaults). Used by every client the platform makes."""
+    if config.tls_ca_file is None:
+        return {}
+    return {"ssl_ca_certs": str(config.tls_ca_file)}
 
 
 async def with_deadline(call: Awaitable[_T], timeout_s: float) -> _T:

@@ -194,6 +194,16 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             pattern=f"^$|{_DNS_NAME}",
         ),
         passwordKey=_SECRET_KEY,
+        tls=_obj(
+            "TLS only, verified by the platform and Ray's GCS against the Secret's ca.crt.",
+            enabled=_bool("Serve Redis over TLS only."),
+            existingSecret=_str(
+                "kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) for "
+                "<release>-redis.<namespace>.svc, e.g. from cert-manager. Required when "
+                "enabled.",
+                pattern=f"^$|{_DNS_NAME}",
+            ),
+        ),
         resources=_k8s("Redis container resources."),
     ),
     "externalRedis": _obj(

@@ -80,10 +80,15 @@ def to_helm_values(config: PlatformConfig, region: str | None = None) -> HelmVal
 def _hints(hints: HintsConfig, notes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     changed = hints.model_dump(
-        mode="json", exclude_defaults=True, exclude={"redis_url", "password"}
+        mode="json", exclude_defaults=True, exclude={"redis_url", "password", "tls_ca_file"}
     )
     if changed:
         out["hints"] = changed
+    if hints.tls_ca_file is not None:
+        notes.append(
+            "hints.tls_ca_file: the chart mounts a CA only for its own Redis (redis.tls); "
+            "an external Redis must have a certificate the image's trust store accepts"
+        )
     if hints.redis_url == HintsConfig().redis_url:  # the chart runs its own Redis
         notes.append(
             "redis: create Secret firstlight-redis with the in-chart Redis's password: "

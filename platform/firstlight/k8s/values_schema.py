@@ -38,12 +38,13 @@ CONFIG_SECTIONS = ("region", "models", "router", "hints", "auth", "telemetry", "
 ``regions``: its name and peers)."""
 
 CHART_OWNED_FIELDS = {
-    "hints": ("redis_url", "password"),
+    "hints": ("redis_url", "password", "tls_ca_file"),
     "auth": ("api_keys", "operator_keys", "peer_secret"),
     "gateway": ("host", "port"),
 }
 """Config fields the chart sets itself (from ``redis``, ``auth.apiKeys``,
-``auth.peerSecret``, ``auth.operatorKey`` and the pod layout), so they are not values."""
+``auth.peerSecret``, ``auth.operatorKey``, ``redis.tls`` and the pod layout), so they
+are not values."""
 
 _SCHEMA_ID = "https://json-schema.org/draft-07/schema#"
 

@@ -26,6 +26,7 @@ import httpx
 
 from firstlight.config import EngineName, GatewayConfig, PlatformConfig, parse_config
 from firstlight.errors import FirstlightError
+from firstlight.hints._redis import tls_options
 from firstlight.serve.startup import (
     RayLogs,
     StartupFailure,
@@ -137,7 +138,9 @@ def ensure_redis(config: PlatformConfig, report: Report) -> tuple[bool, str]:
 
     def answers() -> bool:
         try:
-            client = redis.Redis.from_url(url, password=password, socket_timeout=1.0)
+            client = redis.Redis.from_url(
+                url, password=password, socket_timeout=1.0, **tls_options(config.hints)
+            )
             try:
                 return bool(client.ping())
             finally:

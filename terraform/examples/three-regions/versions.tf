@@ -1,5 +1,14 @@
 terraform {
-  required_version = ">= 1.5.7"
+  required_version = ">= 1.11"
+
+  # The state holds the ElastiCache auth tokens (see the region module's README): keep it
+  # in S3, encrypted with a KMS key only the deployers may use, locked by an S3 lock
+  # file. The bucket, key, region and KMS key come from backend.hcl (copy
+  # backend.hcl.example): `terraform init -backend-config=backend.hcl`.
+  backend "s3" {
+    encrypt      = true
+    use_lockfile = true
+  }
 
   required_providers {
     aws = {
