@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+from fastapi.routing import APIRoute
+from starlette.routing import Route
 
 from firstlight.api.prompts import SimPromptEncoder
 from firstlight.api.schemas import ChatMessage
@@ -378,6 +380,35 @@ async def test_replicas_and_cost_terms_are_shown_to_operators_and_peers_only(
     detail = (await gw.client.get("/readyz", headers=operator)).json()
     assert detail["replicas"] == {MODEL: len(gw.backend.replica_ids(MODEL))}
     assert "hints" in detail
+
+
+PUBLIC_PATHS = {
+    "/healthz": "liveness probes",
+    "/readyz": "readiness probes and DNS health checks (the status only)",
+    "/dashboard": "a static page with no data: it asks for the operator key",
+    "/openapi.json": "the API's own description (the OpenAI API's shape)",
+}
+
+
+async def test_with_auth_on_nothing_but_the_public_paths_answers_without_a_key(
+    make_gateway: MakeGateway, key_file: Path
+) -> None:
+    """Every route of the gateway, asked without a key (and with hop headers that carry
+    no valid signature): 401, except the paths listed as public, each with its reason.
+    A route added later without a key check fails here."""
+    auth = {"enabled": True, "api_keys": [{"file": str(key_file)}]}
+    gw = await make_gateway(gateway_config(auth=auth))
+    routes = [r for r in gw.app.routes if isinstance(r, APIRoute | Route)]
+    assert {r.path for r in routes} >= set(PUBLIC_PATHS)
+    for route in routes:
+        path = route.path.replace("{model_id:path}", MODEL)
+        for method in sorted((route.methods or set()) - {"HEAD"}):
+            for headers in ({}, {"x-firstlight-hop": "east"}):
+                response = await gw.client.request(method, path, json=chat(), headers=headers)
+                if route.path in PUBLIC_PATHS:
+                    assert response.status_code == 200, (method, path, response.text)
+                else:
+                    assert response.status_code == 401, (method, path, response.text)
 
 
 async def test_with_auth_off_the_operator_surfaces_stay_open(gw: FakeGateway) -> None:
