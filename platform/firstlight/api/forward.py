@@ -138,11 +138,14 @@ class PeerForwarder:
             if peer is None or not peer.breaker.allow():
                 continue
             span = self.telemetry.begin_route(obs, route.replace("-", "_"))
-            obs.served_region, obs.predicted_ttft_ms = peer.region, predicted_ms
             versus = "no healthy local replica" if local is None else f"local {local.explain()}"
-            obs.explanation = (
-                f"{route} to {peer.region}: predicted {predicted_ms:.1f} ms "
-                f"(rtt {peer.rtt_ms:.1f} ms) vs {versus}"
+            obs.served(
+                peer.region,
+                predicted_ttft_ms=predicted_ms,
+                explanation=(
+                    f"{route} to {peer.region}: predicted {predicted_ms:.1f} ms "
+                    f"(rtt {peer.rtt_ms:.1f} ms) vs {versus}"
+                ),
             )
             span.set_attribute("firstlight.peer", peer.region)
             span.set_attribute("firstlight.predicted_ttft_ms", predicted_ms)
@@ -190,10 +193,15 @@ class PeerForwarder:
         upstream = await self._send(peer, path, content, obs, caller)
         if upstream is None:
             return None
-        obs.status = upstream.status_code
+        obs.ended(upstream.status_code)
         if upstream.status_code < 400:
             obs.first_token()  # the peer streams: its headers come with the first token
-        obs.replica = upstream.headers.get("x-firstlight-replica")
+        obs.served(
+            peer.region,
+            replica=upstream.headers.get("x-firstlight-replica"),
+            predicted_ttft_ms=obs.predicted_ttft_ms,
+            explanation=obs.explanation,
+        )
         out_headers = {k: v for k, v in upstream.headers.items() if k in _FORWARDED_HEADERS}
         out_headers.update(
             {k: v for k, v in upstream.headers.items() if k.startswith("x-firstlight-")}
@@ -230,7 +238,7 @@ class PeerForwarder:
                     yield piece
             except httpx.HTTPError as exc:
                 self.peers.record_failure(peer, f"{type(exc).__name__}: {exc}")
-                obs.status = NoCapacityError.status
+                obs.ended(NoCapacityError.status)
                 yield sse_event(error_body(NoCapacityError(f"peer {peer.region} failed")))
                 yield DONE_EVENT
             finally:
@@ -277,7 +285,12 @@ class PeerForwarder:
                     continue
             finally:
                 peer.forwarded.answered(key)
-            obs.served_region = peer.region
+            obs.served(  # the continuation's replica is the peer's now
+                peer.region,
+                replica=upstream.headers.get("x-firstlight-replica"),
+                predicted_ttft_ms=obs.predicted_ttft_ms,
+                explanation=obs.explanation,
+            )
             assert isinstance(first, GenerationChunk)  # peer_chunks yields no other
             return chunks, first
         return None
@@ -341,7 +354,7 @@ class PeerForwarder:
         if isinstance(answer, str):
             self._failed(peer, obs, answer)
             return None
-        obs.last_token_at = time.monotonic()
+        obs.completed()
         headers.pop("content-type", None)
         return JSONResponse(answer, headers=headers)
 

@@ -225,10 +225,12 @@ class GatewayCore:
                     vocabulary,
                     self.config.gateway.max_prompt_tokens,
                 )
-            obs.group = caller.group
-            obs.model = prepared.model.name
-            obs.request_id = prepared.generation.response_id
-            obs.input_tokens = prepared.routing.prompt_tokens
+            obs.admitted(
+                group=caller.group,
+                model=prepared.model.name,
+                request_id=prepared.generation.response_id,
+                input_tokens=prepared.routing.prompt_tokens,
+            )
             forwardable = HOP_HEADER not in request.headers
             response = await self._dispatch(
                 prepared, body, request, hop is not None, obs, forwardable=forwardable
@@ -242,7 +244,7 @@ class GatewayCore:
         except ApiError as exc:
             response = error_response(exc)
         except asyncio.CancelledError:
-            obs.status = CLIENT_CLOSED  # the client went away: not a server error
+            obs.ended(CLIENT_CLOSED)  # the client went away: not a server error
             raise
         except Exception:  # a bug, not the client's fault: still OpenAI's error shape
             _log.exception("%s: unexpected error while handling a request", self.region)
@@ -251,9 +253,9 @@ class GatewayCore:
             if response is None or not isinstance(response, StreamingResponse):
                 self._release(lease)
                 if response is not None:
-                    obs.status = response.status_code
+                    obs.ended(response.status_code)
                 elif obs.status == 200:
-                    obs.status = 500
+                    obs.ended(500)
                 self.telemetry.finish(obs)
         if isinstance(response, StreamingResponse):
 
@@ -266,7 +268,7 @@ class GatewayCore:
         return response
 
     def _refused(self, obs: RequestObservation, exc: ApiError) -> Response:
-        obs.status = exc.status
+        obs.ended(exc.status)
         self.telemetry.finish(obs)
         return error_response(exc)
 

@@ -282,8 +282,12 @@ class LocalServer:
     ) -> None:
         """Metrics, the route span's decision terms and the dashboard's decision log;
         ``ttft_ms`` is ``None`` when the first token was not seen (nothing is timed)."""
-        obs.served_region, obs.replica = self.region, info.replica
-        obs.predicted_ttft_ms, obs.explanation = info.predicted_ms, info.explanation
+        obs.served(
+            self.region,
+            replica=info.replica,
+            predicted_ttft_ms=info.predicted_ms,
+            explanation=info.explanation,
+        )
         obs.observed_ttft_ms = ttft_ms  # from dispatch, as the prediction
         span = obs.route_span
         chosen = routed.chosen if routed is not None else None
@@ -482,11 +486,10 @@ class LocalServer:
         finally:
             _finish(ticket)
             await aclose(chunks)
-        obs.last_token_at = time.monotonic()
         usage = last.usage
         if attempts.used > 1:
             usage = merged_usage(usage, prepared.routing.prompt_tokens, len(generated))
-        obs.output_tokens = usage.completion_tokens if usage else len(generated)
+        obs.completed(usage.completion_tokens if usage else len(generated))
         obs.prompt_sample = with_usage(obs.prompt_sample, usage)
         return completion_body(
             prepared.kind,
@@ -511,7 +514,6 @@ class LocalServer:
         kind, rid, name = prepared.kind, prepared.generation.response_id, prepared.served_name
         created = int(time.time())
         usage: Usage | None = None
-        obs.output_tokens = 0
         generated: list[int] = []
         attempts = Attempts(self.config.gateway.max_attempts)
         try:
@@ -519,8 +521,7 @@ class LocalServer:
             is_first = True
             while chunk is not None:
                 generated.extend(chunk.token_ids)
-                obs.output_tokens += len(chunk.token_ids)
-                obs.last_token_at = time.monotonic()
+                obs.streamed(len(chunk.token_ids))
                 event = stream_chunk(
                     kind, rid, name, created, chunk.text, chunk.finish_reason, first=is_first
                 )
@@ -544,7 +545,7 @@ class LocalServer:
                 yield sse_event(stream_chunk(kind, rid, name, created, None, usage=usage))
         except Exception as exc:  # after the headers went out: an error event, then DONE
             error = as_api_error(exc)
-            obs.status = error.status
+            obs.ended(error.status)
             yield sse_event(error_body(error))
         finally:
             _finish(ticket)

@@ -10,7 +10,6 @@ gateway cannot rebuild): the client gets an error event, then ``[DONE]``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator, Callable
 
 from fastapi.responses import Response
@@ -34,9 +33,7 @@ async def rendered_events(
     ended = False
     try:
         while chunk is not None:
-            obs.last_token_at = time.monotonic()
-            if chunk.usage is not None:
-                obs.output_tokens = chunk.usage.completion_tokens
+            obs.completed(None if chunk.usage is None else chunk.usage.completion_tokens)
             if chunk.data:
                 yield chunk.data
             if chunk.finished:
@@ -45,7 +42,7 @@ async def rendered_events(
             chunk = await next_rendered(chunks)
     except Exception as exc:  # after the headers went out: an error event, then DONE
         error = as_api_error(exc)
-        obs.status = error.status
+        obs.ended(error.status)
         yield sse_event(error_body(error))
     finally:
         finish()
@@ -74,7 +71,5 @@ async def rendered_body(
         await aclose(chunks)
     if chunk is None:
         return error_response(as_api_error(RuntimeError("the replica sent no answer")), headers)
-    obs.last_token_at = time.monotonic()
-    if chunk.usage is not None:
-        obs.output_tokens = chunk.usage.completion_tokens
+    obs.completed(None if chunk.usage is None else chunk.usage.completion_tokens)
     return Response(chunk.data, media_type="application/json", headers=headers)

@@ -76,7 +76,12 @@ _WINDOW_S = 300.0
 
 @dataclass
 class RequestObservation:
-    """What one request did, filled in by the gateway as it happens."""
+    """What one request did, told by the gateway as it happens: the telemetry's one
+    per-request record (:meth:`GatewayTelemetry.start` makes it, :meth:`finish
+    <GatewayTelemetry.finish>` reads it). The gateway tells it facts through the
+    methods below, one per event of the request's life — admitted, served (where, on
+    what prediction), its first token, tokens streamed or completed, its status — and
+    the telemetry keeps the route span and the outlier facts; nothing else writes it."""
 
     operation: str
     """``chat`` or ``text_completion`` (the GenAI conventions' operation name)."""
@@ -111,6 +116,41 @@ class RequestObservation:
     prompt_sample: PromptSample | None = field(default=None, repr=False)
     """What the prefix-cache advisor learns from a request served here: set at its first
     token, its cached tokens updated from the engine's usage at the end."""
+
+    def admitted(self, *, group: str, model: str, request_id: str, input_tokens: int) -> None:
+        """The gateway authenticated and prepared the request (:mod:`firstlight.api.gateway`)."""
+        self.group, self.model = group, model
+        self.request_id, self.input_tokens = request_id, input_tokens
+
+    def served(
+        self,
+        region: str,
+        *,
+        replica: str | None = None,
+        predicted_ttft_ms: float | None = None,
+        explanation: str | None = None,
+    ) -> None:
+        """Where the request is served — this region's ``replica``, or a peer region
+        (its replica, when the peer says) — and the prediction and explanation of the
+        choice. Told again when an attempt moves it (a peer that failed)."""
+        self.served_region, self.replica = region, replica
+        self.predicted_ttft_ms, self.explanation = predicted_ttft_ms, explanation
+
+    def streamed(self, new_tokens: int) -> None:
+        """``new_tokens`` more output tokens left for the client (a stream's chunk)."""
+        self.output_tokens = (self.output_tokens or 0) + new_tokens
+        self.last_token_at = time.monotonic()
+
+    def completed(self, output_tokens: int | None = None) -> None:
+        """The last output left for the client; ``output_tokens``: the answer's total
+        (the engine's usage), when known."""
+        if output_tokens is not None:
+            self.output_tokens = output_tokens
+        self.last_token_at = time.monotonic()
+
+    def ended(self, status: int) -> None:
+        """The status the client got (for a stream: of its error event, if any)."""
+        self.status = status
 
     def first_token(self) -> None:
         """The first output token left for the client (ends the route span)."""
