@@ -103,6 +103,17 @@ def test_partial_tail_block_has_no_hash() -> None:
     assert len(block_hashes(list(range(95)), scheme)) == 2
 
 
+@pytest.mark.parametrize("blocks", [1, 2, 3, 8])
+def test_a_prompt_of_whole_blocks_hashes_its_last_block(blocks: int) -> None:
+    """A prompt whose length is an exact multiple of the block size: its last block is
+    full and vLLM caches it (the property test's random lengths rarely land on one, and
+    an off-by-one that dropped the last block passed it)."""
+    tokens = [(7 * i) % 50_000 for i in range(32 * blocks)]
+    ours = block_hashes(tokens, HashScheme(block_size=32, seed=3))
+    assert len(ours) == blocks
+    assert ours == _vllm_block_hashes(tokens, 32, 3, None, None)
+
+
 def test_scheme_is_the_shared_engine_setting() -> None:
     scheme = HashScheme.for_model(ModelConfig(name="m", block_size=64), HintsConfig(hash_seed=9))
     assert scheme == HashScheme(block_size=64, seed=9)

@@ -24,7 +24,7 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from firstlight.api.prompts import SimPromptEncoder
+from firstlight.api.prompts import SIM_VOCABULARY, SimPromptEncoder
 from firstlight.api.schemas import ChatMessage
 from firstlight.config import PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
@@ -554,6 +554,22 @@ async def test_a_validation_error_without_a_field_does_not_say_none(
     assert not error["message"].startswith("None")
 
 
+@pytest.mark.parametrize("token", [-1, SIM_VOCABULARY, SIM_VOCABULARY + 10**6])
+async def test_prompt_token_ids_outside_the_vocabulary_are_refused_here(
+    gw: FakeGateway, token: int
+) -> None:
+    """Token ids the engine would index its embedding table with: refused by the gateway
+    with a 400 naming the field, before any replica sees them (removing the check passed
+    every fast test before this one; only a Ray-tier fuzz case noticed)."""
+    response = await gw.client.post(TEXT, json={**text(), "prompt": [1, 2, token]})
+    error = assert_openai_error(response, 400, "invalid_request_error")
+    assert error["param"] == "prompt"
+    assert f"token id {token} is outside the model's vocabulary" in error["message"]
+    assert gw.backend.requests == []
+    last = await gw.client.post(TEXT, json={**text(max_tokens=1), "prompt": [SIM_VOCABULARY - 1]})
+    assert last.status_code == 200, last.text
+
+
 @pytest.mark.parametrize(
     ("path", "payload", "param"),
     [
@@ -598,6 +614,9 @@ async def test_a_simulated_model_refuses_fields_beyond_the_subset_by_name(
 
 # --- admission: per-key concurrency and the gateway's bound ---------------------------
 
+REFUSAL_S = 10.0
+"""Longest a refusal may take to come back; one that does not is a request let in."""
+
 
 async def test_refused_requests_give_their_key_slot_back(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(
@@ -624,7 +643,11 @@ async def test_a_key_over_max_concurrent_per_key_gets_429_with_retry_after(
     held = asyncio.create_task(gw.client.post(CHAT, json=chat(max_tokens=2, stream=stream)))
     try:
         await in_engine(gate, held)
-        refused = await gw.client.post(CHAT, json=chat(max_tokens=2))
+        # Bounded: a limiter that let it through would hold it at the gate, and the test
+        # would wait out pytest's time-out instead of failing here.
+        refused = await asyncio.wait_for(
+            gw.client.post(CHAT, json=chat(max_tokens=2)), timeout=REFUSAL_S
+        )
         error = assert_openai_error(refused, 429, "rate_limit_error", "rate_limit_exceeded")
         assert "limit 1" in error["message"]
         assert int(refused.headers["retry-after"]) >= 1
@@ -645,7 +668,9 @@ async def test_a_gateway_at_max_in_flight_refuses_with_503_overloaded(
     held = asyncio.create_task(gw.client.post(TEXT, json=text(max_tokens=2)))
     try:
         await in_engine(gate, held)
-        refused = await gw.client.post(TEXT, json=text(max_tokens=2))
+        refused = await asyncio.wait_for(
+            gw.client.post(TEXT, json=text(max_tokens=2)), timeout=REFUSAL_S
+        )
         error = assert_openai_error(refused, 503, "service_unavailable", "overloaded")
         assert "gateway.max_in_flight" in error["message"]
         assert refused.headers["retry-after"] == "1"

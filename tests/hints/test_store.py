@@ -278,6 +278,27 @@ async def test_a_running_mirror_expires_entries_by_its_own_clock(
     assert mirror.longest_prefix([1, 2]) == {}
 
 
+async def test_a_running_mirror_ages_a_feed_entry_from_its_publication(
+    redis: Redis, key_prefix: str, spawn: Spawn
+) -> None:
+    """A batch read from the feed 8 s after it was published is 8 s old in the mirror
+    (it expires 8 s before a batch published now). Applied as if new, a late batch —
+    a subscriber catching up after an outage — would hold up blocks the engine may
+    have evicted since: every other test passed with the age ignored."""
+    mirror_clock = FakeClock()
+    mirror = HintMirror(10.0, mirror_clock)
+    sub = subscriber(key_prefix, mirror)
+    spawn(sub.run())
+    await eventually(lambda: sub.status.connected)
+    aged = HintPublisher(redis, key_prefix, MODEL, "aged", 1, TTL_S, FakeClock(time.time() - 8))
+    await aged.publish(BlockEvent("aged", 1, (1, 2), ()))
+    fresh = HintPublisher(redis, key_prefix, MODEL, "fresh", 1, TTL_S)
+    await fresh.publish(BlockEvent("fresh", 1, (1, 2), ()))
+    await eventually(lambda: mirror.longest_prefix([1, 2]) == {"aged": 2, "fresh": 2})
+    mirror_clock.advance(3.0)  # the aged batch is now 11 s old, the fresh one 3 s
+    assert mirror.longest_prefix([1, 2]) == {"fresh": 2}
+
+
 async def test_malformed_feed_entries_are_skipped_and_counted(
     redis: Redis, key_prefix: str, spawn: Spawn
 ) -> None:
