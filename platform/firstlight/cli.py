@@ -200,17 +200,37 @@ def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
     import threading
     import time
 
-    from firstlight.serve.local_mode import start_local, stop_local
+    from firstlight.serve.local_mode import (
+        StartupCancelledError,
+        start_local,
+        stop_local,
+        stop_started,
+    )
 
+    stop = threading.Event()
+
+    def listen() -> None:
+        # Ctrl-C and SIGTERM (from a process manager) both ask for the same clean stop,
+        # while starting as while serving. Ray's driver installs handlers of its own when
+        # it starts: ours are put back at every stage.
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    listen()
     started = time.monotonic()
     with _stderr.status("Starting the platform") as status:
 
         def report(message: str) -> None:
+            listen()
             _stderr.print(f"  {message}", markup=False)
             status.update(message)
 
         try:
-            platform = start_local(cfg, report=report, timeout_s=timeout)
+            platform = start_local(cfg, report=report, timeout_s=timeout, stopping=stop.is_set)
+        except StartupCancelledError:
+            _stderr.print("Stopped while starting; stopping what had started...", markup=False)
+            stop_started()
+            raise typer.Exit(130) from None
         except FirstlightError as exc:
             _fail(exc)
     elapsed = time.monotonic() - started
@@ -234,11 +254,7 @@ def _serve_until_interrupted(cfg: PlatformConfig, timeout: float) -> None:
         f"messages=[{{'role': 'user', 'content': 'Hello!'}}]).choices[0].message.content)\"\n"
         "\nPress Ctrl-C to stop."
     )
-    stop = threading.Event()
-    # Ray's driver installs its own handlers; ours go last so Ctrl-C and SIGTERM (from a
-    # process manager) both end in the same clean shutdown.
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    listen()
     with contextlib.suppress(KeyboardInterrupt):
         while not stop.wait(1.0):
             pass

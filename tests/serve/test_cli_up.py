@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -79,3 +80,43 @@ def test_up_serves_every_region_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> N
         errors = process.stderr.read()
     assert "Authentication is OFF" in errors
     assert "Stopping..." in errors
+
+
+def test_a_ctrl_c_while_starting_stops_what_had_started(tmp_path: Path) -> None:
+    """The hole: a Ctrl-C while Ray was starting was lost, and the platform went on to
+    serve. Now it is taken at the next stage: `firstlight up` says so, stops Serve and
+    its Ray cluster, and exits 130 (as a shell reports an interrupted command), leaving
+    the gateway's port free."""
+    port = free_port()
+    config = {
+        "mode": "local",
+        "regions": [{"name": "cli-c", "peers": []}],
+        "models": [{"name": "cli-model", "engine": "sim", "resources": {"num_cpus": 0}}],
+        "hints": {"key_prefix": f"fltest:cli{port}:"},
+        "gateway": {"host": "127.0.0.1", "port": port},
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    command = [VENV_BIN / "firstlight", "up", "--config", path, "--timeout", "300"]
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as process:
+        assert process.stderr is not None
+        seen = []
+        try:
+            for line in process.stderr:  # interrupt while Ray starts, as a user would
+                seen.append(line)
+                if "starting a local Ray cluster" in line:
+                    process.send_signal(signal.SIGINT)
+                    break
+            code = process.wait(timeout=120)
+        finally:
+            if process.poll() is None:  # the interrupt was lost: fail, not hang
+                process.send_signal(signal.SIGINT)
+                process.wait(timeout=120)
+        rest = process.stderr.read()
+        assert code == 130, "".join(seen) + rest
+    assert "Stopped while starting" in rest
+    with socket.socket() as sock:  # nothing of it still listens on the gateway's port
+        sock.bind(("127.0.0.1", port))

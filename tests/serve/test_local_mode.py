@@ -7,6 +7,8 @@ or the readiness time-out — with the engine's own error and where the logs are
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -26,6 +28,36 @@ def test_a_gateway_port_in_use_is_refused_by_field_and_value() -> None:
             _check_port(GatewayConfig(host="127.0.0.1", port=port))
     assert str(info.value).startswith(f"gateway.port: {port} on 127.0.0.1 is not available")
     _check_port(GatewayConfig(host="127.0.0.1", port=port))  # free again once closed
+
+
+def test_a_port_held_by_a_leftover_process_names_it(tmp_path: Path) -> None:
+    """A killed `firstlight up` can leave Ray's HAProxy holding the gateway's port: the
+    next start names the process (pid and command line), so the user need not hunt it."""
+    script = tmp_path / "leftover-listener.py"
+    script.write_text(
+        "import socket, sys\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "print(s.getsockname()[1], flush=True)\n"
+        "sys.stdin.read()\n"  # hold the port until the test closes stdin
+    )
+    with subprocess.Popen(
+        [sys.executable, str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdout is not None
+        assert holder.stdin is not None
+        port = int(holder.stdout.readline())
+        try:
+            with pytest.raises(StartupError) as info:
+                _check_port(GatewayConfig(host="127.0.0.1", port=port))
+        finally:
+            holder.stdin.close()
+    message = str(info.value)
+    assert f"process {holder.pid} holds it" in message
+    assert "leftover-listener" in message
+    assert f"kill {holder.pid}" in message
 
 
 def test_a_remote_redis_that_does_not_answer_turns_hints_off_and_says_why() -> None:

@@ -24,6 +24,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from firstlight._ports import listener_of
 from firstlight.config import EngineName, GatewayConfig, PlatformConfig, parse_config
 from firstlight.errors import FirstlightError
 from firstlight.hints._redis import tls_options
@@ -39,10 +40,12 @@ from firstlight.serve.startup_watch import StartupWatch, ray_logs
 __all__ = [
     "LOCAL_DEFAULT",
     "LocalPlatform",
+    "StartupCancelledError",
     "StartupError",
     "ensure_redis",
     "start_local",
     "stop_local",
+    "stop_started",
     "with_engine",
 ]
 
@@ -89,6 +92,12 @@ _READYZ_TIMEOUT_S = 2.0
 """Per ``/readyz`` request: while a gateway starts, the ingress may hold a request
 unanswered; Serve's status is read between requests, so this bounds how late a failed
 replica is noticed."""
+
+
+class StartupCancelledError(FirstlightError):
+    """A stop was asked for (Ctrl-C, SIGTERM) while the platform was starting: raised by
+    :func:`start_local` at the next stage boundary or readiness poll. What had started
+    is the caller's to stop (:func:`stop_started`)."""
 
 
 class StartupError(FirstlightError):
@@ -192,8 +201,13 @@ def start_local(
     report: Report = lambda _msg: None,
     num_cpus: int | None = None,
     timeout_s: float = 600.0,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> LocalPlatform:
     """Deploy every region of ``config`` and wait until all are ready.
+
+    ``stopping`` is asked between stages and at every readiness poll; once it says yes,
+    :class:`StartupCancelledError` is raised (the CLI's Ctrl-C: a stage that blocks, such as
+    Ray's start, is waited out, so a stop takes effect within one stage).
 
     ``report`` receives one line per stage with its elapsed time (Redis, the Ray
     cluster, deploying, each region ready), Serve's notes on slow replicas, and every
@@ -210,9 +224,14 @@ def start_local(
     from firstlight.serve.app import region_app
     from firstlight.serve.data_plane import prepare_local_ray
 
+    def check() -> None:
+        if stopping():
+            raise StartupCancelledError("stopped while starting")
+
     lap = _Laps()
     hints_enabled, note = ensure_redis(config, report)
     report(f"{note} ({lap():.1f} s)")
+    check()
     targets = [
         RunTarget(region_app(config, r.name, hints_enabled=hints_enabled), r.name, f"/{r.name}")
         for r in config.regions
@@ -223,6 +242,7 @@ def start_local(
         prepare_local_ray(config.gateway)
         report(f"starting a local Ray cluster (ingress: {config.gateway.ingress})")
         ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    check()
     logs = ray_logs()
     try:
         serve.start(http_options={"host": config.gateway.host, "port": config.gateway.port})
@@ -234,6 +254,7 @@ def start_local(
     where = f"; logs in {logs.logs_dir}" if logs is not None else ""
     what = "Ray cluster started" if started_ray else "Ray Serve reached"
     report(f"{what} in {lap():.1f} s{where}")
+    check()
     regions = [r.name for r in config.regions]
     watch = StartupWatch(regions, logs)
     report(f"deploying {len(targets)} region(s): {', '.join(regions)}")
@@ -241,7 +262,7 @@ def start_local(
     report(f"deployed in {lap():.1f} s; waiting until every region answers /readyz")
     host = "127.0.0.1" if config.gateway.host in ("0.0.0.0", "::") else config.gateway.host
     endpoints = {r.name: f"http://{host}:{config.gateway.port}/{r.name}" for r in config.regions}
-    _wait_ready(endpoints, watch, report, timeout_s)
+    _wait_ready(endpoints, watch, report, timeout_s, check)
     return LocalPlatform(config, endpoints, hints_enabled, note)
 
 
@@ -266,15 +287,26 @@ def _check_port(gateway: GatewayConfig) -> None:
         try:
             sock.bind((gateway.host, gateway.port))
         except OSError as exc:
+            holder = listener_of(gateway.port)
+            who = (
+                "another `firstlight up` or server is using it"
+                if holder is None
+                else f"process {holder[0]} holds it ({holder[1][:120]}); if that is an "
+                f"ingress an earlier, killed `firstlight up` left behind: kill {holder[0]}"
+            )
             raise StartupError(
                 f"gateway.port: {gateway.port} on {gateway.host} is not available "
-                f"({exc.strerror}); another `firstlight up` or server is using it - stop it "
+                f"({exc.strerror}); {who} - stop it "
                 "or set gateway.port (FIRSTLIGHT__GATEWAY__PORT) to a free port"
             ) from exc
 
 
 def _wait_ready(
-    endpoints: dict[str, str], watch: StartupWatch, report: Report, timeout_s: float
+    endpoints: dict[str, str],
+    watch: StartupWatch,
+    report: Report,
+    timeout_s: float,
+    check: Callable[[], None],
 ) -> None:
     """Poll Serve's status and each pending region's ``/readyz`` until all answer 200.
     Raises :class:`StartupError` at the first failed replica or after ``timeout_s``."""
@@ -285,6 +317,7 @@ def _wait_ready(
     last: dict[str, str] = {}
     with httpx.Client(timeout=_READYZ_TIMEOUT_S) as client:
         while pending:
+            check()
             for region, url in list(pending.items()):
                 failures = watch.check(report)  # before each request: one may time out
                 if failures:
@@ -313,6 +346,19 @@ def _wait_ready(
 
 def _indent(text: str) -> str:
     return "\n".join(f"    {line}" for line in text.splitlines())
+
+
+def stop_started() -> None:
+    """Stop what a cancelled :func:`start_local` had started in this process: Serve (its
+    applications, proxies and HAProxy) and the local Ray cluster. Nothing when Ray is
+    not running here."""
+    import ray
+    from ray import serve
+
+    if not ray.is_initialized():
+        return
+    serve.shutdown()  # type: ignore[no-untyped-call]
+    ray.shutdown()
 
 
 def stop_local(platform: LocalPlatform) -> None:
