@@ -311,6 +311,7 @@ def bench_suite(
     from firstlight._console import fail as _fail
     from firstlight.errors import FirstlightError
     from firstlight_bench.live_tables import render_live_sections
+    from firstlight_bench.report import replot
     from firstlight_bench.suite import render_tables, replace_tables, run_suite
 
     if not tables_only:
@@ -329,7 +330,10 @@ def bench_suite(
         except FirstlightError as exc:
             _fail(exc)
     try:
-        text = replace_tables(page.read_text(), render_tables(out))
+        for stored in sorted(out.glob("*/results.json")):
+            replot(stored.parent)  # the pictures beside the tables show the same runs
+        link_base = os.path.relpath(out, page.parent)
+        text = replace_tables(page.read_text(), render_tables(out, link_base))
         page.write_text(render_live_sections(text, out.parent))
     except (OSError, ValueError) as exc:
         raise typer.BadParameter(str(exc), param_hint="--page") from exc

@@ -63,12 +63,33 @@ def write_run(
     seeded = len({p.get("seed") for p in ordered}) > 1
     shown: list[Point] = [*mean_points(ordered)] if seeded else ordered
     paths["report"].write_text(_markdown(meta, ordered, shown, slo, paths))
+    _plot(meta, shown, slo, paths)
+    return paths
+
+
+def replot(out_dir: Path, *, slo: Slo = DEFAULT_SLOS[0]) -> None:
+    """Draw the plots of the run stored in ``out_dir`` again from its ``results.json``
+    (what :func:`write_run` drew, with the same ``slo``), so a page's pictures always
+    show the stored results beside them. Called by ``firstlight bench suite
+    --tables-only``. Raises ``OSError`` or ``ValueError`` for a missing or invalid run."""
+    data = json.loads((out_dir / "results.json").read_text())
+    validate_results(data)
+    ordered = data["points"]
+    seeded = len({p.get("seed") for p in ordered}) > 1
+    shown: list[Point] = [*mean_points(ordered)] if seeded else ordered
+    paths = {key: out_dir / f"{key}.png" for key in _PLOTS}
+    _plot(data["meta"], shown, slo, paths)
+
+
+_PLOTS = ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load")
+
+
+def _plot(meta: Mapping[str, Any], shown: list[Point], slo: Slo, paths: Mapping[str, Path]) -> None:
     plot_ttft(meta, shown, slo, paths["ttft_vs_load"])
     hit_rate = ("Prefix-cache hit rate (token-weighted)", "hit rate (%)")
     plot_fraction(meta, shown, "prefix_hit_rate", hit_rate, paths["hit_rate_vs_load"])
     goodput = (f"Goodput ({slo_text(slo)})", "requests within SLO (%)")
     plot_fraction(meta, shown, "goodput", goodput, paths["goodput_vs_load"])
-    return paths
 
 
 # --- report.md -------------------------------------------------------------------

@@ -268,7 +268,7 @@ def _at(points: list[dict[str, Any]], keys: tuple[str, ...], load: float) -> dic
     return {arm: s for (arm, at), s in spreads(points, keys).items() if at == load}
 
 
-def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
+def _run_tables(name: str, data: dict[str, Any], link_base: str) -> list[str]:
     meta, points = data["meta"], data["points"]
     loads = sorted({float(p["load"]) for p in points})
     arms = sorted(
@@ -337,7 +337,12 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
             else:
                 cells.append(f"{verdict(spill, local)} {_times(spill.mean / local.mean)}")
         lines.append("| p99 vs firstlight_local | " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += [
+        "",
+        f"![{name}: TTFT p50, p90 and p99 of every arm by load (simulated)]"
+        f"({link_base}/{name}/ttft_vs_load.png)",
+        "",
+    ]
     if any("day" in p for p in points):
         lines += day_tables(points)
     if any("warm" in p for p in points):
@@ -345,9 +350,10 @@ def _run_tables(name: str, data: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_tables(folder: Path) -> str:
+def render_tables(folder: Path, link_base: str = "benchmarks/suite") -> str:
     """The generated part of the benchmarks page, from every ``<folder>/*/results.json``
-    (in :data:`SUITE` order, then by name)."""
+    (in :data:`SUITE` order, then by name), each entry with its TTFT plot, linked as
+    ``<link_base>/<entry>/ttft_vs_load.png`` (the folder as the page sees it)."""
     order = {e.name: i for i, e in enumerate(SUITE)}
     runs = sorted(
         (p.parent.name for p in folder.glob("*/results.json")),
@@ -366,7 +372,7 @@ def render_tables(folder: Path) -> str:
         lines += ["### The goals", ""]
         lines += goals_table(counted, expected, LOADS, unseen=checks)
     for name, data in loaded.items():
-        lines += _run_tables(name, data)
+        lines += _run_tables(name, data, link_base)
     lines.append(END)
     return "\n".join(lines)
 

@@ -41,6 +41,8 @@ def test_a_small_suite_writes_its_folders_and_their_tables(tmp_path: Path) -> No
     assert "### w3: W3, 40 requests, seeds 0, 1" in tables
     assert "| dynamo_kv |" in tables
     assert "| p90 vs best other | **" in tables
+    assert "](benchmarks/suite/w3/ttft_vs_load.png)" in tables  # its picture, as the page links it
+    assert "](runs/w3/ttft_vs_load.png)" in render_tables(tmp_path, "runs")
     page = replace_tables(f"intro\n{BEGIN}\nold\n{END}\noutro\n", tables)
     assert page == f"intro\n{tables}\noutro\n"
 

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.report import write_run
+from firstlight_bench.report import replot, write_run
 from firstlight_bench.results import Outcome, summarize, validate_results
+
+PLOT_KEYS = ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load")
 
 ARMS = ("round_robin", "firstlight", "cache_aware")  # deliberately not sorted
 LOADS = (0.2, 0.6, 1.0)
@@ -130,7 +132,7 @@ def test_report_links_the_plots(run: dict[str, Path]) -> None:
         assert f"]({name})" in report
 
 
-@pytest.mark.parametrize("key", ["ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load"])
+@pytest.mark.parametrize("key", PLOT_KEYS)
 def test_plots_are_real_pngs(run: dict[str, Path], key: str) -> None:
     data = run[key].read_bytes()
     assert data[:8] == PNG_MAGIC
@@ -164,3 +166,14 @@ def test_a_run_without_completions_still_reports(tmp_path: Path) -> None:
     report = paths["report"].read_text()
     assert "| firstlight | none | n/a |" in report
     assert paths["ttft_vs_load"].read_bytes()[:8] == PNG_MAGIC
+
+
+def test_replot_draws_the_stored_runs_plots_again(tmp_path: Path) -> None:
+    """The pictures beside a page's tables are drawn from the stored results.json: a
+    lost or stale plot comes back as the run drew it."""
+    paths = write_run(tmp_path / "w1", _meta(), _points())
+    drawn = {key: paths[key].read_bytes() for key in PLOT_KEYS}
+    for key in PLOT_KEYS:
+        paths[key].write_bytes(b"stale")
+    replot(tmp_path / "w1")
+    assert {key: paths[key].read_bytes() for key in PLOT_KEYS} == drawn
