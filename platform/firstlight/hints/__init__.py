@@ -12,7 +12,6 @@ from firstlight.hints._backoff import Backoff
 from firstlight.hints._codec import HintKeys
 from firstlight.hints._events import MAX_BLOCK_HASH, BlockEvent, ReplicaSnapshot
 from firstlight.hints._redis import redis_client
-from firstlight.hints.interface import BlockEventSink, PrefixHintSource
 from firstlight.hints.mirror import HintMirror, MirrorStats
 from firstlight.hints.store import DEFAULT_FEED_MAXLEN, HintPublisher
 from firstlight.hints.subscriber import HintSubscriber, RedisFactory, SubscriberStatus
@@ -22,13 +21,11 @@ __all__ = [
     "MAX_BLOCK_HASH",
     "Backoff",
     "BlockEvent",
-    "BlockEventSink",
     "HintKeys",
     "HintMirror",
     "HintPublisher",
     "HintSubscriber",
     "MirrorStats",
-    "PrefixHintSource",
     "RedisFactory",
     "ReplicaSnapshot",
     "SubscriberStatus",
