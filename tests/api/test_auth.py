@@ -112,6 +112,16 @@ def test_without_tenants_there_is_no_cache_salt(tmp_path: Path) -> None:
     assert keys.check(f"Bearer {KEY_B}").cache_salt is None
 
 
+def _salt_elsewhere(tmp_path: Path, key: str, tenant: str, peer_key: str) -> str | None:
+    """The salt ``tenant``'s ``key`` gets at another gateway (region ``east``) of a
+    deployment whose peer key is ``peer_key``."""
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    salt_key = HopSigner(peer_key, "east").derived_key(SALT_KEY_PURPOSE)
+    keys = _keys(folder, key, tenants=(tenant,), salt_key=salt_key)
+    return keys.check(f"Bearer {key}").cache_salt
+
+
 def test_keys_of_one_tenant_share_a_salt_and_tenants_differ(tmp_path: Path) -> None:
     keys = _keys(tmp_path, KEY_A, KEY_B, KEY_C, tenants=("acme", "acme", "globex"))
     a, b, c = (keys.check(f"Bearer {k}").cache_salt for k in (KEY_A, KEY_B, KEY_C))
@@ -122,15 +132,7 @@ def test_keys_of_one_tenant_share_a_salt_and_tenants_differ(tmp_path: Path) -> N
     assert KEY_A not in a
     # The salt depends on the tenant and the deployment's peer key only: every gateway
     # and region of the deployment computes the same.
-    (tmp_path / "other").mkdir()
-    other_region = HopSigner("a-peer-key-of-this-deployment", "east")
-    other = _keys(
-        tmp_path / "other",
-        KEY_C,
-        tenants=("acme",),
-        salt_key=other_region.derived_key(SALT_KEY_PURPOSE),
-    )
-    assert other.check(f"Bearer {KEY_C}").cache_salt == a
+    assert _salt_elsewhere(tmp_path, KEY_C, "acme", "a-peer-key-of-this-deployment") == a
 
 
 def test_the_salt_is_keyed_by_the_deployments_peer_key(tmp_path: Path) -> None:
@@ -140,15 +142,7 @@ def test_the_salt_is_keyed_by_the_deployments_peer_key(tmp_path: Path) -> None:
     keys = _keys(tmp_path, KEY_A, tenants=("acme",))
     salt = keys.check(f"Bearer {KEY_A}").cache_salt
     assert salt is not None
-    (tmp_path / "other").mkdir()
-    elsewhere = HopSigner("another-deployments-peer-key", "west")
-    stranger = _keys(
-        tmp_path / "other",
-        KEY_A,
-        tenants=("acme",),
-        salt_key=elsewhere.derived_key(SALT_KEY_PURPOSE),
-    )
-    assert stranger.check(f"Bearer {KEY_A}").cache_salt != salt
+    assert _salt_elsewhere(tmp_path, KEY_A, "acme", "another-deployments-peer-key") != salt
     for name in (b"acme", b"firstlight-tenant/acme"):
         for digest in (hashlib.sha256, hashlib.sha1, hashlib.md5, hashlib.blake2b):
             assert not digest(name).hexdigest().startswith(salt)

@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -18,21 +19,28 @@ from tests.conftest import VENV_BIN
 pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 
-def test_up_serves_every_region_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
-    port = free_port()
+def _config(tmp_path: Path, port: int, regions: list[dict[str, Any]], engine: str) -> Path:
+    """A local config file: ``regions``, one model on ``engine``, the gateway on ``port``."""
     config = {
         "mode": "local",
-        "regions": [
-            {"name": "cli-a", "peers": [{"region": "cli-b", "rtt_ms": 10}]},
-            {"name": "cli-b", "peers": [{"region": "cli-a", "rtt_ms": 10}]},
-        ],
-        "models": [{"name": "cli-model", "engine": "vllm", "resources": {"num_cpus": 0}}],
+        "regions": regions,
+        "models": [{"name": "cli-model", "engine": engine, "resources": {"num_cpus": 0}}],
         "hints": {"key_prefix": f"fltest:cli{port}:"},
         "gateway": {"host": "127.0.0.1", "port": port},
         "cache_dir": str(tmp_path / "cache"),
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_up_serves_every_region_and_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    port = free_port()
+    regions = [
+        {"name": "cli-a", "peers": [{"region": "cli-b", "rtt_ms": 10}]},
+        {"name": "cli-b", "peers": [{"region": "cli-a", "rtt_ms": 10}]},
+    ]
+    path = _config(tmp_path, port, regions, "vllm")
     command = [
         VENV_BIN / "firstlight",
         "up",
@@ -88,16 +96,7 @@ def test_a_ctrl_c_while_starting_stops_what_had_started(tmp_path: Path) -> None:
     its Ray cluster, and exits 130 (as a shell reports an interrupted command), leaving
     the gateway's port free."""
     port = free_port()
-    config = {
-        "mode": "local",
-        "regions": [{"name": "cli-c", "peers": []}],
-        "models": [{"name": "cli-model", "engine": "sim", "resources": {"num_cpus": 0}}],
-        "hints": {"key_prefix": f"fltest:cli{port}:"},
-        "gateway": {"host": "127.0.0.1", "port": port},
-        "cache_dir": str(tmp_path / "cache"),
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path = _config(tmp_path, port, [{"name": "cli-c", "peers": []}], "sim")
     command = [VENV_BIN / "firstlight", "up", "--config", path, "--timeout", "300"]
     with subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
