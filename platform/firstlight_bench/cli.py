@@ -304,6 +304,13 @@ def bench_suite(
     tables_only: Annotated[
         bool, typer.Option(help="Only rewrite the page's tables from the stored runs.")
     ] = False,
+    arms: Annotated[
+        str | None,
+        typer.Option(
+            help="Re-measure only these arms (comma-separated) into the stored runs; "
+            "every other arm's points stay as stored."
+        ),
+    ] = None,
 ) -> None:
     """Run the benchmark matrix into stored run folders and regenerate the page's tables
     from them, and its live runs' tables from their folders beside --out (simulated;
@@ -325,6 +332,7 @@ def bench_suite(
                 loads=_floats(loads, "--loads"),
                 jobs=jobs,
                 command=_command_line(),
+                arms=[a.strip() for a in arms.split(",") if a.strip()] if arms else None,
                 progress=lambda line: typer.echo(line, err=True),
             )
         except FirstlightError as exc:

@@ -61,6 +61,7 @@ from firstlight.region.decision import (
     decide_region,
     rank_peers,
 )
+from firstlight.region.state import Ticket
 from firstlight.region.warm import (
     WarmOption,
 )
@@ -135,6 +136,10 @@ class _Flight:
     """When the router that chose its route predicted its first token (the cost-model
     arms): the peer's prediction for a spilled request, the region router's for one
     served where it was placed."""
+    ticket: Ticket | None = None
+    """Its route in the region that serves it, from :meth:`SimRegion.route` to its end;
+    before that, the ticket the region decision admitted it with (``firstlight``, served
+    where it arrived at that same instant)."""
 
 
 def simulate(
@@ -339,6 +344,7 @@ class _Run:
         target: int | None
         flight.pushed = False
         flight.predicted_first_s = None
+        flight.ticket = None
         if self.mode == "firstlight":
             target = self._peer_target(home, flight, t)
             if target == _PULLING:
@@ -473,8 +479,8 @@ class _Run:
         ``None`` when it is refused, or :data:`_PULLING` when its prefix's KV is being
         pulled to ``home`` (the warm region, ``ClusterSpec.wan_gbps``)."""
         view = flight.view
-        home.fresh_views()
-        local = home.gateway_for(view.request_id).estimate(view)
+        ticket = home.admit(view)
+        local = ticket.estimate
         peers = [
             PeerOption(
                 str(region.index),
@@ -511,12 +517,14 @@ class _Run:
             if way == "forward":
                 flight.predicted_first_s = t + prices.forward_ms / 1000.0
                 return peer
+            flight.ticket = ticket
             return home.index
         if decision.peers:
             flight.predicted_first_s = t + decision.peers[0].predicted_ttft_ms / 1000.0
             return int(decision.peers[0].region)
         if decision.route != "local" and decision.fallback == "refuse":
             return None  # refused: no healthy replica here and no peer answers
+        flight.ticket = ticket  # served here now: the estimate is the route (one run)
         return home.index
 
     # --- the warm region (:mod:`firstlight_bench.des_warm`) ---------------------------
@@ -540,8 +548,15 @@ class _Run:
     def _route_in_region(self, region: SimRegion, flight: _Flight, t: float) -> None:
         if flight.preset_replica is not None:
             replica = flight.preset_replica
+            flight.ticket = None
         else:
-            replica, flight.decision_us, predicted_ms = region.route(flight.view)
+            routed = region.route(flight.view, flight.ticket)
+            flight.ticket, replica, flight.decision_us = (
+                routed.ticket,
+                routed.replica,
+                routed.decision_us,
+            )
+            predicted_ms = routed.predicted_ttft_ms
             if predicted_ms is not None and flight.predicted_first_s is None:
                 flight.predicted_first_s = t + predicted_ms / 1000.0
         flight.served_region, flight.replica, flight.dispatched_s = region.index, replica, t
@@ -588,8 +603,10 @@ class _Run:
                     self.regions[flight.request.client_region].forwarded_work(
                         region.index
                     ).answered(request_id)
-                observed_ms = (step.end_s - flight.dispatched_s) * 1000.0
-                region.gateway_for(request_id).first_token(request_id, observed_ms)
+                if region.announced:  # as any gateway that reads its state does
+                    region.deliver_routes()
+                if flight.ticket is not None:
+                    flight.ticket.first_token((step.end_s - flight.dispatched_s) * 1000.0)
             for finished in result.finished:
                 self._finish(region, finished.request_id, step.end_s, finished.usage)
         region.learn_cache_events(replica)
@@ -597,9 +614,9 @@ class _Run:
     def _finish(self, region: SimRegion, request_id: str, t: float, usage: Usage) -> None:
         flight = self.flights.pop(request_id)
         self._completed(request_id)
-        gateway = region.release(request_id)
-        if gateway is not None:
-            gateway.finished(request_id)
+        region.release(request_id)
+        if flight.ticket is not None:
+            flight.ticket.finished()
         request = flight.request
         back = flight.back_s
         first = flight.first_token_s
@@ -659,9 +676,9 @@ class _Run:
         lost = [f for f in self.flights.values() if f.served_region == region.index]
         for flight in lost:
             request_id = flight.request.request_id
-            gateway = region.release(request_id)
-            if gateway is not None:
-                gateway.finished(request_id)
+            region.release(request_id)
+            if flight.ticket is not None:
+                flight.ticket.finished()
             self._completed(request_id)
             flight.served_region = flight.replica = None
         if self.lbs:  # its load balancer's queue: the clients reconnect elsewhere

@@ -24,15 +24,28 @@ from dataclasses import dataclass, field
 
 from firstlight.engine.sim import SimCacheEvent, SimCore, SimProfile, VirtualSim
 from firstlight.hints import BlockEvent, HintMirror
-from firstlight.region import ReplicaStats, RouteEvent, RouterState, with_shared_rates
+from firstlight.region import ReplicaStats, RouteEvent, RouterState, Ticket, with_shared_rates
 from firstlight.regions.summary import ForwardedWork, HotPrefixes, ModelSummary
-from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
+from firstlight.routing import ReplicaView, RequestView, build_policy
 from firstlight_bench.cluster import ClusterSpec
 from firstlight_bench.region_arms import RegionLoad
 
-__all__ = ["SimRegion"]
+__all__ = ["RegionRoute", "SimRegion"]
 
 _MODEL = "bench"
+
+
+@dataclass(frozen=True, slots=True)
+class RegionRoute:
+    """Where :meth:`SimRegion.route` sent a request, and its ticket for what follows."""
+
+    ticket: Ticket
+    """Told the request's first token and end by the event loop."""
+    replica: str
+    decision_us: float
+    """Wall-clock decision time (estimate, choice and bookkeeping)."""
+    predicted_ttft_ms: float | None
+    """What the policy predicted (``None`` from a policy without a cost model)."""
 
 
 @dataclass(slots=True)
@@ -175,24 +188,36 @@ class SimRegion:
         for state in self.gateways:
             state.set_replicas(views)
 
-    def route(self, view: RequestView) -> tuple[str, float, float | None]:
-        """The request router's ``choose_replicas`` and ``on_request_routed`` for one
-        request: the chosen replica, the decision time in µs (wall clock), the
-        bookkeeping after the choice included (the policy's ``on_routed``: reservations,
-        prefix-tree inserts), by the gateway that took the request, and the TTFT the
-        policy predicted there (``None`` from a policy without a cost model)."""
+    def admit(self, view: RequestView) -> Ticket:
+        """The gateway that takes ``view`` admits it with the cost model's estimate (for
+        the region decision), on the replicas' views as of now; the decision time of the
+        estimate is the ticket's ``estimate_s``."""
         state = self.gateway_for(view.request_id)
         self.fresh_views()
+        return state.admit(view)
+
+    def route(self, view: RequestView, ticket: Ticket | None = None) -> RegionRoute:
+        """Serve ``view`` here: its ticket is committed and executed, as the gateway's
+        transport does (``ticket``: the one :meth:`admit` gave the region decision just
+        now; ``None``: admitted here without an estimate, since no region decision is
+        taken, and the policy chooses at the commit — one run of the policy either way).
+        The decision time covers the estimate, the choice and the bookkeeping after it
+        (the policy's ``on_routed``: reservations, prefix-tree inserts), not the refresh
+        of the replicas' views (the request router's stats, kept apart)."""
+        if ticket is None:
+            state = self.gateway_for(view.request_id)
+            self.fresh_views()
+            ticket = state.admit(view, estimate=False)
         began = time.perf_counter_ns()
-        decision = state.policy.choose(
-            RoutingInput(view, tuple(state.replicas.values()), state.cache)
-        )
-        state.record_decision(view, decision)
+        local = ticket.estimate
+        cached_tokens = local.winner.cached_blocks * view.block_size if local is not None else 0
+        decision = ticket.commit(max(view.prompt_tokens - cached_tokens, 1))
+        assert decision is not None, "routed only in a region with replicas"
         replica = decision.winner.replica_id
-        state.record_routed(view.request_id, replica)  # the policy's on_routed
-        decision_us = (time.perf_counter_ns() - began) / 1000.0
+        ticket.routed(replica)
+        decision_us = (time.perf_counter_ns() - began) / 1000.0 + ticket.estimate_s * 1e6
         self.hot.add(view.block_hashes)
-        return replica, decision_us, decision.winner.predicted_ttft_ms
+        return RegionRoute(ticket, replica, decision_us, decision.winner.predicted_ttft_ms)
 
     def learn_cache_events(self, replica: str) -> None:
         """Feed the replica's cache events since the last call to the hint mirror, with

@@ -21,6 +21,7 @@ from typing import Any
 from firstlight.errors import ConfigError, ConfigProblem
 from firstlight_bench.cluster import ARMS, CROSS_REGION_ARMS
 from firstlight_bench.day_report import day_tables
+from firstlight_bench.remeasure import remeasured_note
 from firstlight_bench.results import short_commit
 from firstlight_bench.spread import Spread, best_other, spreads, verdict
 from firstlight_bench.suite_goals import goals_table
@@ -200,14 +201,26 @@ def run_suite(
     loads: Sequence[float] = LOADS,
     jobs: int = 1,
     command: str | None = None,
+    arms: Sequence[str] | None = None,
     progress: Callable[[str], None] = lambda line: None,
 ) -> list[Path]:
     """Run the matrix (or the entries named in ``only``) into ``out``; returns the run
     folders written. ``requests`` overrides every entry's request count (smoke runs).
-    Raises :class:`ConfigError` for an unknown entry."""
+    ``arms`` re-measures only those arms of each entry that has them, into its stored
+    run (:mod:`firstlight_bench.remeasure`). Raises :class:`ConfigError` for an unknown
+    entry or arm, or a stored run of another shape than the re-measure's."""
+    import tempfile
+
+    from firstlight_bench.remeasure import merge_arms
+    from firstlight_bench.report import write_run
     from firstlight_bench.sim import run_sim
     from firstlight_bench.workloads.presets import resolve_preset
 
+    if arms is not None:
+        unknown = [a for a in arms if a not in ARMS]
+        if unknown or not arms:
+            message = f"unknown {', '.join(unknown)}; arms are {', '.join(ARMS)}"
+            raise ConfigError([ConfigProblem("arms", message, list(arms), True)])
     written = []
     for entry in _entries(only):
         params = dict(entry.params)
@@ -220,6 +233,13 @@ def run_suite(
                 continue
             params["trace"] = trace
         folder = out / entry.name
+        entry_arms = entry.arms or tuple(a for a in ARMS if a not in CROSS_REGION_ARMS)
+        if arms is not None:
+            entry_arms = tuple(a for a in entry_arms if a in arms)
+            if not entry_arms:
+                progress(f"{entry.name}: skipped, it runs none of {', '.join(arms)}")
+                continue
+        scratch = tempfile.TemporaryDirectory() if arms is not None else None
         progress(f"{entry.name}: {workload} {params or ''}")
         run_sim(
             workload=workload,
@@ -227,9 +247,9 @@ def run_suite(
             replicas=entry.replicas,
             profile=entry.profile,
             seeds=entry.seeds or seeds,
-            arms=entry.arms or tuple(a for a in ARMS if a not in CROSS_REGION_ARMS),
+            arms=entry_arms,
             loads=entry.loads or loads,
-            out=folder,
+            out=folder if scratch is None else Path(scratch.name),
             requests=requests or entry.requests,
             gateways=entry.gateways,
             route_share_ms=entry.route_share_ms,
@@ -240,6 +260,10 @@ def run_suite(
             jobs=jobs,
             progress=progress,
         )
+        if scratch is not None:
+            with scratch:
+                merged = merge_arms(folder, Path(scratch.name), entry_arms)
+            write_run(folder, merged["meta"], merged["points"])
         written.append(folder)
     return written
 
@@ -294,7 +318,8 @@ def _run_tables(name: str, data: dict[str, Any], link_base: str) -> list[str]:
     lines = [
         f"### {name}: {workload['name']}, {size}, seeds "
         f"{', '.join(map(str, meta.get('seeds', [meta['seed']])))} (simulated, commit "
-        f"`{commit}`, load 1.0 = {config['capacity_rps']:.0f} req/s{routers})",
+        f"`{commit}`{remeasured_note(meta, short_commit)}, "
+        f"load 1.0 = {config['capacity_rps']:.0f} req/s{routers})",
         "",
         "TTFT p90 ms, mean (lowest to highest) over the seeds; **bold**: `firstlight`'s "
         "verdict against the best arm of another policy (win/loss outside the spread):",

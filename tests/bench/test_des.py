@@ -505,3 +505,63 @@ def test_the_cost_model_arm_records_the_ttft_it_predicted_for_its_route() -> Non
     blind = simulate(workload, "round_robin", cluster)
     assert all(o.predicted_ttft_ms is None for o in blind.outcomes)
     assert "prediction_ape" not in summarize("round_robin", 0.1, blind.outcomes, imbalance=0.0)
+
+
+# --- one decision per request ------------------------------------------------------------
+
+
+def test_a_request_served_where_it_arrived_executes_its_admitted_estimate() -> None:
+    from firstlight_bench.sim_region import SimRegion
+
+    clock = FakeClock(0.0)
+    region = SimRegion.build(0, ClusterSpec(1, 4, kv_cache_blocks=2_000), "firstlight", 0, clock)
+    region.refresh_stats(0.0)
+    view = RequestView("q0", 640, (1, 2, 3), 32)
+    ticket = region.admit(view)
+    assert ticket.estimate is not None
+    routed = region.route(view, ticket)
+    assert routed.ticket is ticket
+    assert routed.replica == ticket.estimate.winner.replica_id
+    assert region.state.routes["q0"].decision is ticket.estimate, "no second ranking"
+    routed.ticket.finished()
+    assert "q0" not in region.state.routes
+
+
+@pytest.mark.parametrize("arm", ["firstlight", "least_queue"])
+def test_the_simulator_runs_the_policy_once_per_request(arm: str) -> None:
+    """The region decision's estimate is the route: the simulator, like the gateway,
+    ranks the replicas once per request (it used to rank them again after the
+    estimate). Counted by wrapping each gateway's policy object."""
+    import firstlight_bench.des as des
+    from firstlight_bench.sim_region import SimRegion
+
+    calls: list[str] = []
+    build = SimRegion.build
+
+    def counting_build(*args: object, **kwargs: object) -> SimRegion:
+        region = build(*args, **kwargs)  # type: ignore[arg-type]
+        for state in region.gateways:
+            for policy in {
+                id(state.policy): state.policy,
+                id(state.estimator): state.estimator,
+            }.values():
+                choose = policy.choose
+
+                def counted(inputs, _choose=choose):  # type: ignore[no-untyped-def]
+                    calls.append(inputs.request.request_id)
+                    return _choose(inputs)
+
+                policy.choose = counted  # type: ignore[method-assign]
+        return region
+
+    workload = _w1(requests=40, regions=1, rate_rps=20.0)
+    monkey = pytest.MonkeyPatch()
+    monkey.setattr(des.SimRegion, "build", counting_build)
+    try:
+        run = simulate(workload, arm, ClusterSpec(1, 3, kv_cache_blocks=2_000), seed=0)
+    finally:
+        monkey.undo()
+    routed = [o.request_id for o in run.outcomes if o.replica is not None]
+    assert len(routed) == 40
+    per_request = {rid: calls.count(rid) for rid in routed}
+    assert set(per_request.values()) == {1}

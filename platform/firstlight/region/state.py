@@ -322,13 +322,18 @@ class RouterState:
             )
         return self.estimator.choose(RoutingInput(request, views, self.cache))
 
-    def admit(self, request: RequestView) -> Ticket:
+    def admit(self, request: RequestView, *, estimate: bool = True) -> Ticket:
         """The request's ticket in this region: the cost model's estimate now (for the
         region decision), to be committed if the request is served here. Called by the
-        gateway once per request and once per retry (:mod:`firstlight.api.gateway`)."""
+        gateway once per request and once per retry (:mod:`firstlight.api.gateway`), and
+        by the benchmark's simulator (:mod:`firstlight_bench.sim_region`), which passes
+        ``estimate=False`` where no region decision is taken: the ticket then holds no
+        estimate and :meth:`Ticket.commit` runs the policy."""
+        if not estimate:
+            return Ticket(self, request, None, 0.0)
         started = time.perf_counter()
-        estimate = self.estimate(request)
-        return Ticket(self, request, estimate, time.perf_counter() - started)
+        local = self.estimate(request)
+        return Ticket(self, request, local, time.perf_counter() - started)
 
     def decide(self, request: RequestView) -> Decision | None:
         """Run the routing policy for ``request`` and record its decision as the route
