@@ -73,7 +73,7 @@ def warm_way(
     choice = choose_warm(prices, decision)
     if choice is None:
         return None
-    if decision.route == "spill-over":
+    if decision.route == "spill_over":
         peer = decision.peers[0]
         prices = dataclasses.replace(prices, forward_ms=peer.predicted_ttft_ms)
         target = int(peer.region)

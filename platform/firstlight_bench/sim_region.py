@@ -30,13 +30,13 @@ from firstlight.routing import ReplicaView, RequestView, build_policy
 from firstlight_bench.cluster import ClusterSpec
 from firstlight_bench.region_arms import RegionLoad
 
-__all__ = ["RegionRoute", "SimRegion"]
+__all__ = ["Routed", "SimRegion"]
 
 _MODEL = "bench"
 
 
 @dataclass(frozen=True, slots=True)
-class RegionRoute:
+class Routed:
     """Where :meth:`SimRegion.route` sent a request, and its ticket for what follows."""
 
     ticket: Ticket
@@ -196,7 +196,7 @@ class SimRegion:
         self.fresh_views()
         return state.admit(view)
 
-    def route(self, view: RequestView, ticket: Ticket | None = None) -> RegionRoute:
+    def route(self, view: RequestView, ticket: Ticket | None = None) -> Routed:
         """Serve ``view`` here: its ticket is committed and executed, as the gateway's
         transport does (``ticket``: the one :meth:`admit` gave the region decision just
         now; ``None``: admitted here without an estimate, since no region decision is
@@ -217,7 +217,7 @@ class SimRegion:
         ticket.routed(replica)
         decision_us = (time.perf_counter_ns() - began) / 1000.0 + ticket.estimate_s * 1e6
         self.hot.add(view.block_hashes)
-        return RegionRoute(ticket, replica, decision_us, decision.winner.predicted_ttft_ms)
+        return Routed(ticket, replica, decision_us, decision.winner.predicted_ttft_ms)
 
     def learn_cache_events(self, replica: str) -> None:
         """Feed the replica's cache events since the last call to the hint mirror, with

@@ -39,7 +39,7 @@ class Answer:
     status: int
     stream: bool
     route: str | None
-    """``x-firstlight-route``: local, spill-over, fail-over."""
+    """``x-firstlight-route``: local, spill_over, fail_over."""
     region: str | None
     """``x-firstlight-region`` of a local answer, the peer's for a forwarded one."""
     problem: str | None

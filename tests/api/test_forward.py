@@ -132,7 +132,7 @@ async def _forward(
         tuple(PeerChoice(p.region, 100.0) for p in ranked),
         body,
         _request(),
-        "spill-over",
+        "spill_over",
         obs,
         "chat",
         stream,
@@ -161,7 +161,7 @@ async def test_a_non_streamed_request_travels_as_a_stream_and_is_put_together(
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "Hello"}
     assert body["choices"][0]["finish_reason"] == "stop"
     assert body["usage"] == USAGE
-    assert response.headers["x-firstlight-route"] == "spill-over"
+    assert response.headers["x-firstlight-route"] == "spill_over"
     sent = json.loads(server.bodies[0])
     assert sent["stream"] is True
     assert sent["stream_options"] == {"include_usage": True}
@@ -202,7 +202,7 @@ async def test_a_request_for_vllms_layer_travels_and_returns_as_it_is(
     sent = json.dumps({**json.loads(BODY), "n": 2, "logprobs": True}).encode()
     response, _ = await _forward(forwarder, telemetry, [peer], body=sent)
     assert json.loads(bytes(response.body)) == answer
-    assert response.headers["x-firstlight-route"] == "spill-over"
+    assert response.headers["x-firstlight-route"] == "spill_over"
     assert server.bodies[0] == sent
 
 

@@ -92,7 +92,7 @@ async def test_a_forwarded_stream_whose_peer_breaks_off_continues_here(
         west.backend.fail_next(MODEL, after_chunks=3, count=3)  # west fails every attempt
 
         response = await east.client.post(CHAT, json=_story())
-        assert response.headers["x-firstlight-route"] == "spill-over"
+        assert response.headers["x-firstlight-route"] == "spill_over"
         request_id, text, usage = _streamed(response)
 
         # West answered under east's id; its engine had west's own.

@@ -25,9 +25,9 @@ BOUNDED = RouterConfig(spill_over_margin_ms=50.0, admission_wait_ms=200.0)
 CASES = [
     # (name, local estimate, healthy, from_peer, router, route, peers, fallback, refusal)
     ("served here", _local(0.0), True, False, DEFAULT, "local", (), "refuse", None),
-    ("a peer beats here by more than the margin", _local(300.0), True, False, DEFAULT, "spill-over", PEERS, "local", None),
+    ("a peer beats here by more than the margin", _local(300.0), True, False, DEFAULT, "spill_over", PEERS, "local", None),
     ("a peer beats here by less than the margin", _local(0.0, prefill_ms=95.0), True, False, RouterConfig(spill_over_margin_ms=60.0), "local", (), "refuse", None),
-    ("no healthy replica", _local(0.0), False, False, DEFAULT, "fail-over", PEERS, "refuse", "no_replica"),
+    ("no healthy replica", _local(0.0), False, False, DEFAULT, "fail_over", PEERS, "refuse", "no_replica"),
     ("overloaded: only peers faster than here", _local(300.0), True, False, BOUNDED, "overflow", (FAST,), "refuse", "overloaded"),
     ("overloaded and every peer slower", _local(30.0, prefill_ms=10.0), True, False, RouterConfig(admission_wait_ms=20.0), "overflow", (), "refuse", "overloaded"),
     ("forwarded here: served", _local(300.0), True, True, DEFAULT, "from_peer", (), "refuse", None),
@@ -103,7 +103,7 @@ def test_a_peer_publishing_its_mean_wait_is_priced_at_it() -> None:
 
 @pytest.mark.parametrize(
     ("wait_ms", "route"),
-    [(30.0, "spill-over"), (60.0, "spill-over"), (61.0, "local")],
+    [(30.0, "spill_over"), (60.0, "spill_over"), (61.0, "local")],
 )
 def test_spill_over_skips_a_peer_whose_queue_holds_more_than_the_request(
     wait_ms: float, route: str
@@ -115,12 +115,12 @@ def test_spill_over_skips_a_peer_whose_queue_holds_more_than_the_request(
         _local(900.0), healthy=True, from_peer=False, peers=(peer,), router=DEFAULT
     )
     assert decision.route == route
-    assert decision.peers == ((peer,) if route == "spill-over" else ())
+    assert decision.peers == ((peer,) if route == "spill_over" else ())
 
 
 @pytest.mark.parametrize(
     ("wait_ms", "route"),
-    [(31.0, "spill-over"), (60.0, "spill-over"), (65.0, "spill-over"), (66.0, "local")],
+    [(31.0, "spill_over"), (60.0, "spill_over"), (65.0, "spill_over"), (66.0, "local")],
 )
 def test_the_step_that_emits_the_first_token_is_the_requests_own_time_not_queue(
     wait_ms: float, route: str
@@ -148,7 +148,7 @@ def test_a_summary_that_names_its_step_puts_it_in_the_peer_choice() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kv_usage", "route"), [(None, "spill-over"), (0.8, "spill-over"), (0.81, "local")]
+    ("kv_usage", "route"), [(None, "spill_over"), (0.8, "spill_over"), (0.81, "local")]
 )
 def test_spill_over_skips_a_peer_whose_cache_the_request_would_fill(
     kv_usage: float | None, route: str
@@ -173,7 +173,7 @@ def test_with_spill_over_off_requests_stay_home_but_still_fail_over() -> None:
     spilling = decide_region(_local(300.0), healthy=True, from_peer=False, peers=PEERS, router=off)
     assert (spilling.route, spilling.peers) == ("local", ())
     down = decide_region(_local(0.0), healthy=False, from_peer=False, peers=PEERS, router=off)
-    assert (down.route, down.peers) == ("fail-over", PEERS)
+    assert (down.route, down.peers) == ("fail_over", PEERS)
     bounded = RouterConfig(spill_over=False, admission_wait_ms=200.0)
     over = decide_region(_local(300.0), healthy=True, from_peer=False, peers=PEERS, router=bounded)
     assert (over.route, over.peers) == ("overflow", (FAST,))
@@ -222,7 +222,7 @@ def test_copying_a_prefix_to_a_peer_is_priced_by_the_requests_it_holds_up_there(
     assert holder.copy_penalty_ms == 0.0
     # Spill-over compares the ranking: a 300 ms local wait beats a 94 ms peer plus its
     # 256 ms copy (with the 50 ms margin), a 400 ms one does not.
-    for wait_ms, route in ((300.0, "local"), (400.0, "spill-over")):
+    for wait_ms, route in ((300.0, "local"), (400.0, "spill_over")):
         local = _holding(64, wait_ms)
         peers = rank_peers(request, [PeerOption("p", summary, rtt_ms=20.0)], local)
         decision = decide_region(local, healthy=True, from_peer=False, peers=peers, router=DEFAULT)

@@ -104,13 +104,13 @@ def test_a_fast_link_makes_the_pull_win_over_recompute_and_a_slow_one_loses() ->
 def test_a_spill_over_is_kept_unless_the_pull_beats_its_peer_too() -> None:
     prices = _prices(100.0)
     assert prices is not None
-    cheap_peer = RegionDecision("spill-over", _local(100.0), (PeerChoice("1", 100.0),), "local")
-    dear_peer = RegionDecision("spill-over", _local(100.0), (PeerChoice("1", 900.0),), "local")
+    cheap_peer = RegionDecision("spill_over", _local(100.0), (PeerChoice("1", 100.0),), "local")
+    dear_peer = RegionDecision("spill_over", _local(100.0), (PeerChoice("1", 900.0),), "local")
     assert choose_warm(prices, cheap_peer) == "forward"
     assert choose_warm(prices, dear_peer) == "pull"
 
 
-@pytest.mark.parametrize("route", ["overflow", "fail-over", "refuse", "from_peer"])
+@pytest.mark.parametrize("route", ["overflow", "fail_over", "refuse", "from_peer"])
 def test_other_routes_are_not_a_choice_of_three(route: str) -> None:
     prices = _prices(100.0)
     assert prices is not None

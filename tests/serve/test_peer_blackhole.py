@@ -335,7 +335,7 @@ async def _run(
     dark = [a for a in answers if a.started_s >= detected_at]
     healthy_p = ttft_percentiles_ms(healthy)
     dark_p = ttft_percentiles_ms(dark)
-    spilled = sum(a.route == "spill-over" for a in healthy)
+    spilled = sum(a.route == "spill_over" for a in healthy)
     figures = {
         "requests": len(answers),
         "lost": len(lost),
@@ -350,7 +350,7 @@ async def _run(
     }
     for name, value in figures.items():
         record_property(name, value)  # firstlight bench faults stores them
-    assert any(a.route == "spill-over" for a in healthy), "nothing spilled: the test is moot"
+    assert any(a.route == "spill_over" for a in healthy), "nothing spilled: the test is moot"
     assert detected_at - dark_at < GIVE_UP_S, f"peer marked down {detected_at - dark_at:.1f} s late"
     # The peer is no longer offered once it failed a probe.
     assert all(a.route == "local" for a in dark), collections.Counter(a.route for a in dark)

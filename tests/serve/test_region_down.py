@@ -83,7 +83,7 @@ async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
     lost = [a for a in answers if a.lost]
     assert lost == [], collections.Counter(a.problem for a in lost)
     after = [a for a in answers if a.started_s >= killed_at]
-    failed_over = [a for a in after if a.route == "fail-over"]
+    failed_over = [a for a in after if a.route == "fail_over"]
     assert failed_over, collections.Counter(a.route for a in after)
     assert {a.region for a in failed_over} == {WEST}
     detect_s = min(a.started_s + (a.ttft_s or 0.0) for a in failed_over) - killed_at
@@ -131,7 +131,7 @@ def _back(answers: list[Answer], killed_at: float) -> float | None:
     routed just before the kill can still be served here); ``None`` while there is
     none."""
     failed_over = [
-        a.started_s for a in answers if a.route == "fail-over" and a.started_s >= killed_at
+        a.started_s for a in answers if a.route == "fail_over" and a.started_s >= killed_at
     ]
     if not failed_over:
         return None

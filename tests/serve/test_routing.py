@@ -141,7 +141,7 @@ def test_saturated_region_spills_over_and_loses_nothing(platform: LocalPlatform)
         assert '"finish_reason":"length"' in events[-2]
     routes = [(h["x-firstlight-route"], h["x-firstlight-region"]) for h, _ in results]
     decisions = [h.get("x-firstlight-decision") for h, _ in results]
-    assert ("spill-over", "rt-west") in routes, (routes, decisions)
+    assert ("spill_over", "rt-west") in routes, (routes, decisions)
     assert ("local", "rt-east") in routes, (routes, decisions)
     assert {region for _, region in routes} == {"rt-east", "rt-west"}
 
@@ -153,7 +153,7 @@ def test_region_without_replicas_fails_over(platform: LocalPlatform) -> None:
     assert ready.json()["replicas"] == {MODEL: 0}
     answers = [_chat(south, f"fail over {i}") for i in range(5)]
     assert [a.status_code for a in answers] == [200] * 5
-    assert {a.headers["x-firstlight-route"] for a in answers} == {"fail-over"}
+    assert {a.headers["x-firstlight-route"] for a in answers} == {"fail_over"}
     assert {a.headers["x-firstlight-region"] for a in answers} == {"rt-east"}
     assert all(a.json()["choices"][0]["finish_reason"] == "length" for a in answers)
 

@@ -137,7 +137,7 @@ class PeerForwarder:
             predicted_ms = choice.predicted_ttft_ms
             if peer is None or not peer.breaker.allow():
                 continue
-            span = self.telemetry.begin_route(obs, route.replace("-", "_"))
+            span = self.telemetry.begin_route(obs, route)
             versus = "no healthy local replica" if local is None else f"local {local.explain()}"
             obs.served(
                 peer.region,

@@ -414,7 +414,7 @@ class GatewayCore:
         )
         if decision.route not in ("local", "from_peer"):
             if elsewhere is not None:
-                route = "spill-over" if decision.route == "overflow" else decision.route
+                route = "spill_over" if decision.route == "overflow" else decision.route
                 forwarded = await self._forward(
                     decision, route, prepared, body, request, obs, elsewhere
                 )
@@ -474,7 +474,7 @@ class GatewayCore:
             prepared.kind,
             prepared.stream,
             prepared.routing.prompt_tokens,
-            None if route == "fail-over" else decision.local,
+            None if route == "fail_over" else decision.local,
             rendered=prepared.openai is not None,
             relay=relay,
             prompt_blocks=prepared.routing.prompt_blocks,
@@ -500,7 +500,7 @@ class GatewayCore:
             router=self.config.router,
         )
         forwarded = await self._forward(
-            decision, "fail-over", prepared, body, request, obs, elsewhere
+            decision, "fail_over", prepared, body, request, obs, elsewhere
         )
         if forwarded is not None:
             return forwarded

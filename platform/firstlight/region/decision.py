@@ -54,7 +54,7 @@ __all__ = [
     "rank_peers",
 ]
 
-Route = Literal["local", "from_peer", "spill-over", "overflow", "fail-over", "refuse"]
+RouteName = Literal["local", "from_peer", "spill_over", "overflow", "fail_over", "refuse"]
 Refusal = Literal["no_replica", "overloaded"]
 
 
@@ -117,7 +117,7 @@ class PeerChoice:
 class RegionDecision:
     """What to do with one request."""
 
-    route: Route
+    route: RouteName
     """``local``/``from_peer``: serve here; ``spill-over``/``overflow``/``fail-over``:
     forward to :attr:`peers` in order; ``refuse``: answer 503 at once."""
     local: Decision | None
@@ -207,7 +207,7 @@ def decide_region(
             return RegionDecision("refuse", local, refusal="overloaded", wait_ms=wait_ms)
         return RegionDecision("from_peer", local)
     if not healthy:
-        return RegionDecision("fail-over", local, peers, "refuse", "no_replica")
+        return RegionDecision("fail_over", local, peers, "refuse", "no_replica")
     if overloaded:
         assert local is not None
         local_ms = local.winner.predicted_ttft_ms or wait_ms
@@ -227,5 +227,5 @@ def decide_region(
     )
     best_ms = open_peers[0].ranking_ms if open_peers else None
     if spills_over(local, best_ms, router.spill_over_margin_ms):
-        return RegionDecision("spill-over", local, open_peers, "local")
+        return RegionDecision("spill_over", local, open_peers, "local")
     return RegionDecision("local", local)

@@ -100,7 +100,7 @@ def choose_warm(prices: WarmPrices, decision: RegionDecision) -> WarmOption | No
     between the three."""
     if decision.route == "local":
         return "pull" if prices.pull_ms < prices.recompute_ms else "recompute"
-    if decision.route == "spill-over":
+    if decision.route == "spill_over":
         beaten = prices.pull_ms < min(prices.recompute_ms, decision.peers[0].ranking_ms)
         return "pull" if beaten else "forward"
     return None
