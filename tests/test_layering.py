@@ -17,7 +17,17 @@ import pytest
 from tests.conftest import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "platform" / "firstlight"
-PURE = ("config", "errors", "prefix", "routing", "hints", "region", "regions", "advisor")
+PURE = (
+    "config",
+    "errors",
+    "prefix",
+    "quantiles",
+    "routing",
+    "hints",
+    "region",
+    "regions",
+    "advisor",
+)
 """Parts that hold logic only: the gateway, the Ray adapter and the simulator all run them."""
 HEAVY = ("ray", "vllm", "fastapi", "starlette", "torch", "transformers")
 

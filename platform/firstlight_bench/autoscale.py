@@ -35,7 +35,7 @@ from typing import Any
 
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.engine import emit
 from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
 from firstlight_bench.steady import Answer, SteadyLoad

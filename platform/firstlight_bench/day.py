@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.results import Outcome
 from firstlight_bench.workloads import FleetEvent
 from firstlight_bench.workloads.multi_region import HOURS, hour_of_day

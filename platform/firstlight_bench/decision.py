@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from firstlight.hints import BlockEvent, HintMirror
+from firstlight.quantiles import percentile
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy, policy_names
-from firstlight.telemetry.rolling import percentile
 from firstlight_bench.results import cpu_model, git_commit, short_commit
 
 __all__ = [

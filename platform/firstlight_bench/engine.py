@@ -42,7 +42,7 @@ import psutil
 from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.results import cpu_model, git_commit
 from firstlight_bench.suite import replace_tables
 

@@ -49,9 +49,9 @@ import zmq.asyncio
 
 from firstlight.config import HintsConfig, PlatformConfig
 from firstlight.hints import HintMirror, HintSubscriber, redis_client
+from firstlight.quantiles import percentile
 from firstlight.region import ReplicaStats, RouterState, with_shared_rates
 from firstlight.routing import RequestView, RoutingInput, build_policy
-from firstlight.telemetry.rolling import percentile
 from firstlight_bench.engine import emit
 from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
 from firstlight_bench.suite import replace_tables

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from firstlight.engine.sim import get_profile
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes
 from firstlight_bench.des import simulate
 from firstlight_bench.engine import emit

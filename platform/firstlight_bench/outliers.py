@@ -45,6 +45,7 @@ from typing import Any
 
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
+from firstlight.quantiles import quantile
 from firstlight_bench.engine import emit
 from firstlight_bench.results import read_report, run_header, short_commit
 from firstlight_bench.suite import replace_tables
@@ -402,17 +403,6 @@ def _measure(args: argparse.Namespace, endpoint: str, logs_dir: Path | None) -> 
     }
 
 
-def _quantile(values: Sequence[float], q: float) -> float | None:
-    """The ``q`` quantile (linear between the closest ranks); ``None`` when empty."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def summarize(
     steady: Sequence[Asked],
     planted: Asked,
@@ -466,11 +456,11 @@ def summarize(
             "failed": len(steady) - len(answered),
             "problems": sorted({a.problem for a in steady if a.problem is not None})[:5],
             "prompt_tokens_mean": statistics.fmean(prompt_tokens) if prompt_tokens else None,
-            "ttft_p50_ms": _quantile(ttfts, 0.5),
-            "ttft_p99_ms": _quantile(ttfts, 0.99),
+            "ttft_p50_ms": quantile(ttfts, 0.5),
+            "ttft_p99_ms": quantile(ttfts, 0.99),
             "ttft_max_ms": max(ttfts) if ttfts else None,
-            "e2e_p50_ms": _quantile(e2es, 0.5),
-            "e2e_p99_ms": _quantile(e2es, 0.99),
+            "e2e_p50_ms": quantile(e2es, 0.5),
+            "e2e_p99_ms": quantile(e2es, 0.99),
         },
         "false_captures": len(false_captures),
         "false_capture_records": false_captures,

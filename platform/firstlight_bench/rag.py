@@ -30,7 +30,7 @@ from typing import Any
 
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import quantile
 from firstlight_bench.engine import emit
 from firstlight_bench.rag_workload import RagCase, rag_cases
 from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
@@ -98,7 +98,7 @@ def summarize(asked: Sequence[Asked]) -> list[ArmSummary]:
 
 
 def _quantile(values: list[float], q: float) -> float:
-    value = percentile(sorted(values), q)
+    value = quantile(values, q)
     assert value is not None  # only called with values
     return value
 

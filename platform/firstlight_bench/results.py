@@ -56,7 +56,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 
 # Re-exported: the schema is part of what a results file is.
 from firstlight_bench.results_schema import RESULTS_SCHEMA, validate_results

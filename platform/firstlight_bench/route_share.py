@@ -35,10 +35,10 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from firstlight.quantiles import percentile
 from firstlight.region import RouteEvent, RouterState
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight.serve.route_share import RouteShare, route_channel
-from firstlight.telemetry.rolling import percentile
 from firstlight_bench.engine import emit
 from firstlight_bench.results import git_commit, short_commit
 from firstlight_bench.suite import replace_tables

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 
 __all__ = [
     "TARGET_ADDED_P50_MS",

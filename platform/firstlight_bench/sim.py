@@ -24,7 +24,7 @@ from typing import Any
 
 from firstlight.engine.sim import SimProfile
 from firstlight.errors import ConfigError, ConfigProblem
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.cluster import ARMS, ClusterSpec, block_hashes, kv_blocks_for, parse_fleet
 from firstlight_bench.day import day_metrics
 from firstlight_bench.des import simulate

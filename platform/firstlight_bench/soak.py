@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 
 from firstlight.config import PlatformConfig, parse_config
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.results import add_report_options, rewrote_tables, run_header
 from firstlight_bench.soak_memory import GatewayMemory
 from firstlight_bench.soak_report import SOAK_BEGIN, SOAK_END, has_markers, rewrite_page, write_run

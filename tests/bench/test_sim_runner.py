@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from firstlight.errors import ConfigError
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes
 from firstlight_bench.des import simulate
 from firstlight_bench.floor import floor_ttfts_ms

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import httpx
 
-from firstlight.telemetry.rolling import percentile
+from firstlight.quantiles import percentile
 from firstlight_bench.steady import Answer
 
 __all__ = [

@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from firstlight.api.sse import sse_events
+from firstlight.quantiles import percentile
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight.telemetry.rolling import percentile
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-overload"

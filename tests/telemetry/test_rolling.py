@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from firstlight.telemetry.rolling import CounterRatio, RollingCounts, RollingSamples, percentile
+from firstlight.quantiles import percentile
+from firstlight.telemetry.rolling import CounterRatio, RollingCounts, RollingSamples
 from tests.conftest import FakeClock
 
 QUANTILES = (0.5, 0.95, 0.99)

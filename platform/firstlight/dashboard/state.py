@@ -20,8 +20,8 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from firstlight.quantiles import percentile
 from firstlight.telemetry.outliers import OutlierRecord, record_json
-from firstlight.telemetry.rolling import percentile
 from firstlight.telemetry.windows import MergedModel, merge_windows
 
 if TYPE_CHECKING:  # the gateway imports this module: no import cycle at run time

@@ -10,29 +10,14 @@ is injected.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["CounterRatio", "DecisionRecord", "RollingCounts", "RollingSamples", "percentile"]
+from firstlight.quantiles import percentile
 
-
-def percentile(sorted_values: Sequence[float], q: float) -> float | None:
-    """The ``q``-quantile (0..1) of already sorted values, by linear interpolation
-    between closest ranks (numpy's default, Hyndman & Fan type 7); ``None`` for no
-    values. The project's one percentile: the dashboard, the benchmarks and the tests
-    all report p50/p95/p99 with it."""
-    if not sorted_values:
-        return None
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"q = {q!r}: must be within 0..1")
-    position = q * (len(sorted_values) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    fraction = position - low
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * fraction
+__all__ = ["CounterRatio", "DecisionRecord", "RollingCounts", "RollingSamples"]
 
 
 class RollingSamples:
