@@ -2,7 +2,7 @@
 :mod:`firstlight_bench.peers` sends and turns its timings into.
 
 Called by :mod:`firstlight_bench.peers` and by its tests. Every percentile is the
-project's one (:func:`firstlight.telemetry.rolling.percentile`, through
+project's one (:func:`firstlight.quantiles.percentile`, through
 :func:`~firstlight_bench.serving_report.summarize`).
 """
 

@@ -16,7 +16,7 @@ Definitions (times in the client's view, trace seconds; reported in ms or µs):
 * e2e = ``finish_s - arrival_s``;
 * percentiles (TTFT p50/p90/p99, TPOT and e2e p50/p99) are over completed requests, by
   linear interpolation between closest ranks
-  (:func:`firstlight.telemetry.rolling.percentile`);
+  (:func:`firstlight.quantiles.percentile`);
 * ``prefix_hit_rate`` = Σ ``cached_tokens`` / Σ ``prompt_tokens`` over completed requests
   (token-weighted);
 * ``goodput`` = fraction of *all* requests that completed with TTFT ≤ the first SLO

@@ -2,7 +2,7 @@
 :func:`firstlight_bench.serving.main` turns its timings into.
 
 Called by :mod:`firstlight_bench.serving` and by its tests; every percentile is the
-project's one (:func:`firstlight.telemetry.rolling.percentile`, interpolating).
+project's one (:func:`firstlight.quantiles.percentile`, interpolating).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ Summary = dict[str, dict[str, float]]
 
 def _pct(samples: Sequence[float], q: float) -> float:
     """The ``q``-quantile (0..1) of ``samples`` by the project's one percentile
-    (:func:`firstlight.telemetry.rolling.percentile`); ``ValueError`` for none."""
+    (:func:`firstlight.quantiles.percentile`); ``ValueError`` for none."""
     value = percentile(sorted(samples), q)
     if value is None:
         raise ValueError(f"quantile {q} of no samples")
