@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -19,13 +20,53 @@ from redis.exceptions import RedisError
 
 from firstlight.config import HintsConfig
 
-__all__ = ["REDIS_ERRORS", "close_quietly", "redis_client", "tls_options", "with_deadline"]
+__all__ = [
+    "REDIS_ERRORS",
+    "OutageLog",
+    "close_quietly",
+    "redis_client",
+    "tls_options",
+    "with_deadline",
+]
 
 REDIS_ERRORS: tuple[type[BaseException], ...] = (RedisError, OSError, TimeoutError)
 """What a Redis call raises when Redis is unreachable, slow or answers with an error
 (``TimeoutError`` is also what :func:`with_deadline` raises)."""
 
 _T = TypeVar("_T")
+
+
+class OutageLog:
+    """One warning when a recurring Redis task starts failing and one line when it works
+    again, however many tries fail in between: the background loops that share state
+    through Redis (hint, metrics and window publishers) retry every interval, and an
+    outage must not flood the log. ``what`` names the task (``replica r1: hints``);
+    ``consequence`` says what the outage costs while it lasts."""
+
+    __slots__ = ("_consequence", "_logger", "_what", "up")
+
+    def __init__(self, logger: logging.Logger, what: str, consequence: str) -> None:
+        self._logger, self._what, self._consequence = logger, what, consequence
+        self.up = True
+        """Whether the last try worked (metrics and tests read it)."""
+
+    def ok(self) -> None:
+        """The task worked: logs the end of an outage, once."""
+        if not self.up:
+            self._logger.info("%s: Redis works again", self._what)
+        self.up = True
+
+    def failed(self, exc: BaseException) -> None:
+        """The task failed with ``exc``: logs the start of an outage, once."""
+        if self.up:
+            self._logger.warning(
+                "%s: Redis fails (%s: %s); %s",
+                self._what,
+                type(exc).__name__,
+                exc,
+                self._consequence,
+            )
+        self.up = False
 
 
 def redis_client(config: HintsConfig, *, connect_timeout_s: float = 5.0) -> Redis:

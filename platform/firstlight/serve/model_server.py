@@ -49,6 +49,7 @@ from firstlight.engine.protocol import (
 )
 from firstlight.errors import EngineDeadError, HintsError, InvalidRequestError, StaleEpochError
 from firstlight.hints import BlockEvent, HintPublisher, redis_client
+from firstlight.hints._redis import OutageLog
 from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
 from firstlight.serve.keys import region_keys
@@ -309,6 +310,11 @@ class ModelServer:
         events: asyncio.Queue[BlockEvent] = asyncio.Queue()
         pump = asyncio.get_running_loop().create_task(self._pump_events(events))
         started = False
+        outage = OutageLog(
+            _log,
+            f"replica {self._replica_id}: hints",
+            "the routers' hint mirrors miss this replica's new blocks until it works",
+        )
         try:
             while True:
                 try:
@@ -316,11 +322,12 @@ class ModelServer:
                         await publisher.start_epoch()
                         started = True
                     await self._flush(publisher, events)
+                    outage.ok()
                 except StaleEpochError:
                     _log.error("replica %s: a newer epoch exists; hints stop", self._replica_id)
                     return
                 except HintsError as exc:
-                    _log.warning("replica %s: hints not published: %s", self._replica_id, exc)
+                    outage.failed(exc)
                 await asyncio.sleep(_FLUSH_INTERVAL_S)
         finally:
             pump.cancel()

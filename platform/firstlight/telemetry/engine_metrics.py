@@ -32,7 +32,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from firstlight.errors import FirstlightError
-from firstlight.hints._redis import REDIS_ERRORS, redis_client, with_deadline
+from firstlight.hints._redis import REDIS_ERRORS, OutageLog, redis_client, with_deadline
 from firstlight.telemetry.gateways import (
     LIVE_FOR_S,
     PUBLISH_INTERVAL_S,
@@ -135,8 +135,11 @@ class ReplicaMetricsPublisher:
         self.replica_id = replica_id
         self._registry = registry
         self._clock = clock
-        self.up = True
-        """Whether the last publication reached Redis."""
+        self._outage = OutageLog(
+            _log,
+            f"replica {replica_id}: vLLM metrics",
+            "they leave the region's scrape until it works",
+        )
 
     async def publish(self) -> bool:
         """Publish the exposition once; ``False`` when there was nothing to publish.
@@ -159,19 +162,15 @@ class ReplicaMetricsPublisher:
         while True:
             try:
                 await self.publish()
-                if not self.up:
-                    _log.info("replica %s: vLLM metrics shared again", self.replica_id)
-                self.up = True
+                self._outage.ok()
             except REDIS_ERRORS as exc:
-                if self.up:
-                    _log.warning(
-                        "replica %s: cannot share vLLM metrics through Redis (%s); they "
-                        "leave the region's scrape until it can",
-                        self.replica_id,
-                        exc,
-                    )
-                self.up = False
+                self._outage.failed(exc)
             await asyncio.sleep(PUBLISH_INTERVAL_S)
+
+    @property
+    def up(self) -> bool:
+        """Whether the last publish worked."""
+        return self._outage.up
 
 
 async def publish_engine_metrics(

@@ -45,7 +45,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from firstlight.hints._redis import REDIS_ERRORS, with_deadline
+from firstlight.hints._redis import REDIS_ERRORS, OutageLog, with_deadline
 from firstlight.telemetry.windows import (
     GatewayWindow,
     MalformedWindowError,
@@ -159,6 +159,11 @@ class ExpositionShare:
         self._watched = f"{key_prefix}dashboard-watched"
         self._replica_members, self._replica_prefix = replica_metrics_keys(key_prefix)
         self._clock = clock
+        self._outage = OutageLog(
+            _log,
+            f"gateway {gateway_id}: metrics",
+            "a scrape shows this gateway alone until it works",
+        )
         self._set_up(client is not None)
 
     async def publish(self) -> None:
@@ -199,17 +204,10 @@ class ExpositionShare:
         while True:
             try:
                 await self.publish()
-                if not self.up:
-                    _log.info("gateway %s: metrics shared through Redis again", self.gateway_id)
+                self._outage.ok()
                 self._set_up(self._client is not None)
             except REDIS_ERRORS as exc:
-                if self.up:
-                    _log.warning(
-                        "gateway %s: cannot share metrics through Redis (%s); a scrape "
-                        "shows this gateway alone until it can",
-                        self.gateway_id,
-                        exc,
-                    )
+                self._outage.failed(exc)
                 self._set_up(False)
             await asyncio.sleep(PUBLISH_INTERVAL_S)
 
