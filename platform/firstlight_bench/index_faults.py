@@ -174,6 +174,7 @@ class _Replica:
     def __init__(
         self, context: zmq.asyncio.Context, config: PlatformConfig, region: str, rid: str
     ) -> None:
+        from firstlight.engine.kv_feed import KvEventFeed
         from firstlight.engine.vllm_engine import VllmEngine
 
         self.replica_id = rid
@@ -181,10 +182,9 @@ class _Replica:
         self._events = context.socket(zmq.SUB)
         self._events.setsockopt(zmq.SUBSCRIBE, b"kv")
         self._events.connect(f"tcp://127.0.0.1:{self.engine.port}")
-        # The adapter without a model: cache_events() reads only its socket and name.
+        # The vLLM adapter's event feed without a model: all the bridge reads of it.
         adapter = VllmEngine.__new__(VllmEngine)
-        adapter.model_name = config.models[0].name
-        adapter._events = self._events
+        adapter._feed = KvEventFeed(self._events, config.models[0].name)
         # What ModelServer._publish_hints reads; __init__ would ask Ray for the replica id
         # and load the model.
         bridge = _bridge_class()

@@ -17,9 +17,9 @@ import zmq
 import zmq.asyncio
 from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored, KVEventBatch
 
+from firstlight.engine.kv_feed import KvEventFeed
 from firstlight.engine.kv_tiers import BatchSequence
 from firstlight.engine.protocol import CacheEvent
-from firstlight.engine.vllm_engine import VllmEngine
 
 
 def _stored(blocks: Sequence[int], medium: str | None = "GPU") -> BlockStored:
@@ -36,7 +36,7 @@ def _stored(blocks: Sequence[int], medium: str | None = "GPU") -> BlockStored:
 
 class _Publisher:
     """vLLM's wire format (topic, 8-byte big-endian sequence number, msgpack batch) on a
-    real XPUB socket, whose subscriber the test's engine reads."""
+    real XPUB socket, whose subscriber the test's feed reads."""
 
     def __init__(self, context: zmq.asyncio.Context) -> None:
         self.socket = context.socket(zmq.XPUB)
@@ -49,18 +49,14 @@ class _Publisher:
 
 
 @pytest.fixture
-async def wire() -> AsyncIterator[tuple[_Publisher, VllmEngine]]:
+async def wire() -> AsyncIterator[tuple[_Publisher, KvEventFeed]]:
     context = zmq.asyncio.Context()
     publisher = _Publisher(context)
     subscriber = context.socket(zmq.SUB)
     subscriber.setsockopt(zmq.SUBSCRIBE, b"kv")
     subscriber.connect(f"tcp://127.0.0.1:{publisher.port}")
     await publisher.socket.recv()  # the subscription arrived: nothing is lost to joining late
-    # The adapter without a model: cache_events() reads only its socket and name.
-    engine = VllmEngine.__new__(VllmEngine)
-    engine.model_name = "m"
-    engine._events = subscriber
-    yield publisher, engine
+    yield publisher, KvEventFeed(subscriber, "m")
     subscriber.close(linger=0)
     publisher.socket.close(linger=0)
     context.term()
@@ -70,9 +66,9 @@ async def _take(feed: AsyncIterator[CacheEvent], n: int) -> list[CacheEvent]:
     return [await anext(feed) for _ in range(n)]
 
 
-async def test_events_by_medium_become_the_two_tiers(wire: tuple[_Publisher, VllmEngine]) -> None:
-    publisher, engine = wire
-    feed = engine.cache_events()
+async def test_events_by_medium_become_the_two_tiers(wire: tuple[_Publisher, KvEventFeed]) -> None:
+    publisher, kv = wire
+    feed = kv.events()
     await publisher.send(0, [_stored([1, 2, 3]), _stored([1, 2], "CPU")])
     await publisher.send(1, [BlockRemoved(block_hashes=[1, 3], medium="GPU")])
     await publisher.send(2, [AllBlocksCleared()])
@@ -84,10 +80,10 @@ async def test_events_by_medium_become_the_two_tiers(wire: tuple[_Publisher, Vll
 
 
 async def test_a_lost_batch_clears_the_hints_before_the_next_applies(
-    wire: tuple[_Publisher, VllmEngine],
+    wire: tuple[_Publisher, KvEventFeed],
 ) -> None:
-    publisher, engine = wire
-    feed = engine.cache_events()
+    publisher, kv = wire
+    feed = kv.events()
     await publisher.send(0, [_stored([1, 2])])
     # Batch 1 (evicting block 1) never arrives: the mirror must not keep trusting it.
     await publisher.send(2, [_stored([7])])
@@ -101,10 +97,10 @@ async def test_a_lost_batch_clears_the_hints_before_the_next_applies(
 
 
 async def test_a_subscriber_that_missed_the_first_batches_starts_clean(
-    wire: tuple[_Publisher, VllmEngine],
+    wire: tuple[_Publisher, KvEventFeed],
 ) -> None:
-    publisher, engine = wire
-    feed = engine.cache_events()
+    publisher, kv = wire
+    feed = kv.events()
     await publisher.send(5, [_stored([4])])
     assert await _take(feed, 2) == [CacheEvent(cleared=True), CacheEvent(stored=(4,))]
 
@@ -166,11 +162,7 @@ async def test_batches_missed_are_replayed_by_vllms_own_publisher(tmp_path: Path
         missed = published
         subscriber.setsockopt(zmq.SUBSCRIBE, b"kv")
         subscriber.connect(endpoint)
-        engine = VllmEngine.__new__(VllmEngine)  # the adapter without a model
-        engine.model_name = "m"
-        engine._events = subscriber
-        engine.replay_endpoint = replay
-        feed = engine.cache_events()
+        feed = KvEventFeed(subscriber, "m", replay).events()
         first = asyncio.ensure_future(anext(feed))
         async with asyncio.timeout(30):
             while not await until(first):

@@ -62,15 +62,15 @@ async def test_each_router_hears_the_others_routes_to_the_end(
     shares: tuple[RouteShare, RouteShare, Redis],
 ) -> None:
     one, two, _ = shares
-    other = two._state
-    _route(one._state, "q1")
+    other = two.state
+    _route(one.state, "q1")
     await eventually(lambda: "q1" in other.peer_routes)
     heard = other.peer_routes["q1"]
     assert (heard.request.prompt_tokens, heard.request.block_hashes) == (500, (11, 22))
     assert (heard.chosen.replica_id, heard.router) == ("a", one.router_id)
-    assert not one._state.peer_routes, "its own route did not come back to it"
-    one._state.first_token("q1", 40.0)
-    one._state.finished("q1")
+    assert not one.state.peer_routes, "its own route did not come back to it"
+    one.state.first_token("q1", 40.0)
+    one.state.finished("q1")
     await eventually(lambda: "q1" not in other.peer_routes)
     assert one.published == 3
     assert two.applied == 3  # the empty batches that open each session carry no event
@@ -81,14 +81,14 @@ async def test_a_peers_new_session_drops_what_was_heard_from_it(
     shares: tuple[RouteShare, RouteShare, Redis],
 ) -> None:
     one, two, raw = shares
-    _route(one._state, "q3")
-    await eventually(lambda: "q3" in two._state.peer_routes)
-    assert two._state.peer_routes["q3"].router == one.router_id
+    _route(one.state, "q3")
+    await eventually(lambda: "q3" in two.state.peer_routes)
+    assert two.state.peer_routes["q3"].router == one.router_id
     # one reconnected (a later session): its done for q3 may have been lost on the way.
     later = RouteBatch(one.router_id, 99, (RouteEvent("routed", "q4", "a", 64),))
     await raw.publish(one._channel, encode_routes(later))
-    await eventually(lambda: "q4" in two._state.peer_routes)
-    assert "q3" not in two._state.peer_routes
+    await eventually(lambda: "q4" in two.state.peer_routes)
+    assert "q3" not in two.state.peer_routes
 
 
 async def test_foreign_messages_on_the_channel_are_ignored(
@@ -96,8 +96,8 @@ async def test_foreign_messages_on_the_channel_are_ignored(
 ) -> None:
     one, two, raw = shares
     await raw.publish(one._channel, b"not a route")
-    _route(one._state, "q2")
-    await eventually(lambda: "q2" in two._state.peer_routes)
+    _route(one.state, "q2")
+    await eventually(lambda: "q2" in two.state.peer_routes)
     assert two.malformed == 1
 
 

@@ -20,11 +20,10 @@ import logging
 import os
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import zmq
 import zmq.asyncio
 
@@ -37,7 +36,7 @@ from firstlight.engine.capabilities import (
     detect_device,
     engine_dtype,
 )
-from firstlight.engine.kv_tiers import BatchSequence, KvTiers
+from firstlight.engine.kv_feed import KvEventFeed
 from firstlight.engine.protocol import (
     CacheEvent,
     EngineStats,
@@ -58,18 +57,13 @@ from firstlight.errors import (
     ModelNotFoundError,
     UnsupportedEngineConfigError,
 )
-from firstlight.prefix import HashScheme, to_hint
+from firstlight.prefix import HashScheme
 
 __all__ = ["VllmEngine"]
 
 _log = logging.getLogger(__name__)
 
 _EWMA_ALPHA = 0.2
-_HINT_MASK = (1 << 64) - 1
-
-
-def _hint(block_hash: int | bytes) -> int:
-    return to_hint(block_hash) if isinstance(block_hash, bytes) else block_hash & _HINT_MASK
 
 
 class _StatsRecorder:
@@ -155,8 +149,6 @@ class VllmEngine:
     """vLLM ``AsyncLLM`` behind the :class:`~firstlight.engine.protocol.Engine` protocol."""
 
     simulated = False
-    replay_endpoint: str | None = None
-    """vLLM's replay socket for lost KV event batches (``None``: a gap clears the hints)."""
 
     def __init__(
         self,
@@ -178,8 +170,7 @@ class VllmEngine:
         # The model's own sampling defaults (generation_config.json), applied as vLLM's
         # server applies them: to what the request left out.
         self._generation_defaults = _generation_defaults(llm)
-        self._events = events
-        self.replay_endpoint = replay_endpoint
+        self._feed = KvEventFeed(events, model.name, replay_endpoint)
         self._recorder = recorder
         self._pending_prefill: dict[str, int] = {}
         # Set by the engine core's handshake (vllm/v1/engine/core_client.py).
@@ -370,90 +361,9 @@ class VllmEngine:
         count: int = self._llm.get_num_unfinished_requests()
         return count
 
-    async def cache_events(self) -> AsyncIterator[CacheEvent]:
+    def cache_events(self) -> AsyncIterator[CacheEvent]:
         """vLLM's KV-cache events as hint-form :class:`CacheEvent` (one consumer)."""
-        from vllm.distributed.kv_events import (
-            AllBlocksCleared,
-            BlockRemoved,
-            BlockStored,
-            KVEventBatch,
-        )
-
-        decoder = msgspec.msgpack.Decoder(type=KVEventBatch)
-        tiers = KvTiers()  # device and host tiers, from each event's medium
-
-        def decoded(payload: bytes) -> Iterator[CacheEvent]:
-            for event in decoder.decode(payload).events:
-                out: CacheEvent | None = None
-                if isinstance(event, BlockStored):
-                    out = tiers.stored((_hint(h) for h in event.block_hashes), event.medium)
-                elif isinstance(event, BlockRemoved):
-                    out = tiers.removed((_hint(h) for h in event.block_hashes), event.medium)
-                elif isinstance(event, AllBlocksCleared):
-                    out = tiers.cleared()
-                if out is not None:
-                    yield out
-
-        sequence = BatchSequence()
-        while True:
-            _topic, seq_bytes, payload = await self._events.recv_multipart()
-            seq = int.from_bytes(seq_bytes, "big", signed=True)
-            if seq < 0:  # the publisher's end-of-stream marker
-                continue
-            expected = sequence.expected
-            if not sequence.follows(seq):
-                missed = await self._replayed(expected, seq) if expected < seq else None
-                if missed is None:
-                    _log.warning(
-                        "%s: KV event batch %d arrived where %d was expected (events lost, "
-                        "not replayed); the replica's hints are cleared until it stores "
-                        "blocks again",
-                        self.model_name,
-                        seq,
-                        expected,
-                    )
-                    yield tiers.cleared()
-                else:
-                    _log.info(
-                        "%s: KV event batches %d-%d were lost and replayed",
-                        self.model_name,
-                        expected,
-                        seq - 1,
-                    )
-                    for lost in missed:
-                        for out in decoded(lost):
-                            yield out
-            for out in decoded(payload):
-                yield out
-
-    async def _replayed(self, first: int, end: int) -> list[bytes] | None:
-        """Event batches ``first`` .. ``end - 1`` from vLLM's replay socket (a DEALER
-        request with the first sequence number; the publisher answers with every batch
-        it still buffers from there, then an end marker), or ``None`` when it has no
-        replay socket, does not answer within :data:`_REPLAY_TIMEOUT_S` or no longer
-        holds them all. Called by :meth:`cache_events` on a gap."""
-        if self.replay_endpoint is None:
-            return None
-        socket = self._events.context.socket(zmq.DEALER)
-        socket.connect(self.replay_endpoint)
-        found: dict[int, bytes] = {}
-        try:
-            await socket.send_multipart([b"", first.to_bytes(8, "big")])
-            async with asyncio.timeout(_REPLAY_TIMEOUT_S):
-                while True:
-                    frames = await socket.recv_multipart()
-                    seq = int.from_bytes(frames[-2], "big", signed=True)
-                    if seq < 0:  # the end marker
-                        break
-                    if first <= seq < end:
-                        found[seq] = frames[-1]
-        except TimeoutError:
-            return None
-        finally:
-            socket.close(linger=0)
-        if len(found) != end - first:
-            return None
-        return [found[seq] for seq in range(first, end)]
+        return self._feed.events()
 
     async def shutdown(self) -> None:
         """Stop the engine core and close the event subscription."""
@@ -463,12 +373,8 @@ class VllmEngine:
             # AsyncLLM's finalizer calls shutdown() again, possibly at interpreter exit
             # when vLLM's module globals are gone (a noisy TypeError); nothing is left to do.
             llm.shutdown = _nothing_to_do
-        self._events.close(linger=0)
-        self._events.context.term()
+        self._feed.close()
 
-
-_REPLAY_TIMEOUT_S = 1.0
-"""How long a gap waits for vLLM's replay socket before the hints are cleared instead."""
 
 _SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 

@@ -90,6 +90,12 @@ class RouteShare:
         state.route_sink = self.sink
         state.route_share = self.status
 
+    @property
+    def state(self) -> RouterState:
+        """The router state whose routes this share announces and to which it applies
+        the other routers' announcements."""
+        return self._state
+
     def status(self) -> RouteShareStatus:
         """For the gateway's metrics (through the router state)."""
         return RouteShareStatus(self.connected, self.published, self.applied, self.dropped)
