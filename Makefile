@@ -15,7 +15,7 @@ PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 LOCAL_CONFIG := examples/local-two-regions.yaml
 REDIS_PORT := 6379
 
-.PHONY: help bootstrap up test test-fast lint format redis system-deps tools clean helm-schema
+.PHONY: help bootstrap up test test-fast lint format redis system-deps tools clean helm-schema mutation
 
 help:
 	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
@@ -25,6 +25,7 @@ help:
 	@echo "make format - apply ruff's formatting and safe fixes"
 	@echo "make helm-schema - regenerate helm/firstlight/values.schema.json from PlatformConfig"
 	@echo "make tools  - checkov in its own venv (.venv-tools), for the Terraform tests"
+	@echo "make mutation - sampled mutation testing of the pure core (cosmic-ray, .venv-mutation)"
 
 bootstrap: $(STAMP)
 
@@ -101,6 +102,16 @@ $(TOOLS_STAMP):
 	@rm -f $(TOOLS_VENV)/.checkov-*
 	@touch $@
 
+# Mutation testing of the pure core, sampled (tests/mutation.py); cosmic-ray in a venv of
+# its own. MUTATION_ARGS passes options (--sample N --seed S --only GROUP).
+MUTATION_VENV := .venv-mutation
+COSMIC_RAY_VERSION := 8.7.0
+
+mutation: bootstrap redis
+	@test -x $(MUTATION_VENV)/bin/cosmic-ray || { $(PYTHON) -m venv $(MUTATION_VENV) && \
+	  $(MUTATION_VENV)/bin/python -m pip --disable-pip-version-check --quiet install 'cosmic-ray==$(COSMIC_RAY_VERSION)'; }
+	$(BIN)/python -m tests.mutation --cosmic-ray $(MUTATION_VENV)/bin --out docs/benchmarks/mutation $(MUTATION_ARGS)
+
 test: lint redis system-deps tools
 	$(BIN)/pytest
 
@@ -110,4 +121,4 @@ test-fast: lint redis system-deps tools
 	$(BIN)/pytest -m "not ray and not model"
 
 clean:
-	rm -rf $(VENV) $(TOOLS_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(TOOLS_VENV) $(MUTATION_VENV) .pytest_cache .mypy_cache .ruff_cache
