@@ -238,6 +238,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="Per mutant, seconds.")
     parser.add_argument("--only", default="", help="Comma-separated groups (default: all).")
     args = parser.parse_args()
+    args.cosmic_ray = args.cosmic_ray.resolve()
     if _git("status", "--porcelain"):
         raise SystemExit("uncommitted changes: commit first, the score names a commit")
     wanted = {n.strip() for n in args.only.split(",") if n.strip()}
