@@ -241,6 +241,7 @@ def main() -> None:
     args.cosmic_ray = args.cosmic_ray.resolve()
     if _git("status", "--porcelain"):
         raise SystemExit("uncommitted changes: commit first, the score names a commit")
+    commit = _git("rev-parse", "HEAD")  # what the clone below holds
     wanted = {n.strip() for n in args.only.split(",") if n.strip()}
     groups = [g for g in GROUPS if not wanted or g.name in wanted]
     version = subprocess.run(
@@ -260,7 +261,7 @@ def main() -> None:
         command += f" --only {args.only}'" if args.only else "'"
     data = {
         "meta": {
-            "git_commit": _git("rev-parse", "HEAD"),
+            "git_commit": commit,
             "command": command,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "cosmic_ray": version,
