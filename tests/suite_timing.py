@@ -19,6 +19,7 @@ import argparse
 import json
 import os
 import platform as _platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,7 @@ def measure(clone_dir: Path) -> dict[str, Any]:
         shutil.rmtree(clone_dir)
     subprocess.run(["git", "clone", "--quiet", str(REPO), str(clone_dir)], check=True)
     steps = []
+    disk: dict[str, int] = {}
     for name, command, junit in _STEPS:
         env = dict(os.environ)
         if junit:
@@ -109,8 +111,13 @@ def measure(clone_dir: Path) -> dict[str, Any]:
         if junit:
             step["pytest"] = _junit(clone_dir / junit)
         steps.append(step)
+        if name == "bootstrap":
+            disk = {d: _du_mib(clone_dir / d) for d in (".venv", ".venv-tools")}
+    largest_rss_mib = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     shutil.rmtree(clone_dir)
     return {
+        "disk_mib": disk,
+        "largest_process_rss_mib": largest_rss_mib,
         "meta": {
             "git_commit": commit,
             "command": "python -m tests.suite_timing --out docs/benchmarks/test-suite",
@@ -122,6 +129,12 @@ def measure(clone_dir: Path) -> dict[str, Any]:
         },
         "steps": steps,
     }
+
+
+def _du_mib(path: Path) -> int:
+    """Disk used under ``path`` in MiB (``du``'s count of allocated blocks)."""
+    done = subprocess.run(["du", "-sk", str(path)], capture_output=True, text=True)
+    return round(int(done.stdout.split()[0]) / 1024) if done.returncode == 0 else 0
 
 
 def _cpu_model() -> str:
@@ -163,7 +176,13 @@ def render_timing(data: dict[str, Any]) -> str:
         pytest_s = _minutes(report["pytest_s"]) if report else "—"
         lines.append(f"| `{step['command']}` | {_minutes(step['wall_s'])} | {pytest_s} | {tests} |")
     full = next(s for s in data["steps"] if s["step"] == "make test")["pytest"]
+    disk = data.get("disk_mib", {})
     lines += [
+        "",
+        f"Disk after the bootstrap: `.venv` {disk.get('.venv', 0) / 1024:.1f} GiB, "
+        f"`.venv-tools` {disk.get('.venv-tools', 0) / 1024:.1f} GiB. The largest single "
+        f"process of the run peaked at {data.get('largest_process_rss_mib', 0) / 1024:.1f} "
+        "GiB resident.",
         "",
         "The slowest test files of `make test`: "
         + ", ".join(f"`{f['file']}` {_minutes(f['s'])}" for f in full["slowest_files"][:5])

@@ -46,6 +46,8 @@ def test_the_readme_section_shows_each_step_from_the_stored_file(tmp_path: Path)
     path.write_text(_JUNIT)
     report = _junit(path)
     data = {
+        "disk_mib": {".venv": 4608, ".venv-tools": 512},
+        "largest_process_rss_mib": 3277,
         "meta": {
             "git_commit": "0123456789abcdef",
             "command": "python -m tests.suite_timing --out docs/benchmarks/test-suite",
@@ -65,4 +67,6 @@ def test_the_readme_section_shows_each_step_from_the_stored_file(tmp_path: Path)
     assert "| `make bootstrap` | 1 min 01 s | — | — |" in section
     assert "| `make test` | 33 min 20 s | 2 min 06 s | 3 passed, 2 skipped, 1 failed |" in section
     assert "`tests.bench.test_des` 1 min 00 s" in section
+    assert "`.venv` 4.5 GiB, `.venv-tools` 0.5 GiB" in section
+    assert "peaked at 3.2 GiB resident" in section
     assert shown_timing(f"intro\n{section}\noutro") == section
