@@ -61,7 +61,7 @@ from firstlight.region.decision import (
     decide_region,
     rank_peers,
 )
-from firstlight.region.state import Ticket
+from firstlight.region.ticket import Ticket
 from firstlight.region.warm import (
     WarmOption,
 )

@@ -13,13 +13,9 @@ from dataclasses import replace
 import pytest
 
 from firstlight.hints import BlockEvent, HintMirror
-from firstlight.region.state import (
-    _MAX_ROUTES,
-    RouterState,
-    router_state,
-    routers,
-    with_shared_rates,
-)
+from firstlight.region.registry import router_state, routers
+from firstlight.region.state import _MAX_ROUTES, RouterState
+from firstlight.region.stats import with_shared_rates
 from firstlight.routing import (
     NO_CACHE,
     Candidate,

@@ -50,7 +50,8 @@ from firstlight.engine.protocol import (
 )
 from firstlight.errors import ApiError, NoCapacityError
 from firstlight.prefix import HashScheme
-from firstlight.region.state import Route, RouterState, ServedBy, Ticket
+from firstlight.region.state import Route, RouterState, ServedBy
+from firstlight.region.ticket import Ticket
 from firstlight.regions.hop import CallerClaim
 from firstlight.regions.summary import HotPrefixes
 from firstlight.routing import RequestView

@@ -2,10 +2,11 @@
 
 Ray Serve builds the :class:`~firstlight.serve.request_router.FirstlightRequestRouter`
 inside the gateway replica's deployment handle, so the gateway cannot hold a reference
-to it. Instead the router registers its :class:`RouterState` here under its deployment
-(:func:`router_state`), and the gateway reads it: how many replicas are live (fail-over),
-the local predicted TTFT (spill-over), which replica a request went to and what was
-predicted (response headers), and it reports first tokens back (calibration).
+to it. Instead the router registers its :class:`RouterState` under its deployment
+(:mod:`firstlight.region.registry`), and the gateway reads it: how many replicas are
+live (fail-over), the local predicted TTFT (spill-over), which replica a request went to
+and what was predicted (response headers), and it reports first tokens back
+(calibration). Each request's route here is a :class:`~firstlight.region.ticket.Ticket`.
 
 Everything here runs on the gateway's event loop; nothing does I/O.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from firstlight.hints import HintMirror, SubscriberStatus
 from firstlight.region.shared_routes import RouteEvent, RouteShareStatus
 from firstlight.region.stats import ReplicaStats
+from firstlight.region.ticket import Ticket
 from firstlight.regions.summary import ModelSummary
 from firstlight.routing import (
     NO_CACHE,
@@ -33,16 +35,7 @@ from firstlight.routing import (
 )
 from firstlight.routing.predicted_ttft import FirstlightParams, FirstlightPolicy
 
-__all__ = [
-    "PeerRoute",
-    "Route",
-    "RouterState",
-    "ServedBy",
-    "Ticket",
-    "router_state",
-    "routers",
-    "with_shared_rates",
-]
+__all__ = ["PeerRoute", "Route", "RouterState", "ServedBy"]
 
 _MAX_ROUTES = 10_000
 """Routes kept for requests whose gateway never collected them (bounded memory)."""
@@ -385,90 +378,3 @@ class RouterState:
             kv_total_blocks=sum(v.kv_cache_blocks or 0 for v in views) if reported else None,
             mean_queue_len=sum(v.queue_len for v in views) / len(views) if views else None,
         )
-
-
-@dataclass(slots=True)
-class Ticket:
-    """One request's route in one region, from the region decision to its end: the only
-    place a replica is chosen for it (:meth:`commit`), reserved (:meth:`routed`),
-    calibrated (:meth:`first_token`) and released (:meth:`finished`).
-
-    Made by :meth:`RouterState.admit`. The gateway commits it when the request is served
-    here; whatever carries the request executes the committed decision — the gateway's
-    replica-port transport, or Ray's request router, which finds the decision recorded
-    under the request id and does not rank the replicas again."""
-
-    state: RouterState
-    request: RequestView
-    estimate: Decision | None
-    """The cost model's view of the best local replica (``None``: no replica)."""
-    estimate_s: float
-    """How long the estimate took (the decision-time metric)."""
-
-    @property
-    def predicted_ttft_ms(self) -> float | None:
-        return None if self.estimate is None else self.estimate.winner.predicted_ttft_ms
-
-    def commit(self, prefill_tokens: int) -> Decision | None:
-        """Serve the request here: its ``prefill_tokens`` count as queued work until it
-        is routed, and its decision is recorded — the estimate itself when the policy is
-        the cost model (one run of it per request), else the policy's own choice."""
-        state = self.state
-        state.dispatched(self.request.request_id, prefill_tokens)
-        if state.estimator is state.policy and self.estimate is not None:
-            state.record_decision(self.request, self.estimate, self.estimate_s)
-            return self.estimate
-        return state.decide(self.request)
-
-    @property
-    def route(self) -> Route | None:
-        """The committed route, with the replica it left for once it left (``None``
-        before :meth:`commit` and after :meth:`finished`)."""
-        return self.state.route_of(self.request.request_id)
-
-    def routed(self, replica_id: str) -> None:
-        """The request left for ``replica_id``: the policy reserves its work there."""
-        self.state.record_routed(self.request.request_id, replica_id)
-
-    def first_token(self, observed_ttft_ms: float) -> None:
-        """Its first token came ``observed_ttft_ms`` after dispatch: calibration."""
-        self.state.first_token(self.request.request_id, observed_ttft_ms)
-
-    def finished(self) -> None:
-        """It ended, any outcome: what the policy holds for it is released."""
-        self.state.finished(self.request.request_id)
-
-
-def with_shared_rates(views: dict[str, ReplicaView]) -> dict[str, ReplicaView]:
-    """Give replicas that have not measured their prefill rate or step time yet the mean
-    of those that have: replicas of one model in one region run the same engine on the
-    same hardware, and a configured prior (optimistic by design) would make every fresh
-    replica look faster than a measured one that holds the prompt's prefix."""
-    rates = [v.prefill_tokens_per_s for v in views.values() if v.prefill_tokens_per_s]
-    steps = [v.step_ms for v in views.values() if v.step_ms]
-    if len(rates) in (0, len(views)) and len(steps) in (0, len(views)):
-        return views
-    rate = sum(rates) / len(rates) if rates else None
-    step = sum(steps) / len(steps) if steps else None
-    return {
-        rid: replace(
-            v,
-            prefill_tokens_per_s=v.prefill_tokens_per_s or rate,
-            step_ms=v.step_ms or step,
-        )
-        for rid, v in views.items()
-    }
-
-
-_STATES: dict[tuple[str, str], RouterState] = {}
-
-
-def router_state(app_name: str, deployment_name: str) -> RouterState | None:
-    """The state registered by the router of ``deployment_name`` in ``app_name`` in
-    this process, or ``None`` before the router exists."""
-    return _STATES.get((app_name, deployment_name))
-
-
-def routers() -> dict[tuple[str, str], RouterState]:
-    """Every router state of this process (called by the router when it starts)."""
-    return _STATES

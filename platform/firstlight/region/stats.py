@@ -10,13 +10,13 @@ record's fields, never the dict.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from firstlight.engine.protocol import EngineStats
 from firstlight.routing import ReplicaView
 
-__all__ = ["ReplicaStats"]
+__all__ = ["ReplicaStats", "with_shared_rates"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,3 +126,24 @@ class ReplicaStats:
             step_ms=self.step_ms or None,
             stats_at=self.at,
         )
+
+
+def with_shared_rates(views: dict[str, ReplicaView]) -> dict[str, ReplicaView]:
+    """Give replicas that have not measured their prefill rate or step time yet the mean
+    of those that have: replicas of one model in one region run the same engine on the
+    same hardware, and a configured prior (optimistic by design) would make every fresh
+    replica look faster than a measured one that holds the prompt's prefix."""
+    rates = [v.prefill_tokens_per_s for v in views.values() if v.prefill_tokens_per_s]
+    steps = [v.step_ms for v in views.values() if v.step_ms]
+    if len(rates) in (0, len(views)) and len(steps) in (0, len(views)):
+        return views
+    rate = sum(rates) / len(rates) if rates else None
+    step = sum(steps) / len(steps) if steps else None
+    return {
+        rid: replace(
+            v,
+            prefill_tokens_per_s=v.prefill_tokens_per_s or rate,
+            step_ms=v.step_ms or step,
+        )
+        for rid, v in views.items()
+    }

@@ -32,7 +32,8 @@ from firstlight.config import PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, OpenAICall, RenderedChunk
 from firstlight.errors import FirstlightError
 from firstlight.hints._redis import redis_client
-from firstlight.region.state import RouterState, ServedBy, router_state
+from firstlight.region.registry import router_state
+from firstlight.region.state import RouterState, ServedBy
 from firstlight.regions.hop import HopSigner
 from firstlight.regions.peers import CircuitBreaker, Peer, PeerTable
 from firstlight.routing import RequestView
