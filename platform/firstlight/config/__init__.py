@@ -18,6 +18,8 @@ problems name the field path and the offending value.
 """
 
 from firstlight.config._base import FieldValueError
+from firstlight.config.auth import ApiKeyRef, AuthConfig, SecretRef
+from firstlight.config.gateway import GatewayConfig
 from firstlight.config.loading import (
     load_config,
     load_config_data,
@@ -37,16 +39,12 @@ from firstlight.config.model import (
 )
 from firstlight.config.sections import (
     ENV_PREFIX,
-    ApiKeyRef,
-    AuthConfig,
-    GatewayConfig,
     HintsConfig,
     PeerConfig,
     PlatformConfig,
     PolicyName,
     RegionConfig,
     RouterConfig,
-    SecretRef,
     SloConfig,
     TelemetryConfig,
     default_cache_dir,
