@@ -10,16 +10,16 @@ other failure. Machine-readable output goes to stdout, progress and diagnostics 
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
 
 from firstlight import __version__
+from firstlight._cli_config import config_app
+from firstlight._cli_profile import profile
 from firstlight._console import EXIT_FAILURE, prepare_models
 from firstlight._console import fail as _fail
 from firstlight._console import load as _load
@@ -31,7 +31,6 @@ from firstlight.k8s.cli import status
 
 if TYPE_CHECKING:
     from firstlight.engine.default_model import PreparedModel
-    from firstlight.profile import ProcessProfile
 
 __all__ = ["app", "main"]
 
@@ -43,11 +42,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_show_locals=False,  # locals may hold secrets
 )
-config_app = typer.Typer(
-    help="Check configuration files and explain their fields.", no_args_is_help=True
-)
 app.add_typer(config_app, name="config")
 app.command("status")(status)
+app.command("profile")(profile)
 
 
 def _mount_plugins(parent: typer.Typer) -> None:
@@ -88,13 +85,6 @@ class Quantize(StrEnum):
     """Quantized variants ``prepare-model`` can also write."""
 
     int8 = "int8"
-
-
-class OutputFormat(StrEnum):
-    """Formats ``config validate`` prints the resolved configuration in."""
-
-    yaml = "yaml"
-    json = "json"
 
 
 @app.command()
@@ -295,95 +285,6 @@ def serve(
 
 
 @app.command()
-def profile(
-    region: Annotated[
-        str | None, typer.Option(help="Region to profile (default: the config's region).")
-    ] = None,
-    seconds: Annotated[
-        int, typer.Option(min=1, max=3600, help="Seconds to record each process.")
-    ] = 10,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Folder for the files (default: profiles/<region>-<UTC time>)."),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config", "-c", help="Configuration file (its region is the default region)."
-        ),
-    ] = None,
-    address: Annotated[str, typer.Option(help="Ray cluster address.")] = "auto",
-    rate: Annotated[int, typer.Option(min=1, max=1000, help="Samples per second.")] = 100,
-    idle: Annotated[
-        bool, typer.Option("--idle", help="Also sample waiting threads (wall time, not CPU).")
-    ] = False,
-    subprocesses: Annotated[
-        bool,
-        typer.Option(
-            "--subprocesses", help="Also sample child processes (a vLLM replica's engine core)."
-        ),
-    ] = False,
-    top: Annotated[int, typer.Option(min=1, max=100, help="Frames to print per process.")] = 10,
-) -> None:
-    """Record py-spy profiles of a running local region's gateway and model replicas.
-
-    Writes a flame graph (SVG) and the collapsed stacks of every replica process to
-    OUT, then prints each process's frames with the most self time. Exits 1 when no
-    Ray cluster or no such region runs, or when a replica process of this machine could
-    not be profiled (replicas on other nodes are listed with a note).
-    """
-    from firstlight.profile import (
-        ProfileOptions,
-        ProfilingError,
-        default_out_dir,
-        profile_region,
-    )
-
-    cfg = _load(config) if config is not None else None
-    name = region or (cfg.region if cfg is not None else None)
-    if name is None:
-        _fail(ConfigError([ConfigProblem("region", "pass --region or set region", None)]))
-    if cfg is not None and name not in {r.name for r in cfg.regions}:
-        known = ", ".join(r.name for r in cfg.regions)
-        _fail(ProfilingError(f"unknown region {name!r}; regions of {config}: {known}"))
-    folder = out if out is not None else default_out_dir(name)
-    options = ProfileOptions(
-        seconds=seconds, rate_hz=rate, idle=idle, subprocesses=subprocesses, top=top
-    )
-    try:
-        with _stderr.status(f"Recording region {name} for {seconds} s"):
-            result = profile_region(name, folder, options, address=address)
-    except ProfilingError as exc:
-        _fail(exc)
-    _stderr.print(
-        f"Recorded {len(result.processes)} process(es) of region {name} for {seconds} s "
-        f"at {rate} Hz into {folder}",
-        markup=False,
-    )
-    _print_profiles(result.processes)
-    failed = [p.process.label for p in result.processes if p.process.local and not p.recorded]
-    if failed:
-        _fail(ProfilingError(f"not profiled: {', '.join(failed)} (see the notes above)"))
-
-
-def _print_profiles(profiles: tuple[ProcessProfile, ...]) -> None:
-    from firstlight.profile import render_top_frames
-
-    for item in profiles:
-        typer.echo(
-            f"\n{item.process.label} (pid {item.process.pid}): {item.stacks.total_samples} samples"
-        )
-        if item.flamegraph is not None:
-            typer.echo(f"  flame graph       {item.flamegraph}")
-        if item.collapsed is not None:
-            typer.echo(f"  collapsed stacks  {item.collapsed}")
-        for note in item.notes:
-            typer.echo(f"  note: {note}")
-        if item.collapsed is not None:
-            typer.echo(render_top_frames(item.top))
-
-
-@app.command()
 def check(
     url: Annotated[
         str, typer.Argument(help="Endpoint base URL (https://us-east.llm.example.com).")
@@ -425,82 +326,6 @@ def check(
         typer.echo(f"{mark} {step.name:<10} {step.elapsed_ms:8.0f} ms  {step.detail}")
     if not all(step.ok for step in steps):
         raise typer.Exit(EXIT_FAILURE)
-
-
-@config_app.command("validate")
-def validate(
-    file: Annotated[Path, typer.Argument(help="YAML configuration file.")],
-    output: Annotated[
-        OutputFormat, typer.Option("--output", "-o", help="Format of the resolved config.")
-    ] = OutputFormat.yaml,
-) -> None:
-    """Validate FILE (plus FIRSTLIGHT__* overrides) and print the resolved configuration,
-    with any credentials in a URL masked (``redis://***@host``).
-
-    Exits 2 and lists every problem with its field path and value when it is invalid.
-    """
-    cfg = _load(file)
-    data = _without_credentials(cfg.model_dump(mode="json"))
-    if output is OutputFormat.json:
-        typer.echo(json.dumps(data, indent=2))
-    else:
-        typer.echo(yaml.safe_dump(data, sort_keys=False), nl=False)
-    regions = ", ".join(r.name for r in cfg.regions)
-    _stderr.print(
-        f"valid: {file} (mode {cfg.mode}; regions {regions}; {len(cfg.models)} model(s))",
-        markup=False,
-    )
-
-
-def _without_credentials(value: object) -> object:
-    """``value`` (a config dump) with the user and password of every URL replaced by
-    ``***``: a ``redis_url`` may carry them, and what ``config validate`` prints ends
-    up in terminals, CI logs and tickets."""
-    if isinstance(value, dict):
-        return {k: _without_credentials(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_without_credentials(v) for v in value]
-    if isinstance(value, str) and "://" in value and "@" in value:
-        scheme, _, rest = value.partition("://")
-        authority, slash, path = rest.partition("/")
-        if "@" in authority:
-            return f"{scheme}://***@{authority.rpartition('@')[2]}{slash}{path}"
-    return value
-
-
-@config_app.command("to-helm-values")
-def to_helm_values(
-    file: Annotated[Path, typer.Argument(help="YAML configuration file.")],
-    region: Annotated[
-        str | None, typer.Option(help="Region to write values for (default: the config's).")
-    ] = None,
-) -> None:
-    """Print the Helm chart's values for one region of FILE (helm/firstlight).
-
-    Only settings that differ from the defaults are written. What the chart takes from
-    Kubernetes Secrets instead (API keys, a Redis password) is listed on stderr with the
-    ``kubectl`` command that creates it.
-    """
-    from firstlight.k8s.helm_values import to_helm_values as build_values
-
-    cfg = _load(file)
-    try:
-        result = build_values(cfg, region)
-    except FirstlightError as exc:
-        _fail(exc)
-    name = result.values["region"]["name"]
-    typer.echo(f"# Helm values for region {name}, from {file} (firstlight config to-helm-values)")
-    typer.echo(yaml.safe_dump(result.values, sort_keys=False), nl=False)
-    for note in result.notes:
-        _stderr.print(f"note: {note}", markup=False)
-
-
-@config_app.command("reference")
-def reference() -> None:
-    """Print every configuration field with its type, bounds, default and meaning."""
-    from firstlight._config_reference import config_reference_markdown
-
-    typer.echo(config_reference_markdown(), nl=False)
 
 
 def main() -> None:
