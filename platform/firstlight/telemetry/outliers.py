@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from firstlight.region.state import Route
     from firstlight.routing import ReplicaView
-    from firstlight.telemetry.metrics import RequestObservation
+    from firstlight.telemetry.observation import RequestObservation
 
 __all__ = [
     "OUTLIER_KINDS",
