@@ -4,8 +4,10 @@
 own) runs ``python -m tests.mutation --cosmic-ray .venv-mutation/bin --out
 docs/benchmarks/mutation``: for each group below, cosmic-ray lists every mutant of the
 group's modules (an operator swapped, a comparison turned, a constant moved, a ``break``
-made ``continue``...), a seeded sample of ``--sample`` of them is kept (the rest marked
-skipped: the full set is tens of thousands of mutants, hours per group on two cores),
+made ``continue``...); those in a function's signature (its annotations, never evaluated
+here, and its ``*`` and ``/`` markers) are set aside as changing nothing that runs; of
+the rest a seeded sample of ``--sample`` is kept (the others marked skipped: the full
+set is thousands of mutants, hours per group on two cores),
 and each kept mutant is applied to a scratch copy of the checkout (``HEAD``; refused with
 uncommitted changes) and the group's tests run against it. A mutant the tests fail on
 is *killed*; one they pass is a *survivor*, a change to the code no test notices.
@@ -69,11 +71,40 @@ GROUPS = (
 )
 
 _SAMPLER = r"""
-import hashlib, sys
+import ast, hashlib, sys
+from pathlib import Path
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import WorkResult, WorkerOutcome
 
 db, keep, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+_signatures = {}
+
+def signature_spans(path):
+    # Per function: (start, end) of its signature, and the spans of its defaults inside.
+    if path not in _signatures:
+        spans = []
+        for node in ast.walk(ast.parse(Path(path).read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                start = (node.lineno, node.col_offset)
+                end = (node.body[0].lineno, node.body[0].col_offset)
+                defaults = [
+                    ((d.lineno, d.col_offset), (d.end_lineno, d.end_col_offset))
+                    for d in (*node.args.defaults, *node.args.kw_defaults)
+                    if d is not None
+                ]
+                spans.append((start, end, defaults))
+        _signatures[path] = spans
+    return _signatures[path]
+
+def in_signature(mutation):
+    # A mutant in a def's annotations or its * and / markers changes nothing that runs:
+    # annotations are never evaluated here (PEP 563), and every call site names its
+    # keyword arguments. Defaults are code: they stay.
+    pos = tuple(mutation.start_pos)
+    for start, end, defaults in signature_spans(str(mutation.module_path)):
+        if start <= pos < end:
+            return not any(d0 <= pos < d1 for d0, d1 in defaults)
+    return False
 
 def key(item):
     m = item.mutations[0]
@@ -81,13 +112,21 @@ def key(item):
     return hashlib.sha256(text.encode()).hexdigest()
 
 with use_db(db, WorkDB.Mode.open) as work_db:
-    items = sorted(work_db.pending_work_items, key=key)
-    skipped = [item.job_id for item in items[keep:]]
+    items = list(work_db.pending_work_items)
+    signature = [i for i in items if in_signature(i.mutations[0])]
+    if signature:
+        work_db.set_multiple_results(
+            [i.job_id for i in signature],
+            WorkResult(output="in a signature", worker_outcome=WorkerOutcome.SKIPPED),
+        )
+    kept = set(i.job_id for i in signature)
+    ranked = sorted((i for i in items if i.job_id not in kept), key=key)
+    skipped = [item.job_id for item in ranked[keep:]]
     if skipped:
         work_db.set_multiple_results(
             skipped, WorkResult(output="not sampled", worker_outcome=WorkerOutcome.SKIPPED)
         )
-    print(len(items))
+    print(len(items), len(signature))
 """
 
 
@@ -144,7 +183,11 @@ def run_group(
         text=True,
         check=True,
     )
-    print(f"{group.name}: {listed.stdout.strip()} mutants, testing {sample}", file=sys.stderr)
+    mutants, in_signatures = (int(n) for n in listed.stdout.split())
+    print(
+        f"{group.name}: {mutants} mutants, {in_signatures} in signatures, testing {sample}",
+        file=sys.stderr,
+    )
     cr("exec", str(config), str(session))
     dumped = cr("dump", str(session)).stdout
     counts = {"killed": 0, "survived": 0, "incompetent": 0, "timeout": 0}
@@ -176,7 +219,8 @@ def run_group(
         "group": group.name,
         "modules": list(group.modules),
         "tests": list(group.tests),
-        "mutants": int(listed.stdout.strip()),
+        "mutants": mutants,
+        "in_signatures": in_signatures,
         "sampled": sample,
         **counts,
         "survivors": sorted(survivors, key=lambda s: (s["module"], s["line"])),
@@ -200,15 +244,15 @@ def render_mutation(data: dict[str, Any]) -> str:
         f"{meta['cosmic_ray']}, seed {meta['seed']}: a sample of each group's mutants, "
         "each tested by the group's own tests.",
         "",
-        "| group | mutants | tested | killed | survived | score |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| group | mutants | in signatures | tested | killed | survived | score |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for group in data["groups"]:
         value = score(group)
         tested = group["killed"] + group["survived"] + group["incompetent"] + group["timeout"]
         shown = "—" if value is None else f"{100 * value:.1f} %"
         lines.append(
-            f"| {group['group']} | {group['mutants']:,} | {tested} | "
+            f"| {group['group']} | {group['mutants']:,} | {group['in_signatures']:,} | {tested} | "
             f"{tested - group['survived']} | {group['survived']} | {shown} |"
         )
     total = sum(g["survived"] for g in data["groups"])
@@ -217,7 +261,8 @@ def render_mutation(data: dict[str, Any]) -> str:
     )
     if tested_all:
         lines.append(
-            f"| **all** | {sum(g['mutants'] for g in data['groups']):,} | {tested_all} | "
+            f"| **all** | {sum(g['mutants'] for g in data['groups']):,} | "
+            f"{sum(g['in_signatures'] for g in data['groups']):,} | {tested_all} | "
             f"{tested_all - total} | {total} | **{100 * (tested_all - total) / tested_all:.1f} %** |"
         )
     lines += ["", END]
