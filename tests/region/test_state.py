@@ -575,3 +575,39 @@ def test_a_ticket_without_replicas_estimates_and_commits_nothing() -> None:
     assert ticket.predicted_ttft_ms is None
     assert ticket.commit(640) is None
     assert state.route_of("q1") is None
+
+
+# --- edges a mutation run found untested (docs/development.md, mutation testing) -------
+
+
+def test_unrouted_work_adds_to_what_a_replica_already_has_queued() -> None:
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, a=640, b=640)
+    before = state.estimate(_request("probe", 100))
+    state.dispatched("q1", 2000)  # 1000 tokens more on each of the two replicas
+    after = state.estimate(_request("probe", 100))
+    assert before is not None
+    assert after is not None
+    assert after.winner.terms is not None
+    assert after.winner.score == pytest.approx(before.winner.score + 1000.0)
+
+
+def test_a_fully_cached_prompt_still_counts_one_token_of_prefill() -> None:
+    clock = FakeClock()
+    mirror = HintMirror(ttl_s=60.0, clock=clock)
+    mirror.apply(BlockEvent("a", 0, stored=(1, 2), removed=()))
+    state = RouterState(REGION, MODEL, _firstlight(clock), cache=mirror, clock=clock)
+    state.set_replicas({"a": _replica("a")})
+    request = _request("q1", 64, blocks=(1, 2))  # both 32-token blocks cached on a
+    assert _decide(state, request).winner.cached_blocks == 2
+    state.record_routed("q1", "a")
+    state.first_token("q1", 10.0)
+    assert [tokens for _, tokens in state.prefilled["a"]] == [1]
+
+
+def test_a_summary_without_replicas_predicts_nothing() -> None:
+    clock = FakeClock()
+    state = RouterState(REGION, MODEL, _firstlight(clock), clock=clock)
+    summary = state.summary()
+    assert (summary.healthy_replicas, summary.predicted_wait_ms) == (0, 0.0)
+    assert summary.prefill_ms_per_token == 0.0

@@ -451,3 +451,34 @@ def test_a_policy_says_whether_its_decisions_predict_ttft(name: str) -> None:
     replicas = [ReplicaView("a", "us-east", 1), ReplicaView("b", "us-east", 0)]
     decision = choose(p, replicas, 1, 2)
     assert (decision.winner.terms is not None) is p.predicts_ttft
+
+
+# --- edges a mutation run found untested (docs/development.md, mutation testing) -------
+
+
+def test_an_explanation_gives_the_runner_up_its_margin_over_the_winner() -> None:
+    from firstlight.routing import Candidate, Decision
+
+    decision = Decision(
+        "least_queue", (Candidate("a", "here", 12.0), Candidate("b", "here", 30.5)), "queue"
+    )
+    assert decision.explain() == "least_queue: a (queue); runner-up b +18.5"
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [("llmd_sticky", {"affinity_threshold": 1.5}),  # a fraction of the prompt: at most 1
+     ("weighted_scorer", {"max_prefix_blocks": 0})],
+)  # fmt: skip
+def test_a_parameter_just_past_its_published_range_is_refused(
+    name: str, params: dict[str, float]
+) -> None:
+    with pytest.raises(ConfigError):
+        build_policy(name, params)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("llmd_sticky", {"affinity_threshold": 1.0}), ("weighted_scorer", {"max_prefix_blocks": 1})]
+)  # fmt: skip
+def test_a_parameter_at_the_edge_of_its_range_is_taken(name: str, params: dict[str, float]) -> None:
+    assert build_policy(name, params).name == name
