@@ -482,3 +482,14 @@ def test_a_parameter_just_past_its_published_range_is_refused(
 )  # fmt: skip
 def test_a_parameter_at_the_edge_of_its_range_is_taken(name: str, params: dict[str, float]) -> None:
     assert build_policy(name, params).name == name
+
+
+def test_dynamo_kv_loads_a_worker_with_only_the_uncached_part_of_a_routed_prompt() -> None:
+    from firstlight.routing import Candidate
+    from firstlight.routing.baselines.dynamo_kv import DynamoKvPolicy
+
+    policy = build_policy("dynamo_kv", {})
+    assert isinstance(policy, DynamoKvPolicy)
+    request = RequestView("q1", 640, block_hashes=tuple(range(20)), block_size=32)
+    policy.on_routed(request, Candidate("a", "here", 0.0, cached_blocks=16))
+    assert policy.in_flight.prefill_tokens("a") == 640 - 16 * 32
