@@ -128,3 +128,13 @@ def test_scheme_is_the_shared_engine_setting() -> None:
 def test_block_size_must_be_positive() -> None:
     with pytest.raises(ValueError, match="block_size must be positive"):
         HashScheme(block_size=0, seed=0)
+
+
+@pytest.mark.parametrize("lora", [None, LoraKey("adapter", "/loras/a")])
+def test_a_salted_prompt_of_several_blocks_equals_vllms(lora: LoraKey | None) -> None:
+    """vLLM puts the cache salt in the first block's extra keys only (the property test
+    above rarely drew a salted prompt of several blocks: a salt in every block passed
+    it)."""
+    tokens = [(11 * i) % 50_000 for i in range(32 * 3 + 5)]
+    ours = block_hashes(tokens, HashScheme(block_size=32, seed=0), cache_salt="tenant", lora=lora)
+    assert ours == _vllm_block_hashes(tokens, 32, 0, "tenant", lora)

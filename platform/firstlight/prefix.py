@@ -40,8 +40,6 @@ __all__ = ["HASH_ALGORITHM", "HashScheme", "LoraKey", "block_hashes", "hint_hash
 HASH_ALGORITHM = "sha256_cbor"
 """vLLM's ``prefix_caching_hash_algo``: deterministic across processes and languages."""
 
-_HINT_MASK = (1 << 64) - 1
-
 
 @dataclass(frozen=True, slots=True)
 class LoraKey:
@@ -117,7 +115,7 @@ def block_hashes(
 
 def to_hint(block_hash: bytes) -> int:
     """The 64-bit form vLLM's KV-cache events publish: the hash's low 8 bytes, big-endian."""
-    return int.from_bytes(block_hash[-8:], "big") & _HINT_MASK
+    return int.from_bytes(block_hash[-8:], "big")  # 8 bytes: already 64 bits
 
 
 def hint_hashes(
