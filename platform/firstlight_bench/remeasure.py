@@ -33,8 +33,9 @@ def merge_arms(stored_dir: Path, fresh_dir: Path, arms: Sequence[str]) -> dict[s
     ``fresh_dir`` (which ran only those arms, at the same seeds, loads and shape).
 
     Raises :class:`ConfigError` naming what differs when the two runs are not of one
-    shape (seeds, loads, workload, or any setting of the cluster, the capacity included),
-    or when the stored run has no point of one of ``arms``: re-run the entry whole then.
+    shape (seeds, loads, workload, or any setting of the cluster, the capacity included;
+    a setting added since the stored run is taken at its default), or when the stored
+    run has no point of one of ``arms``: re-run the entry whole then.
     """
     stored = json.loads((stored_dir / "results.json").read_text())
     fresh = json.loads((fresh_dir / "results.json").read_text())
@@ -75,17 +76,29 @@ def merge_arms(stored_dir: Path, fresh_dir: Path, arms: Sequence[str]) -> dict[s
     return {"meta": meta, "points": points}
 
 
+def _differences(path: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
+    """Where ``new`` departs from ``old``, key by key. A key the stored run lacks is a
+    setting added since, at its default there, which the stored run had implicitly."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [
+            difference
+            for key in sorted(old)
+            for difference in _differences(f"{path}.{key}", old[key], new.get(key))
+        ]
+    return [] if old == new else [(path, old, new)]
+
+
 def _check_shape(entry: str, stored: dict[str, Any], fresh: dict[str, Any]) -> None:
     problems = []
-    for key in ("seeds", "workload"):
-        if stored.get(key) != fresh.get(key):
-            problems.append((key, stored.get(key), fresh.get(key)))
+    if stored.get("seeds") != fresh.get("seeds"):
+        problems.append(("seeds", stored.get("seeds"), fresh.get("seeds")))
+    problems += _differences("workload", stored["workload"], fresh["workload"])
     old, new = stored["config"], fresh["config"]
-    for key in sorted((set(old) | set(new)) - _SHAPE_EXEMPT):
-        # A setting a stored run predates is compared only where the re-measure
-        # departs from the value the stored run had implicitly (its absence).
-        if key in old and old[key] != new.get(key):
-            problems.append((f"config.{key}", old[key], new.get(key)))
+    problems += _differences(
+        "config",
+        {k: v for k, v in old.items() if k not in _SHAPE_EXEMPT},
+        {k: v for k, v in new.items() if k not in _SHAPE_EXEMPT},
+    )
     if problems:
         raise ConfigError(
             [

@@ -86,3 +86,19 @@ def test_an_arm_the_stored_run_lacks_or_nobody_knows_is_refused(tmp_path: Path) 
         merge_arms(copy, tmp_path / "w3", ["random"])
     with pytest.raises(ConfigError, match="unknown fastest"):
         run_suite(out=tmp_path, only=["w3"], arms=["fastest"], **_SMALL)  # type: ignore[arg-type]
+
+
+def test_a_setting_added_since_the_stored_run_is_taken_at_its_default(tmp_path: Path) -> None:
+    run_suite(out=tmp_path / "stored", only=["w3"], **_SMALL)  # type: ignore[arg-type]
+    run_suite(out=tmp_path / "fresh", only=["w3"], **_SMALL)  # type: ignore[arg-type]
+    stored = tmp_path / "stored" / "w3" / "results.json"
+    data = json.loads(stored.read_text())
+    data["meta"]["workload"]["params"].pop("vocab_size")  # as if it predated the setting
+    data["meta"]["config"].pop("gateways")
+    stored.write_text(json.dumps(data))
+    merged = merge_arms(tmp_path / "stored" / "w3", tmp_path / "fresh" / "w3", ["firstlight"])
+    assert [r["arms"] for r in merged["meta"]["remeasured"]] == [["firstlight"]]
+    data["meta"]["workload"]["params"]["max_output_tokens"] += 1  # a setting that differs
+    stored.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=r"workload\.params\.max_output_tokens"):
+        merge_arms(tmp_path / "stored" / "w3", tmp_path / "fresh" / "w3", ["firstlight"])
