@@ -205,11 +205,18 @@ def main() -> None:
         "--clone-dir", type=Path, default=REPO.parent / "firstlight-suite-timing",
         help="Where the fresh clone goes (removed afterwards).",
     )  # fmt: skip
+    parser.add_argument(
+        "--page", type=Path, default=None,
+        help="Rewrite this page's generated section from the result (README.md).",
+    )  # fmt: skip
     args = parser.parse_args()
     data = measure(args.clone_dir)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(data, indent=2) + "\n")
     print(f"stored {args.out / 'results.json'}", file=sys.stderr)
+    if args.page is not None:
+        page = args.page.read_text()
+        args.page.write_text(page.replace(shown_timing(page), render_timing(data)))
 
 
 if __name__ == "__main__":
