@@ -5,7 +5,9 @@ own) runs ``python -m tests.mutation --cosmic-ray .venv-mutation/bin --out
 docs/benchmarks/mutation``: for each group below, cosmic-ray lists every mutant of the
 group's modules (an operator swapped, a comparison turned, a constant moved, a ``break``
 made ``continue``...); those in a function's signature (its annotations, never evaluated
-here, and its ``*`` and ``/`` markers) are set aside as changing nothing that runs; of
+here, and its ``*`` and ``/`` markers) or in an annotation nothing evaluates (a local
+variable's, a dataclass field's; a pydantic field's is evaluated and stays) are set aside
+as changing nothing that runs; of
 the rest a seeded sample of ``--sample`` is kept (the others marked skipped: the full
 set is thousands of mutants, hours per group on two cores),
 and each kept mutant is applied to a scratch copy of the checkout (``HEAD``; refused with
@@ -79,31 +81,44 @@ from cosmic_ray.work_item import WorkResult, WorkerOutcome
 db, keep, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 _signatures = {}
 
+def _span(node):
+    return ((node.lineno, node.col_offset), (node.end_lineno, node.end_col_offset))
+
 def signature_spans(path):
-    # Per function: (start, end) of its signature, and the spans of its defaults inside.
+    # Per function: (start, end) of its signature, and the spans of its defaults inside;
+    # then the annotations never evaluated: of local variables, and of the fields of
+    # dataclasses (a pydantic model's are evaluated, and stay).
     if path not in _signatures:
         spans = []
-        for node in ast.walk(ast.parse(Path(path).read_text())):
+        tree = ast.parse(Path(path).read_text())
+        for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 start = (node.lineno, node.col_offset)
                 end = (node.body[0].lineno, node.body[0].col_offset)
-                defaults = [
-                    ((d.lineno, d.col_offset), (d.end_lineno, d.end_col_offset))
-                    for d in (*node.args.defaults, *node.args.kw_defaults)
-                    if d is not None
-                ]
+                defaults = [_span(d) for d in (*node.args.defaults, *node.args.kw_defaults)
+                            if d is not None]
                 spans.append((start, end, defaults))
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.AnnAssign):
+                        spans.append((*_span(inner.annotation), []))
+            elif isinstance(node, ast.ClassDef) and any(
+                "dataclass" in ast.unparse(d) for d in node.decorator_list
+            ):
+                for item in node.body:
+                    if isinstance(item, ast.AnnAssign):
+                        spans.append((*_span(item.annotation), []))
         _signatures[path] = spans
     return _signatures[path]
 
 def in_signature(mutation):
-    # A mutant in a def's annotations or its * and / markers changes nothing that runs:
-    # annotations are never evaluated here (PEP 563), and every call site names its
-    # keyword arguments. Defaults are code: they stay.
+    # A mutant in a def's annotations or its * and / markers, or in an annotation never
+    # evaluated, changes nothing that runs: annotations are not evaluated here (PEP 563)
+    # unless pydantic reads them, and every call site names its keyword arguments.
+    # Defaults are code: they stay.
     pos = tuple(mutation.start_pos)
     for start, end, defaults in signature_spans(str(mutation.module_path)):
-        if start <= pos < end:
-            return not any(d0 <= pos < d1 for d0, d1 in defaults)
+        if start <= pos < end and not any(d0 <= pos < d1 for d0, d1 in defaults):
+            return True
     return False
 
 def key(item):
