@@ -232,3 +232,11 @@ def test_to_helm_values_carries_tenants() -> None:
     back = parse_config(app_args(render(values))["config"]).auth
     assert [key.tenant for key in back.api_keys] == ["acme", None]
     assert [key.dynamic_context for key in back.api_keys] == [None, DynamicContextSettings()]
+
+
+def test_an_umbrella_charts_global_values_pass_the_schema() -> None:
+    """As a subchart, the chart receives the parent's ``global`` section: a schema that
+    refuses unknown keys must take that one (it failed before)."""
+    with helm.Chart.load(str(CHART_DIR)) as chart:
+        chart.validate_schema(_with(**{"global": {"imageRegistry": "registry.example"}}))
+    assert "globals" in _rejection(_with(**{"globals": {}})), "other unknown keys still fail"

@@ -80,6 +80,10 @@ _WORKER_GROUP = _obj(
 )
 
 CHART_SECTIONS: dict[str, dict[str, Any]] = {
+    "global": _k8s(
+        "What an umbrella chart shares with its subcharts (Helm's `global`); this chart "
+        "reads none of it, but takes it, so it can be a subchart."
+    ),
     "nameOverride": _str("Replaces the chart name in resource names.", maxLength=40),
     "fullnameOverride": _str("Replaces release-chart in resource names.", maxLength=40),
     "image": _obj(
