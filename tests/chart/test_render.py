@@ -193,3 +193,52 @@ def test_every_ray_pod_gets_the_configured_data_plane(gateway: dict[str, Any]) -
         for container in spec["containers"]:
             env = {e["name"]: e.get("value") for e in container.get("env", [])}
             assert {name: env.get(name) for name in expected} == expected
+
+
+_PLATFORM_VALUES: dict[str, Any] = {
+    # OpenShift's restricted policy assigns user and group: the chart must not pin them.
+    "podSecurityContext": {"runAsUser": None, "runAsGroup": None, "fsGroup": None},
+    "serviceAccount": {"name": "firstlight-irsa", "automountToken": True},
+    "priorityClassName": "inference-high",
+    "topologySpreadConstraints": [
+        {
+            "maxSkew": 1,
+            "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "firstlight"}},
+        }
+    ],
+    "extraVolumes": [{"name": "ca-bundle", "configMap": {"name": "corporate-ca"}}],
+    "extraVolumeMounts": [{"name": "ca-bundle", "mountPath": "/etc/ssl/corporate"}],
+}
+
+
+def test_a_platform_teams_pod_settings_reach_every_ray_pod() -> None:
+    """Service account (IRSA, Pod Identity), priority, topology spread, extra volumes and
+    a security context without pinned users (OpenShift) — on the head and every worker
+    group, and the RayService still validates against its CRD."""
+    rendered = render(_PLATFORM_VALUES)
+    ray_pods = [(n, s) for n, s in pod_specs(rendered) if n.startswith("ray-")]
+    assert len(ray_pods) >= 2
+    for name, spec in ray_pods:
+        assert spec["serviceAccountName"] == "firstlight-irsa", name
+        assert spec["automountServiceAccountToken"] is True, name
+        assert spec["priorityClassName"] == "inference-high", name
+        assert spec["topologySpreadConstraints"] == _PLATFORM_VALUES["topologySpreadConstraints"]
+        context = spec["securityContext"]
+        assert context["runAsNonRoot"] is True, name
+        assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(context), name
+        assert {"name": "ca-bundle", "configMap": {"name": "corporate-ca"}} in spec["volumes"]
+        (container,) = spec["containers"]
+        assert {"name": "ca-bundle", "mountPath": "/etc/ssl/corporate"} in container["volumeMounts"]
+    errors = list(crd_validator("RayService", strict=True).iter_errors(rendered.one("RayService")))
+    assert not errors, [e.message for e in errors]
+
+
+def test_by_default_no_token_is_mounted_and_users_are_pinned() -> None:
+    for name, spec in pod_specs(render()):
+        if not name.startswith("ray-"):
+            continue
+        assert spec["automountServiceAccountToken"] is False, name
+        assert "serviceAccountName" not in spec, name
+        assert spec["securityContext"]["runAsUser"] == 1000, name

@@ -139,14 +139,21 @@ applications:
 
 {{/* Pod-level settings shared by the head and every worker group. */}}
 {{- define "firstlight.podSpecCommon" -}}
-automountServiceAccountToken: false
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
+{{- with .Values.serviceAccount.name }}
+serviceAccountName: {{ . }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.podSecurityContext }}
 securityContext:
-  runAsNonRoot: true
-  runAsUser: 1000
-  runAsGroup: 100
-  fsGroup: 100
-  seccompProfile:
-    type: RuntimeDefault
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- with .Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
@@ -199,16 +206,19 @@ volumes:
   - name: dshm
     emptyDir:
       medium: Memory
+  {{- with .Values.extraVolumes }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end -}}
 
 {{/* Container-level settings shared by the head and every worker group. */}}
 {{- define "firstlight.containerCommon" -}}
 image: {{ include "firstlight.image" . }}
 imagePullPolicy: {{ .Values.image.pullPolicy }}
+{{- with .Values.containerSecurityContext }}
 securityContext:
-  allowPrivilegeEscalation: false
-  capabilities:
-    drop: [ALL]
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 env:
   # Block hashes of hints and of vLLM's prefix cache derive from this seed: every pod
   # of every region must share it (hints.hash_seed).
@@ -262,6 +272,9 @@ volumeMounts:
   {{- end }}
   - name: dshm
     mountPath: /dev/shm
+  {{- with .Values.extraVolumeMounts }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end -}}
 
 {{- define "firstlight.podMetadata" -}}

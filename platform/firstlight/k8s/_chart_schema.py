@@ -84,6 +84,20 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         "What an umbrella chart shares with its subcharts (Helm's `global`); this chart "
         "reads none of it, but takes it, so it can be a subchart."
     ),
+    "podSecurityContext": _k8s(
+        "Security context of every Ray pod (null a key to drop it, e.g. runAsUser where "
+        "the platform assigns users)."
+    ),
+    "containerSecurityContext": _k8s("Security context of every Ray container."),
+    "serviceAccount": _obj(
+        "The Ray pods' service account.",
+        name=_str("Service account name; empty: the namespace's default."),
+        automountToken=_bool("Mount the service account's token in the Ray pods."),
+    ),
+    "priorityClassName": _str("PriorityClass of the Ray pods; empty: none."),
+    "topologySpreadConstraints": _k8s("Topology spread constraints of every Ray pod.", "array"),
+    "extraVolumes": _k8s("Extra volumes of every Ray pod.", "array"),
+    "extraVolumeMounts": _k8s("Where every Ray container mounts the extra volumes.", "array"),
     "nameOverride": _str("Replaces the chart name in resource names.", maxLength=40),
     "fullnameOverride": _str("Replaces release-chart in resource names.", maxLength=40),
     "image": _obj(
