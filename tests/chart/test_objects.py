@@ -514,3 +514,18 @@ def test_a_region_with_peers_needs_the_shared_peer_secret() -> None:
         render(without)
     alone = render({})  # no peers: no peer key, nothing mounted
     assert "peer_secret" not in app_args(alone)["config"]["auth"]
+
+
+def test_the_in_chart_store_is_valkey_and_still_runs_a_redis_image() -> None:
+    """Valkey (BSD) by default; the pod runs whichever server binary the image has, so a
+    Redis image set in redis.image works the same."""
+    (sts,) = render().of_kind("StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    assert container["image"].startswith("valkey/valkey:")
+    assert "$(command -v valkey-server || command -v redis-server)" in container["args"][0]
+    probe = container["readinessProbe"]["exec"]["command"][2]
+    assert "$(command -v valkey-cli || command -v redis-cli)" in probe
+    (other,) = render({"redis": {"image": {"repository": "redis", "tag": "7.4.2-alpine"}}}).of_kind(
+        "StatefulSet"
+    )
+    assert other["spec"]["template"]["spec"]["containers"][0]["image"] == "redis:7.4.2-alpine"
