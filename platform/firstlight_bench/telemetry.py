@@ -17,6 +17,7 @@ a test holds ``docs/observability.md`` to the stored report.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import shlex
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"per request: metrics on {cost['metrics_on']:.1f} µs, off {cost['metrics_off']:.1f} µs")
     for replicas, ms in report["render_ms"].items():
         print(f"/metrics render, {replicas:>3} replicas: {ms:.2f} ms")
+    print(json.dumps(report, indent=2))
     if args.out is not None:
         store_section(report, args.out, args.page, markers, render_markdown)
     return 0

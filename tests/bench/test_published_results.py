@@ -19,7 +19,17 @@ RUNS = sorted(
     for p in BENCHMARKS.glob(pattern)
     # Micro-benchmarks' reports, not run folders (their own tests hold their pages).
     if p.parent.name
-    not in ("decision", "route-share", "offload-sim", "index-faults", "faults", "data-path")
+    not in (
+        "decision",
+        "route-share",
+        "offload-sim",
+        "index-faults",
+        "faults",
+        "data-path",
+        "telemetry",
+        "mutation",
+        "test-suite",
+    )
     and not p.parent.name.startswith(
         (
             "serving-",
