@@ -209,9 +209,7 @@ class SimRegion:
             self.fresh_views()
             ticket = state.admit(view, estimate=False)
         began = time.perf_counter_ns()
-        local = ticket.estimate
-        cached_tokens = local.winner.cached_blocks * view.block_size if local is not None else 0
-        decision = ticket.commit(max(view.prompt_tokens - cached_tokens, 1))
+        decision = ticket.commit()
         assert decision is not None, "routed only in a region with replicas"
         replica = decision.winner.replica_id
         ticket.routed(replica)

@@ -611,3 +611,14 @@ def test_a_summary_without_replicas_predicts_nothing() -> None:
     summary = state.summary()
     assert (summary.healthy_replicas, summary.predicted_wait_ms) == (0, 0.0)
     assert summary.prefill_ms_per_token == 0.0
+
+
+def test_a_committed_ticket_queues_only_the_prefill_its_estimate_does_not_find_cached() -> None:
+    clock = FakeClock()
+    mirror = HintMirror(ttl_s=60.0, clock=clock)
+    mirror.apply(BlockEvent("a", 0, stored=(1, 2), removed=()))
+    state = RouterState(REGION, MODEL, _firstlight(clock), cache=mirror, clock=clock)
+    state.set_replicas({"a": _replica("a")})
+    ticket = state.admit(_request("q1", 100, blocks=(1, 2, 3)))  # 64 of 100 tokens cached
+    ticket.commit()
+    assert state.unrouted == {"q1": 100 - 64}

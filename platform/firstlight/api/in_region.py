@@ -190,8 +190,7 @@ class LocalServer:
         started = time.monotonic()
         state = self.backend.state(name)
         if ticket is not None:
-            cached = local.winner.cached_blocks * prepared.routing.block_size if local else 0
-            ticket.commit(max(prepared.routing.prompt_tokens - cached, 1))
+            ticket.commit()
         chunks = self.backend.stream(
             name, prepared.openai or prepared.generation, prepared.routing, inject(span)
         )

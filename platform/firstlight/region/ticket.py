@@ -42,11 +42,16 @@ class Ticket:
     def predicted_ttft_ms(self) -> float | None:
         return None if self.estimate is None else self.estimate.winner.predicted_ttft_ms
 
-    def commit(self, prefill_tokens: int) -> Decision | None:
-        """Serve the request here: its ``prefill_tokens`` count as queued work until it
-        is routed, and its decision is recorded — the estimate itself when the policy is
-        the cost model (one run of it per request), else the policy's own choice."""
+    def commit(self, prefill_tokens: int | None = None) -> Decision | None:
+        """Serve the request here: its ``prefill_tokens`` (default: the prompt's tokens
+        the estimate does not find cached, at least one) count as queued work until it is
+        routed, and its decision is recorded — the estimate itself when the policy is the
+        cost model (one run of it per request), else the policy's own choice."""
         state = self.state
+        if prefill_tokens is None:
+            request, local = self.request, self.estimate
+            cached = local.winner.cached_blocks * request.block_size if local else 0
+            prefill_tokens = max(request.prompt_tokens - cached, 1)
         state.dispatched(self.request.request_id, prefill_tokens)
         if state.estimator is state.policy and self.estimate is not None:
             state.record_decision(self.request, self.estimate, self.estimate_s)
