@@ -251,3 +251,124 @@ async def test_a_short_body_is_prepared_inline() -> None:
     )
     await preparer.prepare_off_loop("chat", _body("sim-m"))
     assert encoder.thread == threading.current_thread().name
+
+
+LIMITED = parse_config(
+    {
+        "models": [{"name": "m", "engine": "sim", "max_model_len": 64}],
+        "gateway": {"max_messages": 3, "max_prompt_tokens": 40, "max_output_tokens": 20},
+    },
+    "test",
+)
+
+
+def _limited() -> RequestPreparer:
+    [model] = LIMITED.models
+    return RequestPreparer(
+        LIMITED, {"m": SimPromptEncoder()}, {"m": HashScheme.for_model(model, LIMITED.hints)}
+    )
+
+
+def _completion(prompt: list[int] | str, **fields: Any) -> bytes:
+    return json.dumps({"model": "m", "prompt": prompt, **fields}).encode()
+
+
+def _refusal(kind: Any, body: bytes, preparer: RequestPreparer | None = None) -> BadRequestError:
+    with pytest.raises(BadRequestError) as caught:
+        (preparer or _limited()).prepare(kind, body)
+    return caught.value
+
+
+def test_messages_up_to_the_gateways_bound_are_accepted_and_one_more_refused() -> None:
+    message = {"role": "user", "content": "x"}
+    three = _limited().prepare("chat", _body("m", messages=[message] * 3))
+    assert three.routing.prompt_tokens > len(SimPromptEncoder().chat([]))
+    refused = _refusal("chat", _body("m", messages=[message] * 4))
+    assert refused.param == "messages"
+    assert "4 messages; at most 3" in str(refused)
+    assert "gateway.max_messages" in str(refused)
+
+
+@pytest.mark.parametrize(("kind", "param"), [("chat", "messages"), ("text", "prompt")])
+def test_a_prompt_over_the_gateways_token_bound_is_refused_naming_the_prompt(
+    kind: Any, param: str
+) -> None:
+    if kind == "chat":
+        # The sim template's tokens around the content: "<user>\n", "\n", "<assistant>\n".
+        overhead = len(
+            _limited()
+            .prepare("chat", _body("m", messages=_limited_messages("")))
+            .generation.prompt_token_ids
+        )
+        at, over = (
+            _body("m", messages=_limited_messages("x" * (40 - overhead))),
+            _body("m", messages=_limited_messages("x" * (41 - overhead))),
+        )
+    else:
+        at, over = _completion([7] * 40, max_tokens=1), _completion([7] * 41, max_tokens=1)
+    assert _limited().prepare(kind, at).routing.prompt_tokens == 40
+    refused = _refusal(kind, over)
+    assert refused.param == param
+    assert refused.code == "context_length_exceeded"
+    assert "41 tokens; at most 40" in str(refused)
+
+
+def _limited_messages(content: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": content}]
+
+
+def test_max_tokens_up_to_the_gateways_output_bound_is_accepted_and_one_more_refused() -> None:
+    accepted = _limited().prepare("text", _completion([7] * 4, max_tokens=20))
+    assert accepted.generation.sampling.max_tokens == 20
+    refused = _refusal("text", _completion([7] * 4, max_tokens=21))
+    assert refused.param == "max_tokens"
+    assert "gateway.max_output_tokens" in str(refused)
+
+
+def test_without_max_tokens_the_output_gets_the_room_left_down_to_one_token() -> None:
+    wide = parse_config({"models": [{"name": "m", "engine": "sim", "max_model_len": 64}]}, "test")
+    [model] = wide.models
+    preparer = RequestPreparer(
+        wide, {"m": SimPromptEncoder()}, {"m": HashScheme.for_model(model, wide.hints)}
+    )
+
+    def room(prompt_tokens: int) -> bytes:  # max_tokens null: the room left decides
+        return _completion([7] * prompt_tokens, max_tokens=None)
+
+    assert preparer.prepare("text", room(60)).generation.sampling.max_tokens == 4
+    assert preparer.prepare("text", room(63)).generation.sampling.max_tokens == 1
+    refused = _refusal("text", room(64), preparer)
+    assert refused.param == "prompt"
+    assert refused.code == "context_length_exceeded"
+    assert "maximum context length is 64 tokens; the prompt has 64 tokens and 1 more" in str(
+        refused
+    )
+    chat = _refusal("chat", _body("m", messages=_limited_messages("x" * 64)), preparer)
+    assert chat.param == "messages"
+    # The output bound caps the room: 20 tokens, not the 60 the context leaves.
+    capped = _limited().prepare("text", _completion([7] * 4, max_tokens=None))
+    assert capped.generation.sampling.max_tokens == 20
+
+
+def test_a_requests_id_says_its_kind() -> None:
+    assert _limited().prepare("chat", _body("m")).generation.request_id.startswith("chatcmpl-")
+    completion = _limited().prepare("text", _completion("hi")).generation.request_id
+    assert completion.startswith("cmpl-")
+
+
+def test_token_ids_run_to_the_last_id_of_the_vocabulary() -> None:
+    last = SimPromptEncoder.vocabulary - 1
+    assert _limited().prepare("text", _completion([0, last])).routing.prompt_tokens == 2
+    refused = _refusal("text", _completion([0, last + 1]))
+    assert refused.param == "prompt"
+    assert f"token id {last + 1} is outside the model's vocabulary (0 to {last})" in str(refused)
+    assert _refusal("text", _completion([-1])).param == "prompt"
+
+
+def test_a_text_model_on_the_embeddings_route_names_the_models_that_embed() -> None:
+    refused = _refusal(
+        "embeddings",
+        json.dumps({"model": "gen", "input": "x"}).encode(),
+        _embedding_preparer(),
+    )
+    assert "(here: emb)" in str(refused)
