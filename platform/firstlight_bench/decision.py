@@ -1,6 +1,6 @@
 """Decision-time micro-benchmark of the routing policies, and hint-mirror memory.
 
-Run ``firstlight bench decision`` (``python -m firstlight_bench.decision``; options:
+Run ``firstlight bench decision`` (options:
 ``--replicas 8,64,256 --blocks 256 --requests 2000 --runs 5 --seed 0 --policies
 firstlight,least_queue --clock wall|cpu --out FOLDER --page PAGE``). Prints JSON:
 ``decision_us[replicas][policy] = {p50, p99, p99_min, p99_max}`` — the time of
@@ -25,29 +25,37 @@ memory term too.
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import random
-import shlex
 import statistics
 import sys
 import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
 
 from firstlight.hints import BlockEvent, HintMirror
 from firstlight.quantiles import percentile
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy, policy_names
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    SeedOption,
+    command_line,
+    csv_ints,
+    page_needs_out,
+)
 from firstlight_bench.results import cpu_model, git_commit, short_commit
 
 __all__ = [
     "BEGIN",
     "END",
-    "main",
+    "app",
     "measure_decisions",
     "measure_mirror_memory",
     "render_table",
@@ -207,62 +215,67 @@ def replace_table(page: str, table: str) -> str:
     return replace_tables(page, table, begin=BEGIN, end=END)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Parse options, run the measurements, print and return the JSON report (and store
-    it and regenerate the page's table, with ``--out`` and ``--page``)."""
+class Clock(StrEnum):
+    """Which clock times a decision: the wall clock, or the thread's CPU time (which a
+    machine shared with other work does not inflate by preempting the benchmark)."""
 
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.decision")
-    parser.add_argument("--replicas", default="8,64,256", help="comma-separated counts")
-    parser.add_argument("--blocks", type=int, default=256, help="blocks per prompt")
-    parser.add_argument("--requests", type=int, default=2000, help="decisions per point")
-    parser.add_argument("--runs", type=int, default=5, help="repeats per point (medians)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--policies", default=",".join(policy_names()))
-    parser.add_argument("--clock", choices=sorted(_CLOCKS), default="wall")
-    parser.add_argument("--out", type=Path, help="store the report as OUT/results.json")
-    parser.add_argument("--page", type=Path, help="rewrite this page's table from --out")
-    args = parser.parse_args(argv)
-    if args.page is not None and args.out is None:
-        parser.error("--page needs --out (the table is made from the stored report)")
-    if args.runs < 1:
-        parser.error(f"--runs must be at least 1, got {args.runs}")
-    policies = [p for p in args.policies.split(",") if p]
-    unknown = sorted(set(policies) - set(policy_names()))
+    WALL = "wall"
+    CPU = "cpu"
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def decision(
+    replicas: Annotated[str, typer.Option(help="Comma-separated replica counts.")] = "8,64,256",
+    blocks: Annotated[int, typer.Option(min=1, help="Blocks per prompt.")] = 256,
+    requests: Annotated[int, typer.Option(min=1, help="Decisions per point.")] = 2000,
+    runs: Annotated[int, typer.Option(min=1, help="Repeats per point (medians).")] = 5,
+    seed: SeedOption = 0,
+    policies: Annotated[
+        str, typer.Option(help="Comma-separated policies (default: every registered one).")
+    ] = "",
+    clock: Annotated[Clock, typer.Option(help="What times a decision.")] = Clock.WALL,
+    out: OutOption = None,
+    page: PageOption = None,
+) -> None:
+    """Decision time of the routing policies at each replica count, and hint-mirror
+    memory: prints the JSON report, stores it with --out, rewrites --page's table."""
+    page_needs_out(out, page)
+    chosen = [p for p in policies.split(",") if p] or policy_names()
+    unknown = sorted(set(chosen) - set(policy_names()))
     if unknown:
-        parser.error(f"unknown policies {', '.join(unknown)}; known: {', '.join(policy_names())}")
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+        raise typer.BadParameter(
+            f"unknown policies {', '.join(unknown)}; known: {', '.join(policy_names())}",
+            param_hint="--policies",
+        )
+    counts = csv_ints(replicas, "--replicas")
     report: dict[str, Any] = {
         "meta": {
-            "command": f"firstlight bench decision {argv_text}".strip(),
+            "command": command_line(),
             "git_commit": git_commit(),
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "python": sys.version.split()[0],
             "machine": platform.machine(),
             "cpu": cpu_model(),
-            "clock": args.clock,
-            "blocks_per_prompt": args.blocks,
+            "clock": clock.value,
+            "blocks_per_prompt": blocks,
             "block_size": _BLOCK_SIZE,
-            "requests_per_point": args.requests,
-            "runs": args.runs,
-            "seed": args.seed,
+            "requests_per_point": requests,
+            "runs": runs,
+            "seed": seed,
         },
         "decision_us": {
-            str(n): measure_decisions(
-                n, args.blocks, args.requests, args.seed, policies, _CLOCKS[args.clock], args.runs
-            )
-            for n in (int(x) for x in args.replicas.split(","))
+            str(n): measure_decisions(n, blocks, requests, seed, chosen, _CLOCKS[clock.value], runs)
+            for n in counts
         },
-        "mirror_bytes_per_million_entries": measure_mirror_memory(seed=args.seed),
+        "mirror_bytes_per_million_entries": measure_mirror_memory(seed=seed),
     }
     text = json.dumps(report, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(text + "\n")
-    if args.page is not None:
-        args.page.write_text(replace_table(args.page.read_text(), render_table(report)))
-    return report
-
-
-if __name__ == "__main__":
-    main()
+    typer.echo(text)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(text + "\n")
+    if page is not None:
+        page.write_text(replace_table(page.read_text(), render_table(report)))

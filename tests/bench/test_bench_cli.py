@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
@@ -207,3 +208,27 @@ def test_an_unknown_preset_is_named() -> None:
     assert "preset" in result.stderr
     assert "llmd-b2b-saas" in result.stderr
     assert "Traceback" not in result.output
+
+
+def test_listing_the_bench_commands_imports_no_measurement_tool() -> None:
+    """``firstlight bench --help`` names every tool from its one-line help; a tool's
+    module (and what it imports) loads only when that tool runs."""
+    from firstlight_bench.cli import _TOOLS
+
+    script = (
+        "import json, sys\n"
+        "from typer.testing import CliRunner\n"
+        "from firstlight.cli import app\n"
+        "result = CliRunner().invoke(app, ['bench', '--help'], env={'COLUMNS': '240'})\n"
+        "assert result.exit_code == 0, result.output\n"
+        "print(result.output)\n"
+        "print('LOADED', json.dumps([m for m in sys.modules if m.startswith('firstlight_bench.')]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    help_text, loaded = done.stdout.rsplit("LOADED", 1)
+    for name in _TOOLS:
+        assert f" {name} " in help_text, name
+    tools = {f"firstlight_bench.{name.replace('-', '_')}" for name in _TOOLS}
+    assert not tools & set(json.loads(loaded)), loaded

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.decision import BEGIN, END, main, render_table, replace_table
+from firstlight_bench.decision import BEGIN, END, render_table, replace_table
+from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
@@ -30,17 +31,16 @@ def test_the_stored_report_is_from_a_clean_commit_at_8_64_and_256_replicas() -> 
     assert {"firstlight", "llmd_sticky", "dynamo_kv"} <= set(report["decision_us"]["64"])
 
 
-def test_a_run_stores_its_report_and_rewrites_the_page(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_run_stores_its_report_and_rewrites_the_page(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(f"before\n{BEGIN}\nold\n{END}\nafter\n")
     argv = ["--replicas", "4", "--requests", "30", "--policies", "firstlight,least_queue"]
     argv += ["--runs", "3", "--clock", "cpu", "--out", str(tmp_path / "run"), "--page", str(page)]
-    report = main(argv)
-    assert json.loads(capsys.readouterr().out) == report
+    result = run_bench("decision", *argv)
+    assert result.exit_code == 0, result.output
     stored = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert stored == report
+    assert json.loads(result.stdout) == stored
+    assert stored["meta"]["command"].startswith("firstlight bench decision --replicas 4")
     assert stored["meta"]["clock"] == "cpu"
     assert stored["meta"]["command"].endswith("--page " + str(page))
     row = stored["decision_us"]["4"]
@@ -63,16 +63,15 @@ def test_a_run_stores_its_report_and_rewrites_the_page(
     [
         (["--page", "x.md"], "--page needs --out"),
         (["--policies", "firstlight,fastest"], "unknown policies fastest"),
-        (["--runs", "0"], "--runs must be at least 1, got 0"),
+        (["--runs", "0"], "'--runs'"),
+        (["--replicas", "8,x"], "--replicas"),
+        (["--clock", "sundial"], "'--clock'"),
     ],
 )
-def test_bad_options_are_refused_by_name(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    assert exc.value.code == 2
-    assert message in capsys.readouterr().err
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("decision", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
 
 
 def test_a_page_without_markers_is_refused() -> None:
