@@ -1,8 +1,9 @@
 """The day of a stored W6 run, hour by hour, as a picture: ``day_load<L>.png`` in the run's
 folder, one per load, for the benchmarks page.
 
-``python -m firstlight_bench.day_plot RUN_FOLDER`` reads ``RUN_FOLDER/results.json`` (a
-run whose points carry ``day``: :mod:`firstlight_bench.day`) and draws, for the first
+:func:`plot_run` is called by the run writer (:mod:`firstlight_bench.report`) whenever it
+writes or redraws a run: for a run whose points carry ``day`` (:mod:`firstlight_bench.day`;
+W6) it reads the folder's ``results.json`` and draws, for the first
 seed, three panels: each client region's TTFT p90 per hour under ``firstlight`` (solid)
 and ``firstlight_local`` (dashed), the share of each region's requests ``firstlight``
 served elsewhere, and where those went (requests per destination region, stacked). The
@@ -12,7 +13,6 @@ Agg canvas, as in :mod:`firstlight_bench.plots`.
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -95,7 +95,8 @@ def plot_day(points: list[dict[str, Any]], load: float, path: Path, title: str) 
 
 
 def plot_run(folder: Path) -> list[Path]:
-    """Draw every load of the run in ``folder``; returns the files written."""
+    """Draw every load of the run stored in ``folder`` that has a ``firstlight`` day;
+    returns the files written (none for a run without days)."""
     data = json.loads((folder / "results.json").read_text())
     meta, points = data["meta"], data["points"]
     written = []
@@ -108,14 +109,3 @@ def plot_run(folder: Path) -> list[Path]:
         if plot_day(points, load, path, title):
             written.append(path)
     return written
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="a run folder with results.json")
-    for path in plot_run(parser.parse_args(argv).folder):
-        print(path)
-
-
-if __name__ == "__main__":
-    main()

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from firstlight_bench.day_plot import plot_run
 from firstlight_bench.plots import (
     plot_fraction,
     plot_ttft,
@@ -39,7 +40,8 @@ def write_run(
     slo: Slo = DEFAULT_SLOS[0],
 ) -> dict[str, Path]:
     """Validate the run, then write ``results.json`` (points sorted by arm, then load),
-    ``report.md`` and the plots into ``out_dir`` (created if missing).
+    ``report.md`` and the plots into ``out_dir`` (created if missing); a run of a day
+    (W6) gets its hour-by-hour pictures too (:func:`~firstlight_bench.day_plot.plot_run`).
 
     ``slo`` is the pair whose TTFT bounds the "highest load within SLO" table. Returns the
     written paths keyed ``results``, ``report``, ``ttft_vs_load``, ``hit_rate_vs_load``
@@ -64,6 +66,7 @@ def write_run(
     shown: list[Point] = [*mean_points(ordered)] if seeded else ordered
     paths["report"].write_text(_markdown(meta, ordered, shown, slo, paths))
     _plot(meta, shown, slo, paths)
+    plot_run(out_dir)  # a day's run (W6): its hours too
     return paths
 
 
@@ -79,6 +82,7 @@ def replot(out_dir: Path, *, slo: Slo = DEFAULT_SLOS[0]) -> None:
     shown: list[Point] = [*mean_points(ordered)] if seeded else ordered
     paths = {key: out_dir / f"{key}.png" for key in _PLOTS}
     _plot(data["meta"], shown, slo, paths)
+    plot_run(out_dir)
 
 
 _PLOTS = ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load")

@@ -94,6 +94,8 @@ def test_a_w6_run_stores_its_day_and_the_page_reads_it(tmp_path: Path) -> None:
         params={"period_s": period, "system_tokens": 256, "groups": 4},
     )
     data = json.loads((tmp_path / "results.json").read_text())
+    # The run writer drew the day's picture with the run (no separate step to forget).
+    assert (tmp_path / "day_load0.6.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     config = data["meta"]["config"]
     assert (config["day_s"], config["capacity_arm"]) == (period, "cache_aware")
     expected = round(0.6 * config["capacity_rps"] * period)  # one day at the load's rate
