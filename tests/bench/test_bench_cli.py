@@ -213,7 +213,7 @@ def test_an_unknown_preset_is_named() -> None:
 def test_listing_the_bench_commands_imports_no_measurement_tool() -> None:
     """``firstlight bench --help`` names every tool from its one-line help; a tool's
     module (and what it imports) loads only when that tool runs."""
-    from firstlight_bench.cli import _TOOLS
+    from firstlight_bench.tools import TOOLS
 
     script = (
         "import json, sys\n"
@@ -228,7 +228,7 @@ def test_listing_the_bench_commands_imports_no_measurement_tool() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
     help_text, loaded = done.stdout.rsplit("LOADED", 1)
-    for name in _TOOLS:
+    for name in TOOLS:
         assert f" {name} " in help_text, name
-    tools = {f"firstlight_bench.{name.replace('-', '_')}" for name in _TOOLS}
+    tools = {f"firstlight_bench.{name.replace('-', '_')}" for name in TOOLS}
     assert not tools & set(json.loads(loaded)), loaded
