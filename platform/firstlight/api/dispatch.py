@@ -22,7 +22,8 @@ from opentelemetry import trace
 
 from firstlight.api.forward import PeerForwarder
 from firstlight.api.in_region import RETRY_AFTER_S as _RETRY_AFTER_S
-from firstlight.api.in_region import Elsewhere, LocalBackend, LocalServer, Prepared
+from firstlight.api.in_region import LocalBackend, LocalServer, Prepared
+from firstlight.api.mid_stream import Elsewhere
 from firstlight.api.migration import Attempts
 from firstlight.api.streams import ReplicaFailedError, Stream
 from firstlight.config import PlatformConfig

@@ -5,7 +5,8 @@ for every request the region decision keeps here (and every request a peer forwa
 it sends the request through the model's request router, waits for the first token
 (bounded by ``gateway.first_token_timeout_s``), records the route and its explanation,
 then streams server-sent events or collects a JSON body. A replica that fails after
-output started is resumed on another one (:mod:`firstlight.api.migration`).
+output started is resumed on another one, or in a peer region
+(:mod:`firstlight.api.mid_stream`).
 """
 
 from __future__ import annotations
@@ -13,14 +14,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from firstlight.api.advice import prompt_sample, with_usage
-from firstlight.api.migration import Attempts, continuation, merged_usage
+from firstlight.api.mid_stream import Elsewhere, MidStreamResumer
+from firstlight.api.mid_stream import finish as _finish
+from firstlight.api.migration import Attempts, merged_usage
 from firstlight.api.rendered import rendered_body, rendered_events
 from firstlight.api.responses import (
     DONE_EVENT,
@@ -32,11 +35,9 @@ from firstlight.api.responses import (
     stream_chunk,
 )
 from firstlight.api.streams import (
-    ReplicaFailedError,
     Stream,
     aclose,
     as_api_error,
-    cause,
     first_chunk,
     next_chunk,
 )
@@ -70,11 +71,6 @@ _Stream = AsyncIterator[ServedBy | GenerationChunk | RenderedChunk]
 TOKENS_FIELD = "firstlight_token_ids"
 """Chunk field of a stream served for a peer gateway: the chunk's output token ids
 (:mod:`firstlight.api.resume`)."""
-
-Elsewhere = Callable[[tuple[int, ...]], Awaitable[tuple[Stream, GenerationChunk] | None]]
-"""Continues a request in a peer region after the given output tokens: the peer's
-stream and its first chunk, or ``None`` when no peer could (bound per request by the
-gateway to :meth:`~firstlight.api.forward.PeerForwarder.continue_stream`)."""
 
 
 class LocalBackend(Protocol):
@@ -164,6 +160,7 @@ class LocalServer:
         self.telemetry = telemetry
         self._schemes = schemes
         self._hot = hot
+        self._resumer = MidStreamResumer(config, region, backend, telemetry, schemes)
 
     async def serve(
         self,
@@ -345,117 +342,6 @@ class LocalServer:
         explanation = routed.decision.explain().encode("ascii", "replace").decode()
         return _RouteInfo(route, self.region, chosen.replica_id, terms_ms, explanation)
 
-    async def _resume(
-        self,
-        prepared: Prepared,
-        generated: list[int],
-        failed: Stream,
-        exc: Exception,
-        attempts: Attempts,
-        elsewhere: Elsewhere | None,
-        ticket: Ticket | None,
-    ) -> tuple[Stream, GenerationChunk, Ticket | None]:
-        """Continue a request whose replica (or peer) failed after ``generated`` tokens
-        (:mod:`firstlight.api.migration`): on another replica here while the region has a
-        healthy one and attempts are left, else in a peer region through ``elsewhere``
-        (:mod:`firstlight.api.resume`); return the new stream and its first chunk. With no
-        healthy replica and no peer that answers, a last local attempt waits for a
-        replacement. Raises ``exc`` when migration is off, :class:`NoCapacityError` when
-        the attempts are used up."""
-        name = prepared.model.name
-        _finish(ticket)
-        await aclose(failed)
-        if not self.config.gateway.stream_migration or not getattr(exc, "resumable", True):
-            raise exc  # (a peer's stream without token ids cannot be continued exactly)
-        reason = f"{type(cause(exc)).__name__}: {cause(exc)}"
-        tried_peers = False
-        while attempts.another(reason):
-            if elsewhere is not None and not tried_peers and not self._healthy(name):
-                tried_peers = True
-                moved = await self._elsewhere(prepared, generated, elsewhere, attempts, reason)
-                if moved is not None:
-                    return (*moved, None)
-            resumed = await self._resume_here(prepared, generated, attempts, reason)
-            if isinstance(resumed, str):
-                reason = resumed
-                continue
-            return resumed
-        if elsewhere is not None and not tried_peers:  # the local attempts ran out
-            moved = await self._elsewhere(prepared, generated, elsewhere, attempts, reason)
-            if moved is not None:
-                return (*moved, None)
-        self.telemetry.migrated(name, "gave_up")
-        raise NoCapacityError(
-            f"the request failed mid-stream and could not be resumed: {attempts.summary()}"
-        ) from exc
-
-    def _healthy(self, model: str) -> bool:
-        state = self.backend.state(model)
-        return state is not None and state.healthy_replicas > 0
-
-    async def _elsewhere(
-        self,
-        prepared: Prepared,
-        generated: list[int],
-        elsewhere: Elsewhere,
-        attempts: Attempts,
-        reason: str,
-    ) -> tuple[Stream, GenerationChunk] | None:
-        """The request continued in a peer region, or ``None`` when none could."""
-        rid = prepared.generation.response_id
-        moved = await elsewhere(tuple(generated))
-        if moved is None:
-            return None
-        self.telemetry.migrated(prepared.model.name, "resumed_in_peer")
-        _log.warning(
-            "%s: %s resumed in a peer region after %d tokens (attempt %d): %s",
-            self.region,
-            rid,
-            len(generated),
-            attempts.used,
-            reason,
-        )
-        return moved
-
-    async def _resume_here(
-        self, prepared: Prepared, generated: list[int], attempts: Attempts, reason: str
-    ) -> tuple[Stream, GenerationChunk, Ticket | None] | str:
-        """One attempt to continue the request on a replica of this region: the new
-        stream, its first chunk and the continuation's ticket (its own decision,
-        committed here), or why it failed."""
-        name, rid = prepared.model.name, prepared.generation.response_id
-        self.telemetry.migrated(name, "resumed")
-        request, routing = continuation(prepared.generation, generated, self._schemes[name])
-        _log.warning(
-            "%s: %s resumed after %d tokens (attempt %d): %s",
-            self.region,
-            rid,
-            len(generated),
-            attempts.used,
-            reason,
-        )
-        state = self.backend.state(name)
-        ticket = state.admit(routing) if state is not None else None
-        if ticket is not None:
-            ticket.commit(routing.prompt_tokens)
-        chunks = self.backend.stream(name, request, routing, {})
-        try:
-            async with asyncio.timeout(self.config.gateway.first_token_timeout_s):
-                _, first = await first_chunk(chunks)
-        except (ReplicaFailedError, TimeoutError) as again:
-            _finish(ticket)
-            await aclose(chunks)
-            return str(again) or type(again).__name__
-        except BaseException:
-            _finish(ticket)
-            await aclose(chunks)
-            raise
-        if isinstance(first, GenerationChunk):  # always: a continuation is ours
-            return chunks, first, ticket
-        _finish(ticket)
-        await aclose(chunks)
-        return "the replica answered a continuation with rendered output"
-
     async def _collect(
         self,
         prepared: Prepared,
@@ -474,7 +360,7 @@ class LocalServer:
                 try:
                     chunk = await next_chunk(chunks)
                 except Exception as exc:
-                    chunks, chunk, ticket = await self._resume(
+                    chunks, chunk, ticket = await self._resumer.resume(
                         prepared, generated, chunks, exc, attempts, elsewhere, ticket
                     )
                 if chunk is not None:
@@ -535,7 +421,7 @@ class LocalServer:
                 try:
                     chunk = await next_chunk(chunks)
                 except Exception as exc:  # the replica failed: resume elsewhere, or raise
-                    chunks, chunk, ticket = await self._resume(
+                    chunks, chunk, ticket = await self._resumer.resume(
                         prepared, generated, chunks, exc, attempts, elsewhere, ticket
                     )
             if attempts.used > 1:
@@ -551,9 +437,3 @@ class LocalServer:
             _finish(ticket)
             await aclose(chunks)
         yield DONE_EVENT
-
-
-def _finish(ticket: Ticket | None) -> None:
-    """The request's leg in this region ended, any outcome: release its ticket."""
-    if ticket is not None:
-        ticket.finished()
