@@ -1,6 +1,7 @@
 """Which OpenAI / vLLM request features a server accepts and honours, side by side.
 
-Run ``firstlight bench features`` (``python -m firstlight_bench.features``):
+Run ``firstlight bench features`` (:func:`features`, the typer command of this module's
+``app``):
 
 * ``--url NAME=BASE_URL`` (repeatable) for servers already running (``BASE_URL`` is
   the OpenAI base URL, ``.../v1``), answering to ``--model`` (default: the default
@@ -16,7 +17,7 @@ Run ``firstlight bench features`` (``python -m firstlight_bench.features``):
   ``--tables-only --page PAGE`` rewrites every ``features:`` section of the page from
   the reports stored beside it (``<page's folder>/benchmarks/<name>/results.json``).
 
-Who calls what: :func:`main` starts the arms, runs
+Who calls what: :func:`features` starts the arms, runs
 :func:`~firstlight_bench.features_checks.check_server` on every server in turn, prints
 the table (:func:`~firstlight_bench.features_report.render_markdown`) and stores the
 :class:`~firstlight_bench.features_report.FeaturesReport`. A server that does not start
@@ -25,21 +26,21 @@ is recorded as an error on every feature; the others are still checked.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import importlib.metadata
 import os
 import platform
 import re
-import shlex
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Annotated
 
 import openai
+import typer
 
 from firstlight._ports import free_port
 from firstlight_bench.features_checks import FEATURES, BiasToken, check_server
@@ -52,11 +53,12 @@ from firstlight_bench.features_report import (
     render_markdown,
     render_stored,
 )
+from firstlight_bench.options import OutOption, PageOption, command_line, page_needs_out
 from firstlight_bench.peers import MODEL, platform_config, ray_arms, vllm_server
 from firstlight_bench.results import cpu_model, git_commit
 from firstlight_bench.suite import rewrite_sections, store_section
 
-__all__ = ["ARMS", "bias_token", "main", "rewrite_page"]
+__all__ = ["ARMS", "app", "bias_token", "rewrite_page"]
 
 ARMS = ("vllm_server", "firstlight")
 """The servers ``--arms`` can start, in the order they are checked."""
@@ -64,12 +66,13 @@ ARMS = ("vllm_server", "firstlight")
 _TOOL_CALL_ARGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
 _BIAS_WORDS = (" blue", " yes", " the")
 _NAME = re.compile(r"[\w.-]+")
+_ALL = ",".join(FEATURES)  # --features' default
 
 
 def bias_token(model_dir: Path) -> BiasToken | None:
     """The ``logit_bias`` check's token: the first of a few common words that the
     tokenizer in ``model_dir`` (``transformers``, local files only) encodes as one
-    token; ``None`` without a tokenizer there. Called by :func:`main`."""
+    token; ``None`` without a tokenizer there. Called by :func:`features`."""
     if not (model_dir / "tokenizer_config.json").is_file():
         return None
     from transformers import AutoTokenizer
@@ -105,10 +108,12 @@ def _arms(
     config = config.model_copy(update={"models": (model,)})
     model_dir = config.model_dir(model)
     if not (model_dir / "config.json").is_file():
-        raise SystemExit(
+        typer.echo(
             f"firstlight bench features: no model folder at {model_dir}: run "
-            "`firstlight prepare-model` (with --cache-dir as given here) first"
+            "`firstlight prepare-model` (with --cache-dir as given here) first",
+            err=True,
         )
+        raise typer.Exit(1)
     device = detect_device()
     dtype = str(engine_dtype(model, device, detect_cpu_features() if device == "cpu" else None))
     urls: dict[str, str] = {}
@@ -148,7 +153,7 @@ async def _check_all(
     timeout_s: float,
 ) -> list[ServerFeatures]:
     def progress(line: str) -> None:
-        print(line, file=sys.stderr)
+        typer.echo(line, err=True)
 
     return [
         await check_server(
@@ -158,31 +163,41 @@ async def _check_all(
     ]
 
 
-def _run(args: argparse.Namespace, urls: dict[str, str], argv_text: str) -> FeaturesReport:
-    tokenizer_dir = args.tokenizer
+def _run(
+    urls: dict[str, str],
+    arms: Sequence[str],
+    url_model: str,
+    features: Sequence[str],
+    tokenizer: Path | None,
+    cache_dir: Path | None,
+    timeout_s: float,
+) -> FeaturesReport:
+    """Start ``arms``, check them and the ``urls`` servers (answering to ``url_model``) on
+    ``features``, stop the arms; the report, its meta's command from the command line."""
+    tokenizer_dir = tokenizer
     if tokenizer_dir is None:
-        config = platform_config(free_port(), args.cache_dir, 1)
+        config = platform_config(free_port(), cache_dir, 1)
         tokenizer_dir = config.model_dir(config.models[0])
     bias = bias_token(tokenizer_dir)
-    with _arms(args.arms, args.cache_dir, args.features) as (started, failed):
-        servers = [(name, url, args.model) for name, url in urls.items()]
+    with _arms(arms, cache_dir, features) as (started, failed):
+        servers = [(name, url, url_model) for name, url in urls.items()]
         servers += [(name, url, MODEL) for name, url in started.items()]
-        done = asyncio.run(_check_all(servers, bias, args.features, args.timeout))
+        done = asyncio.run(_check_all(servers, bias, features, timeout_s))
     checked = {s.server: s for s in done}
     checked.update(failed)
-    order = [*urls, *args.arms]
+    order = [*urls, *arms]
     meta = FeaturesMeta(
-        command=f"firstlight bench features {argv_text}".strip(),
+        command=command_line(),
         git_commit=git_commit(),
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        model=args.model if urls else MODEL,
+        model=url_model if urls else MODEL,
         openai_client=openai.__version__,
-        vllm=_vllm_version() if "vllm_server" in args.arms else None,
+        vllm=_vllm_version() if "vllm_server" in arms else None,
         python=sys.version.split()[0],
         cpu_count=os.cpu_count(),
         cpu=cpu_model(),
         platform=platform.platform(),
-        started=tuple(args.arms),
+        started=tuple(arms),
     )
     return FeaturesReport(meta, tuple(checked[name] for name in order))
 
@@ -194,72 +209,91 @@ def rewrite_page(page: Path) -> None:
     rewrite_sections(page, "features", markers, render_stored)
 
 
-def _urls(parser: argparse.ArgumentParser, items: Sequence[str]) -> dict[str, str]:
+def _urls(items: Sequence[str]) -> dict[str, str]:
+    """``--url NAME=BASE_URL`` items by name; :class:`typer.BadParameter` for a malformed
+    one or a name already taken (by another ``--url`` or an arm)."""
     urls: dict[str, str] = {}
     for item in items:
         name, sep, url = item.partition("=")
         if not sep or not _NAME.fullmatch(name) or not url.startswith(("http://", "https://")):
-            parser.error(f"--url {item!r}: expected NAME=http(s)://HOST/.../v1")
+            raise typer.BadParameter(
+                f"{item!r}: expected NAME=http(s)://HOST/.../v1", param_hint="--url"
+            )
         if name in urls or name in ARMS:
-            parser.error(f"--url {item!r}: the server name {name!r} is taken")
+            raise typer.BadParameter(
+                f"{item!r}: the server name {name!r} is taken", param_hint="--url"
+            )
         urls[name] = url.rstrip("/")
     return urls
 
 
-def _names(
-    parser: argparse.ArgumentParser, option: str, text: str, known: Sequence[str]
-) -> list[str]:
+def _names(option: str, text: str, known: Sequence[str]) -> list[str]:
+    """The comma-separated names of ``text``; :class:`typer.BadParameter` naming
+    ``option`` for one not in ``known`` or repeated."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in known]
     if unknown or len(set(names)) != len(names):
-        parser.error(f"{option} {text!r}: unknown or repeated; known: {', '.join(known)}")
+        raise typer.BadParameter(
+            f"{text!r}: unknown or repeated; known: {', '.join(known)}", param_hint=option
+        )
     return names
 
 
-def main(argv: Sequence[str] | None = None) -> FeaturesReport | None:
-    """Parse options, start the arms, check every server, stop the arms; print the
-    table and return the report (and store it and rewrite the page's section, with
-    ``--out`` and ``--page``). ``--tables-only`` returns ``None``."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.features")
-    parser.add_argument("--url", action="append", default=[], help="NAME=BASE_URL, repeatable")
-    parser.add_argument("--arms", default="", help=f"start these: {','.join(ARMS)}")
-    parser.add_argument("--model", default=MODEL, help="the --url servers' model name")
-    parser.add_argument("--features", default=",".join(FEATURES), help="comma-separated")
-    parser.add_argument("--tokenizer", type=Path, help="model folder for logit_bias's token")
-    parser.add_argument("--cache-dir", type=Path, help="where the default model is prepared")
-    parser.add_argument("--timeout", type=float, default=120.0, help="per request, seconds")
-    parser.add_argument("--out", type=Path, help="store the report as OUT/results.json")
-    parser.add_argument("--page", type=Path, help="rewrite this page's section for OUT")
-    parser.add_argument(
+TablesOnly = Annotated[
+    bool,
+    typer.Option(
         "--tables-only",
-        action="store_true",
-        help="check nothing: rewrite every features section of --page from stored reports",
-    )
-    args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None:
-            parser.error("--tables-only needs --page")
-        rewrite_page(args.page)
-        return None
-    if args.page is not None and args.out is None:
-        parser.error("--page needs --out (the section is made from the stored report)")
-    urls = _urls(parser, args.url)
-    args.arms = _names(parser, "--arms", args.arms, ARMS) if args.arms else []
-    args.features = _names(parser, "--features", args.features, list(FEATURES))
-    if not urls and not args.arms:
-        parser.error("nothing to check: give --url NAME=BASE_URL or --arms")
-    if not args.features:
-        parser.error("--features: at least one")
-    if args.timeout <= 0:
-        parser.error(f"--timeout must be positive, got {args.timeout:g}")
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
-    report = _run(args, urls, argv_text)
-    name = args.out.name if args.out is not None else "features"
-    print(render_markdown(report, name))
-    if args.out is not None:
-        store_section(report.to_json(), args.out, args.page, markers, render_stored)
-    return report
+        help="Check nothing: rewrite every features section of --page from the reports "
+        "stored beside it (<page's folder>/benchmarks/<name>/results.json); needs no --out.",
+    ),
+]
+"""Not :data:`~firstlight_bench.options.TablesOnlyOption` (one section, from the report
+in ``--out``): this rewrites every section of the page, each from its own stored run."""
+
+app = typer.Typer(add_completion=False)
 
 
-if __name__ == "__main__":
-    main()
+@app.command()
+def features(
+    url: Annotated[
+        list[str] | None, typer.Option(help="NAME=BASE_URL of a running server; repeatable.")
+    ] = None,
+    arms: Annotated[str, typer.Option(help=f"Start these: {','.join(ARMS)}.")] = "",
+    model: Annotated[str, typer.Option(help="The --url servers' model name.")] = MODEL,
+    feature_names: Annotated[str, typer.Option("--features", help="Comma-separated.")] = _ALL,
+    tokenizer: Annotated[
+        Path | None, typer.Option(help="Model folder for logit_bias's token.")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="Where the default model is prepared.")
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Per request, seconds.")] = 120.0,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: TablesOnly = False,
+) -> None:
+    """``firstlight bench features``: start the arms, check every server, stop the arms;
+    print the table (and store the report and rewrite the page's section, with --out and
+    --page)."""
+    if tables_only:
+        if page is None:
+            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
+        rewrite_page(page)
+        return
+    page_needs_out(out, page)
+    urls = _urls(url or [])
+    started = _names("--arms", arms, ARMS) if arms else []
+    checked = _names("--features", feature_names, list(FEATURES))
+    if not urls and not started:
+        raise typer.BadParameter(
+            "nothing to check: give --url NAME=BASE_URL or --arms", param_hint=["--url", "--arms"]
+        )
+    if not checked:
+        raise typer.BadParameter("at least one", param_hint="--features")
+    if timeout <= 0:
+        raise typer.BadParameter(f"must be positive, got {timeout:g}", param_hint="--timeout")
+    report = _run(urls, started, model, checked, tokenizer, cache_dir, timeout)
+    name = out.name if out is not None else "features"
+    typer.echo(render_markdown(report, name))
+    if out is not None:
+        store_section(report.to_json(), out, page, markers, render_stored)

@@ -2,7 +2,7 @@
 feature, each sending its requests with the official ``openai`` client (greedy where it
 can) and handing the answers to a judge of :mod:`firstlight_bench.features_judges`.
 
-Who calls what: :func:`firstlight_bench.features.main` calls :func:`check_server` once
+Who calls what: :func:`firstlight_bench.features.features` calls :func:`check_server` once
 per server; it runs each check of :data:`FEATURES` in turn through
 :func:`check_feature`, which turns what the check raised into the record (an error
 answer to the request carrying the feature: refused; anything else: an error), so one
@@ -332,7 +332,7 @@ async def check_server(
     """Every feature of ``features`` (names of :data:`FEATURES`) on the server at
     ``base_url`` (``.../v1``), one at a time, each request without retries and within
     ``timeout_s``. ``http_client`` is the official client's ``httpx2.AsyncClient`` (the
-    tests pass one on a mock transport). Called by :func:`firstlight_bench.features.main`
+    tests pass one on a mock transport). Called by :func:`firstlight_bench.features.features`
     for each server."""
     client = openai.AsyncOpenAI(
         base_url=base_url,

@@ -2,7 +2,7 @@
 
 An ingress deployment relays a 2-replica deployment's streamed items as SSE, without
 FastAPI or any of Firstlight's per-request work: what Ray Serve alone costs on the same
-path. Deployed by :func:`firstlight_bench.serving.main` beside the platform's region.
+path. Deployed by :func:`firstlight_bench.serving.serving` beside the platform's region.
 """
 
 from __future__ import annotations

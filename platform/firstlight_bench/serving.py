@@ -1,9 +1,9 @@
 """Serving benchmark: what the platform adds over the engine, and what its gateways carry.
 
-Run ``python -m firstlight_bench.serving [--requests 200] [--concurrency 1,8,32]
-[--gateways 1,2] [--kill on|off]
-[--prompt-tokens 128] [--max-tokens 8] [--duration 10] [--ingress haproxy|serve-proxy]
-[--throughput-optimized on|off] [--out FOLDER [--page PAGE]]``. One local Ray
+Run ``firstlight bench serving [--requests 200] [--concurrency 1,8,32] [--gateways 1,2]
+[--kill on|off] [--prompt-tokens 128] [--max-tokens 8] [--duration 10] [--seed 0]
+[--ingress haproxy|serve-proxy] [--throughput-optimized on|off] [--out FOLDER [--page
+PAGE]]`` (:func:`serving`, the typer command of this module's ``app``). One local Ray
 cluster (``num_cpus=2``), one region whose model runs the simulator's ``instant`` profile
 (2 replicas, microsecond steps): **simulated engine, real platform** - the numbers are
 the platform's own cost, and the report says ``"simulated_engine": true``.
@@ -55,29 +55,38 @@ PAGE`` rewrites every section from the reports stored beside the page. A test ho
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import functools
 import json
 import os
 import platform
 import random
 import re
-import shlex
 import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+import typer
 
 from firstlight._ports import free_port
 from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme, hint_hashes
 from firstlight.routing import RequestView
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    SeedOption,
+    command_line,
+    csv_ints,
+    page_needs_out,
+)
 from firstlight_bench.ray_floor import FLOOR_APP, deploy_floor
 from firstlight_bench.results import git_commit
 from firstlight_bench.serving_gateways import KILL_CLIENTS, capacity_block, kill_one_gateway
@@ -94,7 +103,7 @@ from firstlight_bench.serving_report import (
 )
 from firstlight_bench.suite import rewrite_sections, store_section
 
-__all__ = ["bench_config", "main"]
+__all__ = ["app", "bench_config", "rewrite_page"]
 
 MODEL = "bench-instant"
 REGION = "bench"
@@ -265,7 +274,7 @@ def _drop_hints(config: PlatformConfig) -> None:
         if keys:
             client.delete(*keys)
     except redis.RedisError as exc:
-        print(f"could not delete the run's hint keys: {exc}", file=sys.stderr)
+        typer.echo(f"could not delete the run's hint keys: {exc}", err=True)
     finally:
         client.close()
 
@@ -314,13 +323,14 @@ def bench_config(
     return parse_config(data, "serving benchmark")
 
 
-def _overhead(args: argparse.Namespace, config: PlatformConfig, endpoint: str) -> dict[str, Any]:
+def _overhead(options: dict[str, Any], config: PlatformConfig, endpoint: str) -> dict[str, Any]:
+    """Phase 1: every path's timings (``options`` as recorded in the report's meta)."""
     from ray import serve
 
     from firstlight.serve.app import deployment_name
 
-    rng, model = random.Random(args.seed), config.models[0]
-    n, p, k = args.requests + WARM_UP, args.prompt_tokens, args.max_tokens
+    rng, model = random.Random(options["seed"]), config.models[0]
+    n, p, k = options["requests"] + WARM_UP, options["prompt_tokens"], options["max_tokens"]
     prompts = [tuple(rng.randint(*_VOCAB) for _ in range(p)) for _ in range(n)]
     token_bodies = [
         json.dumps({"model": MODEL, "prompt": list(t), "max_tokens": k, "stream": True}).encode()
@@ -380,80 +390,77 @@ def rewrite_page(page: Path) -> None:
         plot_hops(json.loads((folder / "results.json").read_text()), folder / "hops.png")
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Parse options, start the platform, measure, shut down; print and return the report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.serving")
-    parser.add_argument("--requests", type=int, default=200, help="sequential, per path")
-    parser.add_argument("--concurrency", default="1,8,32", help="closed-loop client levels")
-    parser.add_argument(
-        "--gateways",
-        default="1,2",
-        help="gateway counts whose capacity is compared (A B B A blocks); the overhead "
-        "paths and the kill run on the most",
-    )
-    parser.add_argument(
-        "--kill", choices=("on", "off"), default="on", help="kill a gateway under load"
-    )
-    parser.add_argument("--duration", type=float, default=10.0, help="seconds per level")
-    parser.add_argument("--prompt-tokens", type=int, default=128)
-    parser.add_argument("--max-tokens", type=int, default=8, help="output tokens (overhead)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, help="store the report as OUT/results.json")
-    parser.add_argument(
-        "--page", type=Path, help="rewrite this page's section for OUT (its folder name)"
-    )
-    parser.add_argument(
-        "--tables-only",
-        action="store_true",
-        help="measure nothing: rewrite every section of --page from the reports stored "
-        "beside it (docs/benchmarks/<name>/results.json)",
-    )
-    parser.add_argument(
-        "--ingress", choices=("haproxy", "serve-proxy"), default="haproxy", help="gateway.ingress"
-    )
-    parser.add_argument(
-        "--throughput-optimized",
-        choices=("on", "off"),
-        default="on",
-        help="gateway.throughput_optimized",
-    )
-    args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None:
-            parser.error("--tables-only needs --page")
-        rewrite_page(args.page)
-        return {}
-    try:
-        levels = [int(c) for c in args.concurrency.split(",") if c]
-        counts = sorted({int(g) for g in args.gateways.split(",") if g})
-    except ValueError:
-        parser.error(
-            f"--concurrency {args.concurrency!r} and --gateways {args.gateways!r} must be "
-            "comma-separated whole numbers"
-        )
-    if args.requests < 2 or not levels or min(levels) < 1 or args.prompt_tokens < 32:
-        parser.error("need --requests >= 2, --concurrency >= 1, --prompt-tokens >= 32")
-    if not counts or min(counts) < 1 or (args.kill == "on" and max(counts) < 2):
-        parser.error("need --gateways >= 1, and a count >= 2 for --kill on")
-    if args.page is not None and args.out is None:
-        parser.error("--page needs --out (the section is made from the stored report)")
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+class OnOff(StrEnum):
+    """``--kill`` and ``--throughput-optimized``: on or off."""
+
+    ON = "on"
+    OFF = "off"
+
+
+class Ingress(StrEnum):
+    """``--ingress``: what takes the clients' HTTP (``gateway.ingress``)."""
+
+    HAPROXY = "haproxy"
+    SERVE_PROXY = "serve-proxy"
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def serving(
+    requests: Annotated[int, typer.Option(min=2, help="Sequential, per path.")] = 200,
+    concurrency: Annotated[str, typer.Option(help="Closed-loop client levels.")] = "1,8,32",
+    gateways: Annotated[str, typer.Option(help="Gateway counts compared (A B B A).")] = "1,2",
+    kill: Annotated[OnOff, typer.Option(help="Kill a gateway under load.")] = OnOff.ON,
+    duration: Annotated[float, typer.Option(help="Seconds per level.")] = 10.0,
+    prompt_tokens: Annotated[int, typer.Option(min=32, help="Prompt tokens.")] = 128,
+    max_tokens: Annotated[int, typer.Option(help="Output tokens (overhead).")] = 8,
+    seed: SeedOption = 0,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: Annotated[
+        bool, typer.Option("--tables-only", help="Measure nothing: redo --page from stored runs.")
+    ] = False,  # not options.TablesOnlyOption: needs no --out, reads every stored report
+    ingress: Annotated[Ingress, typer.Option(help="gateway.ingress")] = Ingress.HAPROXY,
+    throughput_optimized: Annotated[
+        OnOff, typer.Option(help="gateway.throughput_optimized")
+    ] = OnOff.ON,
+) -> None:
+    """``firstlight bench serving``: what the platform adds over the engine (on the most
+    --gateways), each gateway count's capacity, and one gateway killed under load; prints
+    the table (and the JSON without --out)."""
+    if tables_only:
+        if page is None:
+            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
+        rewrite_page(page)
+        return
+    levels = csv_ints(concurrency, "--concurrency")
+    counts = sorted(set(csv_ints(gateways, "--gateways")))
+    if kill is OnOff.ON and max(counts) < 2:
+        raise typer.BadParameter("--kill on needs a count >= 2", param_hint="--gateways")
+    page_needs_out(out, page)
+    options: dict[str, Any] = {  # as recorded in the report's meta
+        "requests": requests,
+        "concurrency": concurrency,
+        "gateways": gateways,
+        "kill": kill.value,
+        "duration": duration,
+        "prompt_tokens": prompt_tokens,
+        "max_tokens": max_tokens,
+        "seed": seed,
+        "tables_only": tables_only,
+        "ingress": ingress.value,
+        "throughput_optimized": throughput_optimized.value,
+    }
     commit = git_commit()
 
     from firstlight.serve.data_plane import prepare_local_ray
 
     port, run_id = free_port(), uuid.uuid4().hex[:8]
-    configs = {
-        n: bench_config(
-            port,
-            args.prompt_tokens,
-            run_id,
-            ingress=args.ingress,
-            throughput_optimized=args.throughput_optimized == "on",
-            gateways=n,
-        )
-        for n in counts
-    }
+    optimized = throughput_optimized is OnOff.ON  # the data plane: gateway.* settings
+    plane: dict[str, Any] = {"ingress": ingress.value, "throughput_optimized": optimized}
+    configs = {n: bench_config(port, prompt_tokens, run_id, gateways=n, **plane) for n in counts}
     config = configs[max(counts)]
 
     # Before Ray Serve is imported: this process's handle path reads the settings too.
@@ -464,9 +471,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
 
     from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 
-    def say(message: str) -> None:
-        print(message, file=sys.stderr)
-
+    say = functools.partial(typer.echo, err=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     # A B B A: each count's blocks straddle the other's, so a drift touches both alike.
     order = counts + counts[::-1]
@@ -486,13 +491,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                 hints_note, endpoint = running.hints_note, running.endpoints[REGION]
             if n == most and overhead is None:
                 say("measuring overhead")
-                overhead = _overhead(args, configs[n], endpoint)
+                overhead = _overhead(options, configs[n], endpoint)
             say(f"measuring throughput with {n} gateway(s), block {block}")
             url = f"{endpoint}{_CHAT}"
             rows += asyncio.run(
-                capacity_block(url, MODEL, levels, args.duration, gateways=n, block=block)
+                capacity_block(url, MODEL, levels, duration, gateways=n, block=block)
             )
-            if args.kill == "on" and block == last_of_most:
+            if kill is OnOff.ON and block == last_of_most:
                 for client in KILL_CLIENTS:
                     say(f"killing one of {n} gateways under load ({client} clients)")
                     run = kill_one_gateway(endpoint, REGION, MODEL, gateways=n, client=client)
@@ -510,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "simulated_engine": True,
         "meta": {
             "what": "simulated engine (sim profile 'instant'), real platform",
-            "command": f"firstlight bench serving {argv_text}".strip(),
+            "command": command_line(),
             "git_commit": commit,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "cpu_count": os.cpu_count(),
@@ -520,7 +525,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             "ingress": config.gateway.ingress,
             "serve_throughput_optimized": "1" if config.gateway.throughput_optimized else "0",
             "hints": hints_note,
-            "options": {k: v for k, v in vars(args).items() if k not in ("out", "page")},
+            "options": options,
             "warm_up": WARM_UP,
             "config": config.model_dump(mode="json"),
         },
@@ -529,14 +534,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "capacity": capacity(rows),
         "kills": kills,
     }
-    print(render(report))
-    if args.out is not None:
-        store_section(report, args.out, args.page, markers, render_markdown)
-        plot_hops(report, args.out / "hops.png")
+    typer.echo(render(report))
+    if out is not None:
+        store_section(report, out, page, markers, render_markdown)
+        plot_hops(report, out / "hops.png")
     else:
-        print(json.dumps(report, indent=2))
-    return report
-
-
-if __name__ == "__main__":
-    main()
+        typer.echo(json.dumps(report, indent=2))

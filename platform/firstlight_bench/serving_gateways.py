@@ -1,7 +1,7 @@
 """The serving benchmark's gateway phases: capacity per gateway count, and one gateway
 killed under load.
 
-Who calls what: :func:`firstlight_bench.serving.main` deploys the region once per
+Who calls what: :func:`firstlight_bench.serving.serving` deploys the region once per
 gateway count and calls :func:`capacity_block` for each (in A B B A order, so that a
 drift of the machine touches both counts alike), then :func:`kill_one_gateway` on the
 region with the most gateways. The statistics are pure, in

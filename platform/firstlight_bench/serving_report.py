@@ -1,5 +1,5 @@
 """The serving benchmark's statistics and report, pure: what
-:func:`firstlight_bench.serving.main` turns its timings into.
+:func:`firstlight_bench.serving.serving` turns its timings into.
 
 Called by :mod:`firstlight_bench.serving` and by its tests; every percentile is the
 project's one (:func:`firstlight.quantiles.percentile`, interpolating).

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from openai.types import Completion, Model
 from openai.types.chat import ChatCompletion
 
-from firstlight_bench.features import main
 from firstlight_bench.features_checks import (
     CITY_SCHEMA,
     FEATURES,
@@ -49,6 +48,7 @@ from firstlight_bench.features_report import (
     render_markdown,
     render_stored,
 )
+from tests.bench.bench_cli import run_bench
 from tests.conftest import VENV_BIN, Prepared
 
 REPO = Path(__file__).parents[2]
@@ -328,7 +328,8 @@ def test_tables_only_rewrites_the_section_from_the_stored_report(tmp_path: Path)
     begin, end = markers("features-x")
     page = tmp_path / "api.md"
     page.write_text(f"# The OpenAI API\n\n{begin}\nold\n{end}\n\nafter\n")
-    assert main(["--tables-only", "--page", str(page)]) is None
+    result = run_bench("features", "--tables-only", "--page", str(page))
+    assert (result.exit_code, result.stdout) == (0, ""), result.output  # checks, prints nothing
     assert page.read_text() == (
         "# The OpenAI API\n\n" + render_markdown(_report(), "features-x") + "\n\nafter\n"
     )
@@ -357,24 +358,23 @@ def test_firstlight_honours_every_feature_the_raw_vllm_server_honours() -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        ([], "nothing to check"),
-        (["--url", "raw"], "expected NAME=http(s)"),
-        (["--url", "a=ftp://x"], "expected NAME=http(s)"),
-        (["--url", "a=http://x/v1", "--url", "a=http://y/v1"], "is taken"),
-        (["--url", "firstlight=http://x/v1"], "is taken"),
-        (["--arms", "ray"], "--arms 'ray': unknown"),
-        (["--url", "a=http://x/v1", "--features", "json_schema,nope"], "--features"),
+        ([], "'--url' / '--arms': nothing to check"),
+        (["--url", "raw"], "--url: 'raw': expected NAME=http(s)"),
+        (["--url", "a=ftp://x"], "--url: 'a=ftp://x': expected NAME=http(s)"),
+        (["--url", "a=http://x/v1", "--url", "a=http://y/v1"], "the server name 'a' is taken"),
+        (["--url", "firstlight=http://x/v1"], "the server name 'firstlight' is taken"),
+        (["--arms", "ray"], "--arms: 'ray': unknown"),
+        (["--url", "a=http://x/v1", "--features", "json_schema,nope"], "--features: 'json_"),
+        (["--url", "a=http://x/v1", "--features", ","], "--features: at least one"),
+        (["--url", "a=http://x/v1", "--timeout", "0"], "--timeout: must be positive, got 0"),
         (["--url", "a=http://x/v1", "--page", "p.md"], "--page needs --out"),
         (["--tables-only"], "--tables-only needs --page"),
     ],
 )
-def test_bad_options_are_refused_by_name(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    assert message in capsys.readouterr().err
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("features", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
 
 
 # --- for real ----------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from firstlight_bench.serving_report import (
     target,
     throughput,
 )
+from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
@@ -284,25 +285,45 @@ def test_a_kill_that_did_not_run_is_shown_and_not_judged() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "message"),
     [
-        ["--gateways", "one,two"],
-        ["--concurrency", "8,x"],
-        ["--gateways", "0"],
-        ["--gateways", "1", "--kill", "on"],
+        (["--gateways", "one,two"], "Invalid value for --gateways: 'one,two'"),
+        (["--concurrency", "8,x"], "Invalid value for --concurrency: '8,x'"),
+        (["--gateways", "0"], "Invalid value for --gateways: '0'"),
+        (["--gateways", "1", "--kill", "on"], "--gateways: --kill on needs a count >= 2"),
+        (["--requests", "1"], "'--requests'"),
+        (["--prompt-tokens", "31"], "'--prompt-tokens'"),
+        (["--kill", "maybe"], "'--kill'"),
+        (["--ingress", "nginx"], "'--ingress'"),
+        (["--throughput-optimized", "yes"], "'--throughput-optimized'"),
+        (["--page", "p.md"], "--page needs --out"),
+        (["--tables-only"], "--tables-only needs --page"),
     ],
 )
 def test_bad_options_are_refused_by_name_before_anything_starts(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
+    argv: list[str], message: str
 ) -> None:
-    from firstlight_bench.serving import main
+    result = run_bench("serving", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.output
 
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
-    err = capsys.readouterr().err
-    assert "--gateways" in err or "--concurrency" in err
-    assert "Traceback" not in err
+
+def test_tables_only_rewrites_every_section_from_the_reports_beside_the_page(
+    tmp_path: Path,
+) -> None:
+    stored = json.loads(
+        (REPO / "docs" / "benchmarks" / "serving-haproxy" / "results.json").read_text()
+    )
+    (tmp_path / "benchmarks" / "serving-x").mkdir(parents=True)
+    (tmp_path / "benchmarks" / "serving-x" / "results.json").write_text(json.dumps(stored))
+    begin, end = markers("serving-x")
+    page = tmp_path / "serving.md"
+    page.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
+    result = run_bench("serving", "--tables-only", "--page", str(page))
+    assert result.exit_code == 0, result.output
+    assert page.read_text() == f"before\n{render_markdown(stored, 'serving-x')}\nafter\n"
+    assert (tmp_path / "benchmarks" / "serving-x" / "hops.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_the_ttft_is_split_by_hop_and_drawn(tmp_path: Path) -> None:
