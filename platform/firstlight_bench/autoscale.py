@@ -1,12 +1,13 @@
 """Autoscaling under a load step: a model scales 1 → 2 replicas and back, and no request
 fails on the way.
 
-Run ``firstlight bench autoscale`` (``python -m firstlight_bench.autoscale``; options
-``--engine sim|vllm --step-clients 6 --before-s 20 --hold-s 20 --after-s 20
---target-ongoing 2 --out FOLDER --page PAGE``). One local region (``start_local``) serves
-the default model with ``autoscaling`` (min 1, max 2 replicas, Serve's autoscaler on
-requests in flight); closed-loop clients (:class:`~firstlight_bench.steady.SteadyLoad`,
-every answer checked) run in three phases:
+Run ``firstlight bench autoscale`` (options ``--engine sim|vllm --step-clients 6
+--before-s 20 --hold-s 20 --after-s 20 --target-ongoing 2 --max-tokens 16
+--scale-timeout-s 300 --cache-dir DIR --out FOLDER --page PAGE``; ``--tables-only``
+rewrites the page from the report stored in ``--out``). One local region
+(``start_local``) serves the default model with ``autoscaling`` (min 1, max 2 replicas,
+Serve's autoscaler on requests in flight); closed-loop clients
+(:class:`~firstlight_bench.steady.SteadyLoad`, every answer checked) run in three phases:
 
 * *before*: one client, for ``--before-s``;
 * *step*: ``--step-clients`` more clients until Serve runs a second replica, then for
@@ -25,23 +26,31 @@ Serve's autoscaler, the router and the drain are real.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.quantiles import percentile
-from firstlight_bench.engine import emit
-from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
+from firstlight_bench.engine import EngineKind, emit
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    TablesOnlyOption,
+    command_line,
+    rewrote_tables,
+)
+from firstlight_bench.results import run_header, short_commit
 from firstlight_bench.steady import Answer, SteadyLoad
 from firstlight_bench.suite import replace_tables
 
-__all__ = ["PhaseSummary", "main", "markers", "render", "summarize"]
+__all__ = ["PhaseSummary", "app", "markers", "render", "summarize"]
 
 
 def markers(simulated: bool) -> tuple[str, str]:
@@ -73,7 +82,7 @@ def summarize(
     answers: Sequence[Answer], bounds: dict[str, tuple[float, float]]
 ) -> list[PhaseSummary]:
     """Per phase of ``bounds`` (name → start and end in the answers' seconds), the
-    answers that started in it. Pure: called by :func:`main` and the tests."""
+    answers that started in it. Pure: called by :func:`autoscale` and the tests."""
     out = []
     for phase in PHASES:
         start, end = bounds[phase]
@@ -195,7 +204,19 @@ async def _until(
     return None
 
 
-async def _measure(args: argparse.Namespace, endpoint: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class _Load:
+    """The load step's shape: the command's options :func:`_measure` runs with."""
+
+    step_clients: int
+    before_s: float
+    hold_s: float
+    after_s: float
+    max_tokens: int
+    scale_timeout_s: float
+
+
+async def _measure(args: _Load, endpoint: str) -> dict[str, Any]:
     base = SteadyLoad(endpoint, DEFAULT_MODEL_NAME, clients=1, max_tokens=args.max_tokens)
     step = SteadyLoad(
         endpoint, DEFAULT_MODEL_NAME, clients=args.step_clients, max_tokens=args.max_tokens
@@ -229,54 +250,75 @@ async def _measure(args: argparse.Namespace, endpoint: str) -> dict[str, Any]:
     }
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``firstlight bench autoscale``; returns the report (``None`` with ``--tables-only``)."""
-    parser = argparse.ArgumentParser(prog="firstlight bench autoscale", description=__doc__)
-    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim")
-    parser.add_argument("--step-clients", type=int, default=6)
-    parser.add_argument("--target-ongoing", type=float, default=2.0)
-    parser.add_argument("--before-s", type=float, default=20.0)
-    parser.add_argument("--hold-s", type=float, default=20.0)
-    parser.add_argument("--after-s", type=float, default=20.0)
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--scale-timeout-s", type=float, default=300.0)
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    add_report_options(parser)
-    args = parser.parse_args(argv)
-    if rewrote_tables(parser, args, _rewrite):
-        return None
-    if args.step_clients < 1:
-        parser.error(f"--step-clients {args.step_clients}: at least 1")
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def autoscale(
+    engine: Annotated[
+        EngineKind, typer.Option(help="Replicas on vLLM, or simulated (real platform).")
+    ] = EngineKind.SIM,
+    step_clients: Annotated[
+        int, typer.Option(min=1, help="Closed-loop clients the step adds.")
+    ] = 6,
+    target_ongoing: Annotated[
+        float, typer.Option(help="Serve's target_ongoing_requests (above 0, at most 1024).")
+    ] = 2.0,
+    before_s: Annotated[float, typer.Option(min=0.0, help="Seconds of one client first.")] = 20.0,
+    hold_s: Annotated[
+        float, typer.Option(min=0.0, help="Seconds the step holds once 2 replicas run.")
+    ] = 20.0,
+    after_s: Annotated[
+        float, typer.Option(min=0.0, help="Seconds after Serve is back to 1 replica.")
+    ] = 20.0,
+    max_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of each request.")] = 16,
+    scale_timeout_s: Annotated[
+        float, typer.Option(min=0.0, help="Seconds to wait for each scaling.")
+    ] = 300.0,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="The platform's cache_dir (default: its own).")
+    ] = None,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: TablesOnlyOption = False,
+) -> None:
+    """A load step on one local region: the default model scales 1 -> 2 replicas and
+    back. Prints the JSON report and its tables, stores it with --out, rewrites --page's
+    section. Run as firstlight bench autoscale (the module's docstring has the phases)."""
+    if rewrote_tables(out, page, tables_only, _rewrite):
+        return
+    if not 0 < target_ongoing <= 1024:
+        raise typer.BadParameter(
+            f"{target_ongoing}: above 0 and at most 1024", param_hint="--target-ongoing"
+        )
     import ray
 
     from firstlight.serve.local_mode import start_local, stop_local
 
-    config = _config(args.engine, free_port(), args.target_ongoing, args.cache_dir)
+    load = _Load(step_clients, before_s, hold_s, after_s, max_tokens, scale_timeout_s)
+    config = _config(engine.value, free_port(), target_ongoing, cache_dir)
     running = start_local(config, timeout_s=600)
     try:
-        measured = asyncio.run(_measure(args, running.endpoints[_REGION]))
+        measured = asyncio.run(_measure(load, running.endpoints[_REGION]))
     finally:
         stop_local(running)
         ray.shutdown()
     report = {
-        **run_header("autoscale", argv),
-        "simulated": args.engine == "sim",
-        "step_clients": args.step_clients,
-        "target_ongoing": args.target_ongoing,
+        **run_header("autoscale", None),
+        # As typed (run_header would take sys.argv[1:], "bench autoscale ...", as the options).
+        "command": command_line(),
+        "simulated": engine is EngineKind.SIM,
+        "step_clients": step_clients,
+        "target_ongoing": target_ongoing,
         **measured,
     }
-    emit(report, args.out / "results.json" if args.out else None)
-    print(render(report))
-    if args.page is not None:
-        _rewrite(args.page, report)
-    return report
+    emit(report, out / "results.json" if out else None)
+    typer.echo(render(report))
+    if page is not None:
+        _rewrite(page, report)
 
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:
     text = page.read_text()
     begin, end = markers(report["simulated"])
     page.write_text(replace_tables(text, render(report), begin=begin, end=end))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,9 @@
 """Engine benchmark: cold vs cached-prefix TTFT, decode speed, start-up, peak memory.
 
-Run ``python -m firstlight_bench.engine --engine vllm`` (the default model on vLLM, CPU
-or GPU) or ``--engine sim`` (the simulator's ``cpu-smollm2-135m`` profile, in real time,
-to see how closely it tracks the real engine). Prints JSON:
+Run ``firstlight bench engine --engine vllm`` (the default model on vLLM, CPU or GPU) or
+``--engine sim`` (the simulator's ``cpu-smollm2-135m`` profile, in real time, to see how
+closely it tracks the real engine); other options: ``--config FILE --dtype
+auto|float32|bfloat16|float16 --seed 0`` and those below. Prints JSON:
 
 * ``ttft_ms.cold`` / ``ttft_ms.cached``: median (and p90) time to the first chunk of a
   ``--prompt-tokens`` prompt, with nothing cached vs with its first ``--cached-tokens``
@@ -17,36 +18,40 @@ to see how closely it tracks the real engine). Prints JSON:
   rewrites that page's ``engine-idle`` section from the report (:func:`render_idle`; a test holds
   ``docs/serving.md`` to the stored ``docs/benchmarks/engine-idle/results.json``).
 
-vLLM logs to stdout, so use ``--out FILE`` for a clean copy of the report.
+vLLM logs to stdout, so use ``--out FILE`` (a file here, not a folder) for a clean copy
+of the report.
 
-The engine builds its process with ``spawn``: this module must be run as a script.
+The engine builds its process with ``spawn``: run the benchmark as ``firstlight bench
+engine`` (a spawned process re-imports the main module, which must not start it again).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import random
-import shlex
 import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import psutil
+import typer
 
 from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme
 from firstlight.quantiles import percentile
+from firstlight_bench.options import PageOption, SeedOption, command_line, page_needs_out
 from firstlight_bench.results import cpu_model, git_commit
 from firstlight_bench.suite import replace_tables
 
-__all__ = ["IDLE_BEGIN", "IDLE_END", "main", "render_idle"]
+__all__ = ["IDLE_BEGIN", "IDLE_END", "EngineKind", "app", "emit", "render_idle"]
 
 IDLE_BEGIN = (
     "<!-- engine-idle:begin (generated from docs/benchmarks/engine-idle/results.json; "
@@ -117,9 +122,38 @@ def _summary(samples: Sequence[float]) -> dict[str, float]:
     return {"p50": round(p50, 1), "p90": round(p90, 1)}
 
 
-async def _measure(
-    engine: Engine, engine_pids: set[int], args: argparse.Namespace
-) -> dict[str, Any]:
+class EngineKind(StrEnum):
+    """The engine a benchmark runs: vLLM (CPU or GPU), or the simulator in real time."""
+
+    VLLM = "vllm"
+    SIM = "sim"
+
+
+class Dtype(StrEnum):
+    """The model's dtype, as the configuration names it."""
+
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    """The options a run measured with, as its report's ``meta.options`` records them
+    (``docs/engines.md``'s table compares two runs' options)."""
+
+    engine: str
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    concurrency: int
+    repeats: int
+    seed: int
+    dtype: str | None
+
+
+async def _measure(engine: Engine, engine_pids: set[int], args: _Options) -> dict[str, Any]:
     rng = random.Random(args.seed)
     one = SamplingSettings(max_tokens=1)
     warm_up = GenerationRequest("warm-up", _tokens(rng, 64), one)
@@ -226,72 +260,89 @@ def _build(kind: str, model: ModelConfig, model_dir: Path, scheme: HashScheme) -
     return SimEngine.for_profile("cpu-smollm2-135m", model_name=model.name, scheme=scheme)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Parse options, run the benchmark, print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="python -m firstlight_bench.engine")
-    parser.add_argument("--engine", choices=("vllm", "sim"), default="vllm")
-    parser.add_argument("--config", type=Path, help="configuration (default: built-in)")
-    parser.add_argument("--prompt-tokens", type=int, default=1000)
-    parser.add_argument("--cached-tokens", type=int, default=900)
-    parser.add_argument("--output-tokens", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--dtype",
-        choices=("auto", "float32", "bfloat16", "float16"),
-        help="the model's dtype (default: the configuration's; the local platform runs the "
-        "default model in float32, as bfloat16 answers garbage on CPUs with AMX)",
-    )
-    parser.add_argument("--out", type=Path, help="also write the JSON report here")
-    parser.add_argument("--page", type=Path, help="rewrite this page's engine-idle section")
-    args = parser.parse_args(argv)
-    if args.page is not None and args.out is None:
-        parser.error("--page needs --out (the section is made from the stored report)")
-    config = load_config(args.config)
-    update: dict[str, Any] = {"kv_cache_gib": config.models[0].kv_cache_gib or 1}
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def engine(
+    kind: Annotated[
+        EngineKind, typer.Option("--engine", help="vLLM, or the simulator in real time.")
+    ] = EngineKind.VLLM,
+    config: Annotated[Path | None, typer.Option(help="Configuration (default: built-in).")] = None,
+    prompt_tokens: Annotated[int, typer.Option(min=1, help="Tokens of each TTFT prompt.")] = 1000,
+    cached_tokens: Annotated[
+        int, typer.Option(min=1, help="Of them, already in the prefix cache (cached TTFT).")
+    ] = 900,
+    output_tokens: Annotated[int, typer.Option(min=1, help="Tokens per decode request.")] = 64,
+    concurrency: Annotated[int, typer.Option(min=1, help="Decode requests at once.")] = 4,
+    repeats: Annotated[int, typer.Option(min=1, help="TTFT samples, cold and cached.")] = 10,
+    seed: SeedOption = 0,
+    dtype: Annotated[
+        Dtype | None,
+        typer.Option(
+            help="The model's dtype (default: the configuration's; the local platform runs "
+            "the default model in float32, as bfloat16 answers garbage on CPUs with AMX)."
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Also write the JSON report to this file.")
+    ] = None,
+    page: PageOption = None,
+) -> None:
+    """Engine benchmark: cold vs cached-prefix TTFT, decode speed, start-up, peak memory
+    and idle CPU. Prints the JSON report, writes it to --out and rewrites --page's
+    engine-idle section. Run as firstlight bench engine (the module's docstring says
+    what each figure is)."""
+    page_needs_out(out, page)
+    if cached_tokens > prompt_tokens:
+        raise typer.BadParameter(
+            f"{cached_tokens} is more than --prompt-tokens {prompt_tokens}",
+            param_hint="--cached-tokens",
+        )
+    args = _Options(
+        kind.value, prompt_tokens, cached_tokens, output_tokens, concurrency, repeats, seed,
+        None if dtype is None else dtype.value,
+    )  # fmt: skip
+    loaded = load_config(config)
+    update: dict[str, Any] = {"kv_cache_gib": loaded.models[0].kv_cache_gib or 1}
     if args.dtype is not None:
         update["dtype"] = args.dtype
-    model = config.models[0].model_copy(update=update)
-    scheme = HashScheme.for_model(model, config.hints if args.config else HintsConfig())
+    model = loaded.models[0].model_copy(update=update)
+    scheme = HashScheme.for_model(model, loaded.hints if config else HintsConfig())
     with _PeakMemory() as memory:
         before = _child_pids()
         start = time.perf_counter()
-        engine = _build(args.engine, model, config.model_dir(model), scheme)
+        built = _build(args.engine, model, loaded.model_dir(model), scheme)
         startup_s = time.perf_counter() - start
         engine_pids = _child_pids() - before
 
         async def run() -> dict[str, Any]:
             try:
-                return await _measure(engine, engine_pids, args)
+                return await _measure(built, engine_pids, args)
             finally:
-                await engine.shutdown()
+                await built.shutdown()
 
         measured = asyncio.run(run())
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
     report = {
         "meta": {
-            "command": f"firstlight bench engine {argv_text}".strip(),
+            "command": command_line(),
             "git_commit": git_commit(),
             "engine": args.engine,
-            "simulated": engine.simulated,
+            "simulated": built.simulated,
             "model": model.name,
             "python": sys.version.split()[0],
             "cpu": cpu_model(),
             "cpu_count": os.cpu_count(),
-            "options": {k: v for k, v in vars(args).items() if k not in ("config", "out", "page")},
+            "options": asdict(args),
         },
         "startup_s": round(startup_s, 1),
         "peak_rss_mib": round(memory.peak_bytes / 2**20),
         **measured,
     }
-    emit(report, args.out)
-    if args.page is not None:
+    emit(report, out)
+    if page is not None:
         section = render_idle(report)
-        args.page.write_text(
-            replace_tables(args.page.read_text(), section, begin=IDLE_BEGIN, end=IDLE_END)
-        )
-    return report
+        page.write_text(replace_tables(page.read_text(), section, begin=IDLE_BEGIN, end=IDLE_END))
 
 
 def emit(report: dict[str, Any], out: Path | None) -> dict[str, Any]:
@@ -300,9 +351,5 @@ def emit(report: dict[str, Any], out: Path | None) -> dict[str, Any]:
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
-    print(text)
+    typer.echo(text)
     return report
-
-
-if __name__ == "__main__":
-    main()

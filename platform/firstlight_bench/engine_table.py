@@ -2,20 +2,21 @@
 tables of ``docs/engines.md``, generated from stored runs.
 
 ``firstlight bench engine-table --real R --sim S --quantization Q --page docs/engines.md``
-rewrites the page's ``engine-compare`` section from two reports of
-:mod:`firstlight_bench.engine` (``--engine vllm`` and ``--engine sim``, same options) and
-its ``quantization`` section from a report of :mod:`firstlight_bench.quantization`. It
-measures nothing itself: each section names the commands and commits of its runs, and
-``tests/bench/test_engine_bench.py`` holds the page to the stored reports.
+rewrites the page's ``engine-compare`` section from two reports of ``firstlight bench
+engine`` (``--engine vllm`` and ``--engine sim``, same options; the files their ``--out``
+wrote) and its ``quantization`` section from a report of ``firstlight bench quantization``.
+All four options are required. It measures nothing itself: each section names the
+commands and commits of its runs, and ``tests/bench/test_engine_bench.py`` holds the page
+to the stored reports.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight_bench.results import short_commit
 from firstlight_bench.suite import replace_tables
@@ -25,7 +26,7 @@ __all__ = [
     "COMPARE_END",
     "QUANT_BEGIN",
     "QUANT_END",
-    "main",
+    "app",
     "render_compare",
     "render_quantization",
 ]
@@ -127,20 +128,32 @@ def render_quantization(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Rewrite the page's two sections from the stored runs given."""
-    parser = argparse.ArgumentParser(prog="firstlight bench engine-table")
-    parser.add_argument("--real", type=Path, required=True, help="engine run, --engine vllm")
-    parser.add_argument("--sim", type=Path, required=True, help="engine run, --engine sim")
-    parser.add_argument("--quantization", type=Path, required=True, help="quantization run")
-    parser.add_argument("--page", type=Path, required=True, help="page with both sections")
-    args = parser.parse_args(argv)
-    real, sim, quant = (json.loads(p.read_text()) for p in (args.real, args.sim, args.quantization))
-    text = args.page.read_text()
-    text = replace_tables(text, render_compare(real, sim), begin=COMPARE_BEGIN, end=COMPARE_END)
-    text = replace_tables(text, render_quantization(quant), begin=QUANT_BEGIN, end=QUANT_END)
-    args.page.write_text(text)
+app = typer.Typer(add_completion=False)
 
 
-if __name__ == "__main__":
-    main()
+def _file(help_text: str) -> Any:
+    """A required option naming an existing file."""
+    return typer.Option(exists=True, dir_okay=False, help=help_text)
+
+
+@app.command()
+def engine_table(
+    real: Annotated[Path, _file("Engine run with --engine vllm (its results.json).")],
+    sim: Annotated[Path, _file("Engine run with --engine sim (its results.json).")],
+    quantization: Annotated[Path, _file("Quantization run (its results.json).")],
+    page: Annotated[Path, _file("The page with both sections (docs/engines.md).")],
+) -> None:
+    """Rewrite the page's engine-compare and quantization sections from the stored runs
+    given; measures nothing. Run as firstlight bench engine-table."""
+    real_run, sim_run, quant = (json.loads(p.read_text()) for p in (real, sim, quantization))
+    try:
+        compare = render_compare(real_run, sim_run)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint=["--real", "--sim"]) from exc
+    text = page.read_text()
+    try:
+        text = replace_tables(text, compare, begin=COMPARE_BEGIN, end=COMPARE_END)
+        text = replace_tables(text, render_quantization(quant), begin=QUANT_BEGIN, end=QUANT_END)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--page") from exc
+    page.write_text(text)

@@ -16,26 +16,26 @@ a test holds ``docs/observability.md`` to the stored report.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
-import shlex
 import statistics
 import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.region import ReplicaStats, RouterState
 from firstlight.routing import build_policy
 from firstlight.telemetry import GatewayTelemetry
+from firstlight_bench.options import OutOption, PageOption, command_line, csv_ints
 from firstlight_bench.results import cpu_model, git_commit, short_commit
 from firstlight_bench.suite import store_section
 
-__all__ = ["main", "markers", "per_request_us", "render_markdown", "render_ms"]
+__all__ = ["app", "markers", "per_request_us", "render_markdown", "render_ms"]
 
 _MODEL = "bench-model"
 
@@ -146,23 +146,31 @@ def render_markdown(report: dict[str, Any], name: str) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=20_000)
-    parser.add_argument("--replicas", default="1,16,64", help="replica counts for render")
-    parser.add_argument("--out", type=Path, help="Store the report as OUT/results.json.")
-    parser.add_argument("--page", type=Path, help="Rewrite this page's section from it.")
-    args = parser.parse_args(argv)
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def telemetry(
+    requests: Annotated[
+        int, typer.Option(min=1, help="Requests recorded, metrics on and off each.")
+    ] = 20_000,
+    replicas: Annotated[
+        str, typer.Option(help="Comma-separated replica counts for the /metrics render.")
+    ] = "1,16,64",
+    out: OutOption = None,
+    page: PageOption = None,
+) -> None:
+    """What metrics cost per request, and what a /metrics scrape costs. Prints a table
+    and the JSON report, stores it with --out and rewrites --page's section from it (only
+    with --out). Run as firstlight bench telemetry."""
+    counts = csv_ints(replicas, "--replicas", least=0)
     commit = git_commit()
     report: dict[str, Any] = {
-        "per_request_us": per_request_us(args.requests),
-        "render_ms": {n: render_ms(int(n)) for n in args.replicas.split(",")},
+        "per_request_us": per_request_us(requests),
+        "render_ms": {str(n): render_ms(n) for n in counts},
         "python": sys.version.split()[0],
         "meta": {
-            "command": " ".join(
-                ["firstlight bench telemetry"]
-                + [shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)]
-            ),
+            "command": command_line(),
             "git_commit": commit,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "cpu_count": os.cpu_count(),
@@ -171,14 +179,11 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     cost = report["per_request_us"]
-    print(f"per request: metrics on {cost['metrics_on']:.1f} µs, off {cost['metrics_off']:.1f} µs")
-    for replicas, ms in report["render_ms"].items():
-        print(f"/metrics render, {replicas:>3} replicas: {ms:.2f} ms")
-    print(json.dumps(report, indent=2))
-    if args.out is not None:
-        store_section(report, args.out, args.page, markers, render_markdown)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    typer.echo(
+        f"per request: metrics on {cost['metrics_on']:.1f} µs, off {cost['metrics_off']:.1f} µs"
+    )
+    for count, ms in report["render_ms"].items():
+        typer.echo(f"/metrics render, {count:>3} replicas: {ms:.2f} ms")
+    typer.echo(json.dumps(report, indent=2))
+    if out is not None:
+        store_section(report, out, page, markers, render_markdown)

@@ -1,4 +1,4 @@
-"""The autoscaling benchmark's arithmetic and report (``firstlight_bench.autoscale``):
+"""The autoscaling benchmark's arithmetic and report (``firstlight bench autoscale``):
 answers are counted in the phase they started in, failures are never hidden, and the
 stored report renders into the page."""
 
@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.autoscale import main, markers, render, summarize
+from firstlight_bench.autoscale import markers, render, summarize
 from firstlight_bench.steady import Answer
+from tests.bench.bench_cli import run_bench
 
 AUTOSCALE_BEGIN, AUTOSCALE_END = markers(simulated=True)
 
@@ -34,7 +35,8 @@ def test_answers_count_in_the_phase_they_started_in() -> None:
     assert before.ttft_p50_ms == pytest.approx(200.0)
     assert (step.requests, step.failed) == (3, 1)
     assert step.ttft_p50_ms == pytest.approx(600.0)  # the failed one has no TTFT
-    assert (after.requests, after.ttft_p95_ms) == (1, pytest.approx(200.0))
+    assert after.requests == 1
+    assert after.ttft_p95_ms == pytest.approx(200.0)
 
 
 def test_ttft_is_the_streamed_answers_only() -> None:
@@ -86,8 +88,26 @@ def test_tables_only_rewrites_the_section_from_the_stored_report(tmp_path: Path)
     (tmp_path / "results.json").write_text(json.dumps(_report()))
     page = tmp_path / "page.md"
     page.write_text(f"# P\n\n{AUTOSCALE_BEGIN}\nold\n{AUTOSCALE_END}\n\nafter\n")
-    assert main(["--tables-only", "--out", str(tmp_path), "--page", str(page)]) is None
+    result = run_bench("autoscale", "--tables-only", "--out", str(tmp_path), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""  # nothing measured: a run prints its report and tables
     assert page.read_text() == f"# P\n\n{render(_report())}\n\nafter\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tables-only", "--out", "x"], "--tables-only needs --out (the stored report) and"),
+        (["--step-clients", "0"], "'--step-clients'"),
+        (["--target-ongoing", "0"], "--target-ongoing: 0.0: above 0"),
+        (["--engine", "tpu"], "'--engine'"),
+        (["--before-s", "-1"], "'--before-s'"),
+    ],
+)
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("autoscale", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
 
 
 @pytest.mark.parametrize(("folder", "simulated"), [("autoscale", True)])

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, emit, main, render_idle
+from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, emit, render_idle
 from firstlight_bench.engine_table import (
     COMPARE_BEGIN,
     COMPARE_END,
@@ -19,7 +19,7 @@ from firstlight_bench.engine_table import (
     render_compare,
     render_quantization,
 )
-from firstlight_bench.engine_table import main as table_main
+from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]
@@ -27,18 +27,22 @@ STORED = REPO / "docs" / "benchmarks" / "engine-idle" / "results.json"
 
 
 @pytest.mark.slow
-def test_a_run_stores_its_report_and_rewrites_the_idle_section(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_run_stores_its_report_and_rewrites_the_idle_section(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(f"before\n{IDLE_BEGIN}\nold\n{IDLE_END}\nafter\n")
     out = tmp_path / "results.json"
     argv = ["--engine", "sim", "--repeats", "1", "--prompt-tokens", "64"]
     argv += ["--cached-tokens", "32", "--output-tokens", "2", "--concurrency", "1"]
-    report = main([*argv, "--out", str(out), "--page", str(page)])
-    capsys.readouterr()
-    assert json.loads(out.read_text()) == report
+    result = run_bench("engine", *argv, "--out", str(out), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert json.loads(result.stdout) == report
     assert report["meta"]["command"].startswith("firstlight bench engine --engine sim")
+    assert report["meta"]["command"].endswith("--page " + str(page))
+    assert report["meta"]["options"] == {
+        "engine": "sim", "prompt_tokens": 64, "cached_tokens": 32, "output_tokens": 2,
+        "concurrency": 1, "repeats": 1, "seed": 0, "dtype": None,
+    }  # fmt: skip
     # The simulator runs in this process: no engine process burns anything once idle.
     assert report["idle_cpu_cores"] == {"0-1s": 0.0, "1-2s": 0.0, "2-5s": 0.0}
     text = page.read_text()
@@ -47,11 +51,25 @@ def test_a_run_stores_its_report_and_rewrites_the_idle_section(
     assert "| 0.00 | 0.00 | 0.00 |" in text
 
 
-def test_the_page_flag_needs_a_stored_report(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exc:
-        main(["--engine", "sim", "--page", "x.md"])
-    assert exc.value.code == 2
-    assert "--page needs --out" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--page", "x.md"], "--page needs --out"),
+        (["--cached-tokens", "65", "--prompt-tokens", "64"], "--cached-tokens: 65 is more"),
+        (["--repeats", "0"], "'--repeats'"),
+        (["--dtype", "int4"], "'--dtype'"),
+    ],
+)
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("engine", "--engine", "sim", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_an_unknown_engine_is_refused_by_name() -> None:
+    result = run_bench("engine", "--engine", "tpu")
+    assert result.exit_code == 2
+    assert "'--engine'" in result.stderr
 
 
 def test_the_serving_page_shows_exactly_the_stored_idle_report() -> None:
@@ -176,13 +194,29 @@ def test_the_quantization_table_shows_both_models_of_one_run(tmp_path: Path) -> 
     page.write_text(
         f"a\n{COMPARE_BEGIN}\nstale\n{COMPARE_END}\nb\n{QUANT_BEGIN}\nstale\n{QUANT_END}\n"
     )
-    table_main([f"--{k}={v}" for k, v in files.items()] + [f"--page={page}"])
+    args = [f"--{k}={v}" for k, v in files.items()] + [f"--page={page}"]
+    result = run_bench("engine-table", *args)
+    assert result.exit_code == 0, result.output
     text = page.read_text()
     assert "stale" not in text
     assert text.startswith(f"a\n{COMPARE_BEGIN}")
     assert text.endswith(f"{QUANT_END}\n")
     assert "| cached / cold | **0.139** | **0.152** |" in text
     assert "**252 ms**" in text
+    # Runs that do not compare, or a page without the sections, are refused by name.
+    swapped = [f"--real={files['sim']}", f"--sim={files['real']}", *args[2:]]
+    result = run_bench("engine-table", *swapped)
+    assert result.exit_code == 2
+    assert "'--real' / '--sim'" in result.stderr
+    assert "vllm's" in result.stderr
+    page.write_text("no sections\n")
+    result = run_bench("engine-table", *args)
+    assert result.exit_code == 2
+    assert "Invalid value for --page: the page has no" in result.stderr
+    assert page.read_text() == "no sections\n"
+    result = run_bench("engine-table", *args[1:])
+    assert result.exit_code == 2
+    assert "'--real'" in result.stderr
 
 
 def test_the_engines_page_shows_exactly_the_stored_runs() -> None:

