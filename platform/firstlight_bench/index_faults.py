@@ -1,10 +1,10 @@
 """Cache-index faults: how fast wrong-hint routing stops after each, on the real path.
 
-Run ``python -m firstlight_bench.index_faults`` (``firstlight bench index-faults``;
-options ``--trials 20 --faults ... --prefix-blocks 16 --redis-url URL --timeout-s 10
---out FOLDER --page PAGE``, and ``--tables-only`` to re-render the page from a stored
-report). Redis must answer at ``--redis-url``; every key is written under a key prefix of
-the run's own and deleted at the end. No Ray cluster and no model are started.
+Run ``firstlight bench index-faults`` (options ``--trials 20 --faults FAULT`` (repeated;
+default: every one) ``--prefix-blocks 16 --redis-url URL --timeout-s 10 --out FOLDER
+--page PAGE``, and ``--tables-only`` to re-render the page from a stored report). Redis
+must answer at ``--redis-url``; every key is written under a key prefix of the run's own
+and deleted at the end. No Ray cluster and no model are started.
 
 In one process, as ``firstlight bench route-share`` does, run the replica side and a
 gateway's router side of one model in one region:
@@ -31,7 +31,6 @@ t1 - t0 per trial, p50/p99/max per fault, and the verdict against the 2 s goal.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import functools
@@ -40,10 +39,12 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
+import typer
 import zmq
 import zmq.asyncio
 
@@ -52,8 +53,9 @@ from firstlight.hints import HintMirror, HintSubscriber, redis_client
 from firstlight.quantiles import percentile
 from firstlight.region import ReplicaStats, RouterState, with_shared_rates
 from firstlight.routing import RequestView, RoutingInput, build_policy
+from firstlight_bench import options
 from firstlight_bench.engine import emit
-from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
+from firstlight_bench.results import run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 if TYPE_CHECKING:
@@ -65,12 +67,10 @@ __all__ = [
     "INDEX_BEGIN",
     "INDEX_END",
     "Fault",
-    "add_arguments",
-    "main",
+    "app",
     "measure",
     "render",
     "render_report",
-    "run",
     "summarize",
 ]
 
@@ -521,43 +521,56 @@ def render_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The tool's options (for ``firstlight bench index-faults`` too)."""
-    parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--faults", nargs="+", choices=list(FAULTS), default=list(FAULTS))
-    parser.add_argument("--prefix-blocks", type=int, default=16)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--timeout-s", type=float, default=10.0)
-    add_report_options(parser)
+class FaultName(StrEnum):
+    """A fault ``--faults`` names: the keys of :data:`FAULTS`."""
+
+    CACHE_RESET = "cache-reset"
+    SEQUENCE_GAP = "sequence-gap"
+    ENGINE_RESTART = "engine-restart"
+    REPLICA_REMOVAL = "replica-removal"
 
 
-def run(
-    args: argparse.Namespace,
-    parser: argparse.ArgumentParser | None = None,
-    argv: Sequence[str] | None = None,
-) -> dict[str, Any] | None:
-    """Measure, print and store the report as the options say; returns it (``None`` with
-    ``--tables-only``). ``argv`` is the command line the report records."""
-    parser = parser or _parser()
-    if rewrote_tables(parser, args, _rewrite):
-        return None
-    if args.trials < 1 or args.prefix_blocks < 1 or not args.timeout_s > 0:
-        parser.error("--trials and --prefix-blocks must be >= 1, --timeout-s > 0")
-    faults = list(dict.fromkeys(args.faults))
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def index_faults(
+    trials: Annotated[int, typer.Option(min=1, help="Trials per fault.")] = 20,
+    faults: Annotated[
+        list[FaultName] | None, typer.Option(help="A fault to run (repeat; default: all).")
+    ] = None,
+    prefix_blocks: Annotated[int, typer.Option(min=1, help="Blocks of the prefix.")] = 16,
+    redis_url: Annotated[
+        str, typer.Option(help="Where Redis answers.")
+    ] = "redis://127.0.0.1:6379/0",
+    timeout_s: Annotated[float, typer.Option(help="Longest wait for set-up and heal.")] = 10.0,
+    out: options.OutOption = None,
+    page: options.PageOption = None,
+    tables_only: options.TablesOnlyOption = False,
+) -> None:
+    """How fast wrong-hint routing stops after each cache-index fault, on the real path
+    (run as firstlight bench index-faults; Redis at --redis-url). Prints the JSON report
+    and the page's section, stores the report and report.md with --out, rewrites --page's
+    section (--tables-only: only that, from --out)."""
+    if options.rewrote_tables(out, page, tables_only, _rewrite):
+        return
+    if not timeout_s > 0:
+        raise typer.BadParameter(f"{timeout_s:g}: must be more than 0", param_hint="--timeout-s")
+    chosen = list(dict.fromkeys(f.value for f in faults)) if faults else list(FAULTS)
     measured = asyncio.run(
         measure(
-            faults, args.trials, redis_url=args.redis_url, blocks=args.prefix_blocks,
-            timeout_s=args.timeout_s,
+            chosen, trials, redis_url=redis_url, blocks=prefix_blocks, timeout_s=timeout_s,
         )
     )  # fmt: skip
     samples = measured["samples"]
     summary = summarize(samples)
     report = {
-        **run_header("index-faults", argv),
+        **run_header("index-faults", None),
+        "command": options.command_line(),
         "simulated": False,
         "goal_s": GOAL_S,
-        "trials": args.trials,
-        "prefix_blocks": args.prefix_blocks,
+        "trials": trials,
+        "prefix_blocks": prefix_blocks,
         "policy": PlatformConfig().router.policy,
         "verdict": "met by every fault"
         if all(row["meets_goal"] for row in summary)
@@ -566,32 +579,15 @@ def run(
         "feed": measured["feed"],
         "samples": samples,
     }
-    emit(report, args.out / "results.json" if args.out else None)
-    if args.out is not None:
-        (args.out / "report.md").write_text(render_report(report))
-    print(render(report))
-    if args.page is not None:
-        _rewrite(args.page, report)
-    return report
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="firstlight bench index-faults", description=__doc__)
-    add_arguments(parser)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``firstlight bench index-faults``; returns the report (``None`` with ``--tables-only``)."""
-    parser = _parser()
-    return run(parser.parse_args(argv), parser, argv)
+    emit(report, out / "results.json" if out else None)
+    if out is not None:
+        (out / "report.md").write_text(render_report(report))
+    typer.echo(render(report))
+    if page is not None:
+        _rewrite(page, report)
 
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:
     page.write_text(
         replace_tables(page.read_text(), render(report), begin=INDEX_BEGIN, end=INDEX_END)
     )
-
-
-if __name__ == "__main__":
-    main()

@@ -1,9 +1,9 @@
 """Outlier capture measured end to end: is a planted slow request captured with every
 field, and does a steady run capture nothing?
 
-Run ``firstlight bench outliers`` (``python -m firstlight_bench.outliers``; options
-``--engine sim|vllm --requests 1000 --concurrency 4 --seed 0 --out FOLDER --page PAGE
---tables-only``). One local region serves the default model (two replicas, one gateway,
+Run ``firstlight bench outliers`` (options ``--engine sim|vllm --requests 1000
+--concurrency 4 --seed 0 --cache-dir DIR --out FOLDER --page PAGE --tables-only``; ``--help``
+says each). One local region serves the default model (two replicas, one gateway,
 ``telemetry.outlier_*`` at their defaults: factor 10, judged from the 50th request, a
 window of 1,000), with traces on: the tool runs a minimal OTLP/HTTP receiver of its own
 (``POST /v1/traces``) and points ``telemetry.otlp_endpoint`` at it, so the records carry
@@ -28,7 +28,6 @@ real time; one token per byte) and the report says so.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import random
@@ -39,21 +38,25 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.quantiles import quantile
+from firstlight_bench import options
 from firstlight_bench.engine import emit
-from firstlight_bench.results import read_report, run_header, short_commit
+from firstlight_bench.results import run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = [
     "FIELDS",
     "Asked",
-    "main",
+    "app",
     "markers",
     "planted_messages",
     "render",
@@ -383,13 +386,13 @@ def _log_records(logs_dir: Path | None) -> list[dict[str, Any]] | None:
     return records
 
 
-def _measure(args: argparse.Namespace, endpoint: str, logs_dir: Path | None) -> dict[str, Any]:
-    steady = asyncio.run(_steady(endpoint, args.requests, args.concurrency))
+def _measure(
+    endpoint: str, logs_dir: Path | None, requests: int, concurrency: int, plant: list[Any]
+) -> dict[str, Any]:
+    steady = asyncio.run(_steady(endpoint, requests, concurrency))
     counted_steady = _settled(endpoint, len(steady))
     after_steady = _captures(endpoint)
-    planted = asyncio.run(
-        _planted(endpoint, planted_messages(args.seed, PLANTED_CHARS[args.engine]))
-    )
+    planted = asyncio.run(_planted(endpoint, plant))
     counted_planted = _settled(endpoint, len(steady) + 1)
     after_planted = _captures(endpoint)
     return {
@@ -570,80 +573,77 @@ def _tokens(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``firstlight bench outliers``; returns the report (``None`` with ``--tables-only``)."""
-    parser = argparse.ArgumentParser(prog="firstlight bench outliers", description=__doc__)
-    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim")
-    parser.add_argument("--requests", type=int, default=1000)
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--page", type=Path, default=None)
-    parser.add_argument("--tables-only", action="store_true")
-    args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None or args.out is None:
-            parser.error("--tables-only needs --out (the stored report) and --page")
-        _rewrite(args.page, read_report(args.out))
-        return None
-    if args.concurrency < 1:
-        parser.error(f"--concurrency {args.concurrency}: at least 1")
+class Engine(StrEnum):
+    """What serves the region: simulated replicas, or the default model on vLLM-CPU."""
+
+    SIM = "sim"
+    VLLM = "vllm"
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def outliers(
+    engine: Annotated[Engine, typer.Option(help="Simulated replicas or vLLM-CPU.")] = Engine.SIM,
+    requests: Annotated[int, typer.Option(min=1, help="Steady requests (>= min_samples).")] = 1000,
+    concurrency: Annotated[int, typer.Option(min=1, help="Steady requests in flight.")] = 4,
+    seed: options.SeedOption = 0,
+    cache_dir: Annotated[Path | None, typer.Option(help="The config's cache_dir.")] = None,
+    out: options.OutOption = None,
+    page: options.PageOption = None,
+    tables_only: options.TablesOnlyOption = False,
+) -> None:
+    """Outlier capture on one local region (run as firstlight bench outliers): a steady
+    phase that should capture nothing, then a planted slow request that should be captured
+    with every field. Prints the JSON report and the page's section, stores the report
+    with --out, rewrites --page's section (--tables-only: only that, from --out)."""
+    if options.rewrote_tables(out, page, tables_only, _rewrite):
+        return
     import ray
 
     from firstlight.serve.local_mode import start_local, stop_local
     from firstlight.serve.startup_watch import ray_logs
 
     with _receiver() as (receiver, otlp_port):
-        config = _config(args.engine, free_port(), otlp_port, args.cache_dir)
-        if args.requests < config.telemetry.outlier_min_samples:
-            parser.error(
-                f"--requests {args.requests}: at least telemetry.outlier_min_samples "
-                f"({config.telemetry.outlier_min_samples}), or nothing is judged"
+        config = _config(engine.value, free_port(), otlp_port, cache_dir)
+        if requests < config.telemetry.outlier_min_samples:
+            raise typer.BadParameter(
+                f"{requests}: at least telemetry.outlier_min_samples "
+                f"({config.telemetry.outlier_min_samples}), or nothing is judged",
+                param_hint="--requests",
             )
         running = start_local(config, timeout_s=600)
         try:
             logs = ray_logs()
             logs_dir = None if logs is None else logs.logs_dir
-            measured = _measure(args, running.endpoints[_REGION], logs_dir)
+            plant = planted_messages(seed, PLANTED_CHARS[engine.value])
+            measured = _measure(running.endpoints[_REGION], logs_dir, requests, concurrency, plant)
         finally:
             stop_local(running)
             ray.shutdown()
         traced = set(receiver.trace_ids)  # the spans flushed at shutdown are in too
     report = {
-        **run_header("outliers", argv),
-        "simulated": args.engine == "sim",
-        "requests": args.requests,
-        "concurrency": args.concurrency,
+        **run_header("outliers", None),
+        "command": options.command_line(),
+        "simulated": engine is Engine.SIM,
+        "requests": requests,
+        "concurrency": concurrency,
         "max_tokens": MAX_TOKENS,
         "replicas": REPLICAS,
         "factor": config.telemetry.outlier_factor,
         "min_samples": config.telemetry.outlier_min_samples,
         "window_samples": config.telemetry.outlier_window_samples,
-        "planted_chars": PLANTED_CHARS[args.engine],
-        **summarize(
-            measured["steady"],
-            measured["planted"],
-            measured["after_steady"],
-            measured["after_planted"],
-            counted_steady=measured["counted_steady"],
-            counted_planted=measured["counted_planted"],
-            log_records=measured["log_records"],
-            traced=traced,
-        ),
+        "planted_chars": PLANTED_CHARS[engine.value],
+        **summarize(**measured, traced=traced),  # _measure's keys are summarize's arguments
         "asked": [asdict(a) for a in [*measured["steady"], measured["planted"]]],
     }
-    emit(report, args.out / "results.json" if args.out else None)
-    print(render(report))
-    if args.page is not None:
-        _rewrite(args.page, report)
-    return report
+    emit(report, out / "results.json" if out else None)
+    typer.echo(render(report))
+    if page is not None:
+        _rewrite(page, report)
 
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:
     begin, end = markers(report["simulated"])
     page.write_text(replace_tables(page.read_text(), render(report), begin=begin, end=end))
-
-
-if __name__ == "__main__":
-    main()

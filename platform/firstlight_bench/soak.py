@@ -1,7 +1,7 @@
 """The soak run: steady load for minutes on a local two-region platform, watching for
 what only time shows — lost requests, memory growth and who owns it, leaked asyncio tasks.
 
-``firstlight bench soak --minutes 60 --out FOLDER`` (``python -m firstlight_bench.soak``)
+``firstlight bench soak --minutes 60 --out FOLDER`` (``--help`` lists every option)
 deploys two emulated regions on the ``sim`` engine (results are labelled simulated), runs
 closed-loop :class:`~firstlight_bench.steady.SteadyLoad` clients against both, and every
 ``--sample-s`` seconds reads the resident memory of every gateway and model replica
@@ -30,26 +30,26 @@ the generated section of that doc page is rewritten (``--tables-only``: from the
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+import typer
 
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.quantiles import percentile
-from firstlight_bench.results import add_report_options, rewrote_tables, run_header
+from firstlight_bench import options
+from firstlight_bench.results import run_header
 from firstlight_bench.soak_memory import GatewayMemory
 from firstlight_bench.soak_report import SOAK_BEGIN, SOAK_END, has_markers, rewrite_page, write_run
 from firstlight_bench.steady import Answer, SteadyLoad
 
-__all__ = ["SoakReport", "main", "soak", "soak_config"]
+__all__ = ["SoakReport", "app", "soak", "soak_config"]
 
 Report = Callable[[str], None]
 _TASKS_SERIES = "firstlight_gateway_asyncio_tasks"
@@ -364,78 +364,78 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f} ms"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``firstlight bench soak``: 0 when no request was lost, 1 otherwise."""
-    parser = argparse.ArgumentParser(prog="firstlight bench soak", description=__doc__)
-    parser.add_argument("--minutes", type=float, default=10.0, help="length of the load")
-    parser.add_argument("--clients", type=int, default=3, help="closed-loop clients per region")
-    parser.add_argument("--sample-s", type=float, default=30.0, help="seconds between samples")
-    parser.add_argument(
-        "--warmup-s", type=float, default=None,
-        help="load before growth is measured (default: a third of the run)",
-    )  # fmt: skip
-    parser.add_argument("--port", type=int, default=8300, help="the HTTP proxy's port")
-    parser.add_argument(
-        "--tracemalloc", action=argparse.BooleanOptionalAction, default=True,
-        help="trace the gateways' Python allocations and group their growth by owner",
-    )  # fmt: skip
-    parser.add_argument("--frames", type=int, default=4, help="tracemalloc frames per traceback")
-    parser.add_argument("--top", type=int, default=15, help="owners listed per gateway")
-    add_report_options(parser)
-    args = parser.parse_args(argv)
-    if rewrote_tables(parser, args, rewrite_page):
-        return 0
-    duration_s = args.minutes * 60.0
-    warmup_s = duration_s / 3.0 if args.warmup_s is None else args.warmup_s
-    if args.minutes <= 0 or args.clients < 1 or args.sample_s <= 0:
-        parser.error("--minutes and --sample-s must be > 0, --clients ≥ 1")
-    if not 0 <= warmup_s < duration_s:
-        parser.error(f"--warmup-s {warmup_s:g}: from 0 to less than the run ({duration_s:g} s)")
-    if not 1 <= args.frames <= 64 or args.top < 1:
-        parser.error("--frames must be 1 to 64, --top ≥ 1")
-    if args.page is not None and not has_markers(args.page):
-        parser.error(f"--page {args.page}: no {SOAK_BEGIN} ... {SOAK_END} section to rewrite")
+app = typer.Typer(add_completion=False)
+
+
+@app.command("soak")
+def soak_command(
+    minutes: Annotated[float, typer.Option(help="Length of the load (> 0).")] = 10.0,
+    clients: Annotated[int, typer.Option(min=1, help="Closed-loop clients per region.")] = 3,
+    sample_s: Annotated[float, typer.Option(help="Seconds between samples (> 0).")] = 30.0,
+    warmup_s: Annotated[
+        float | None,
+        typer.Option(min=0, help="Load before growth is measured (default: a third of the run)."),
+    ] = None,
+    port: Annotated[int, typer.Option(help="The HTTP proxy's port.")] = 8300,
+    tracemalloc: Annotated[
+        bool, typer.Option(help="Trace the gateways' Python allocations; group growth by owner.")
+    ] = True,
+    frames: Annotated[int, typer.Option(min=1, max=64, help="Frames traced per allocation.")] = 4,
+    top: Annotated[int, typer.Option(min=1, help="Owners listed per gateway.")] = 15,
+    out: options.OutOption = None,
+    page: options.PageOption = None,
+    tables_only: options.TablesOnlyOption = False,
+) -> None:
+    """Steady load on two local sim regions for --minutes (run as firstlight bench soak):
+    lost requests, memory growth by owner, leaked tasks. Stores the run with --out, rewrites
+    --page's section (--tables-only: only that, from --out); exits 1 if a request was lost."""
+    if options.rewrote_tables(out, page, tables_only, rewrite_page):
+        return
+    if not (minutes > 0 and sample_s > 0):  # typer's bounds include their limit
+        bad, value = ("--minutes", minutes) if not minutes > 0 else ("--sample-s", sample_s)
+        raise typer.BadParameter(f"{value:g}: must be more than 0", param_hint=bad)
+    duration_s = minutes * 60.0
+    warmup_s = duration_s / 3.0 if warmup_s is None else warmup_s
+    if not warmup_s < duration_s:
+        message = f"{warmup_s:g}: from 0 to less than the run ({duration_s:g} s)"
+        raise typer.BadParameter(message, param_hint="--warmup-s")
+    if page is not None and not has_markers(page):
+        message = f"{page}: no {SOAK_BEGIN} ... {SOAK_END} section to rewrite"
+        raise typer.BadParameter(message, param_hint="--page")
 
     import ray
 
     from firstlight.serve.local_mode import start_local, stop_local
 
-    config = soak_config(args.port)
-    print(f"soak: deploying {', '.join(r.name for r in config.regions)} (sim engine)")
-    platform = start_local(config, report=lambda m: print(f"  {m}"), num_cpus=2)
+    config = soak_config(port)
+    typer.echo(f"soak: deploying {', '.join(r.name for r in config.regions)} (sim engine)")
+    platform = start_local(config, report=lambda m: typer.echo(f"  {m}"), num_cpus=2)
     try:
         result = asyncio.run(
             soak(
-                platform.endpoints,
-                config.models[0].name,
-                duration_s,
-                clients=args.clients,
-                sample_s=args.sample_s,
-                warmup_s=warmup_s,
-                tracemalloc_frames=args.frames if args.tracemalloc else 0,
-                top_owners=args.top,
+                platform.endpoints, config.models[0].name, duration_s, clients=clients,
+                sample_s=sample_s, warmup_s=warmup_s, top_owners=top, report=typer.echo,
+                tracemalloc_frames=frames if tracemalloc else 0,
             )
-        )
+        )  # fmt: skip
     finally:
         stop_local(platform)
         ray.shutdown()  # the cluster start_local started for this run
     stored = {
-        **run_header("soak", argv),
+        **run_header("soak", None),
+        "command": options.command_line(),
         "simulated": True,
         "regions": len(config.regions),
         "model_replicas": MODEL_REPLICAS,
         "gateways_per_region": config.gateway.replicas,
-        "sample_s": args.sample_s,
+        "sample_s": sample_s,
         **asdict(result),
     }
-    print(result.markdown())
-    if args.out is not None:
-        write_run(args.out, stored)
-        print(f"written to {args.out}/results.json and report.md")
-    if args.page is not None:
-        rewrite_page(args.page, stored)
-    return 0 if result.lost == 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    typer.echo(result.markdown())
+    if out is not None:
+        write_run(out, stored)
+        typer.echo(f"written to {out}/results.json and report.md")
+    if page is not None:
+        rewrite_page(page, stored)
+    if result.lost:
+        raise typer.Exit(1)

@@ -1,7 +1,7 @@
 """A stored soak run as markdown: the doc section (:func:`render`, between
 :data:`SOAK_BEGIN` and :data:`SOAK_END`) and the run folder's ``report.md``.
 
-:func:`firstlight_bench.soak.main` stores a run with :func:`write_run` (``--out``) and
+``firstlight bench soak`` stores a run with :func:`write_run` (``--out``) and
 rewrites a doc page's section with :func:`rewrite_page` (``--page``; ``--tables-only``
 re-renders it from the stored ``results.json``). Everything here reads the stored record
 (a ``dict`` as in ``results.json``: :func:`firstlight_bench.results.run_header`'s fields,

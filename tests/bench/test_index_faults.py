@@ -6,7 +6,6 @@ table. No timing is asserted: the machine is shared."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from pathlib import Path
 from typing import Any
@@ -20,21 +19,21 @@ from firstlight_bench.index_faults import (
     FAULTS,
     INDEX_BEGIN,
     INDEX_END,
-    main,
+    FaultName,
     measure,
     render,
     render_report,
     summarize,
 )
 from firstlight_bench.results import read_report
+from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).resolve().parents[2]
 PAGE = REPO / "docs" / "reliability.md"
 STORED = REPO / "docs" / "benchmarks" / "index-faults"
 COMMAND = (
-    "python -m firstlight_bench.index_faults --out docs/benchmarks/index-faults "
-    "--page docs/reliability.md"
+    "firstlight bench index-faults --out docs/benchmarks/index-faults --page docs/reliability.md"
 )
 
 
@@ -93,21 +92,24 @@ def test_the_summary_holds_each_fault_to_the_goal() -> None:
     assert (restart["healed"], restart["max_ms"], restart["meets_goal"]) == (0, None, False)
 
 
-def test_a_small_run_stores_its_report_and_rewrites_the_page(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_the_faults_option_names_every_fault() -> None:
+    assert [f.value for f in FaultName] == list(FAULTS)
+
+
+def test_a_small_run_stores_its_report_and_rewrites_the_page(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(f"# Reliability\n\n{INDEX_BEGIN}\nold\n{INDEX_END}\n\nafter\n")
     out = tmp_path / "run"
-    argv = ["--trials", "2", "--faults", "cache-reset", "replica-removal", "--prefix-blocks", "2"]
-    report = main([*argv, "--out", str(out), "--page", str(page)])
-    capsys.readouterr()
-    assert report is not None
-    assert report["command"] == "firstlight bench index-faults " + shlex.join(
+    argv = ["--trials", "2", "--faults", "cache-reset", "--faults", "replica-removal"]
+    argv += ["--prefix-blocks", "2"]
+    result = run_bench("index-faults", *argv, "--out", str(out), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    stored = read_report(out)
+    assert stored["command"] == "firstlight bench index-faults " + shlex.join(
         [*argv, "--out", str(out), "--page", str(page)]
     )
-    stored = read_report(out)
-    assert stored == json.loads(json.dumps(report))
+    # Printed: the JSON report as stored, then the page's section.
+    assert result.stdout == (out / "results.json").read_text() + render(stored) + "\n"
     assert [row["fault"] for row in stored["summary"]] == ["cache-reset", "replica-removal"]
     assert len(stored["samples"]) == 4
     section = render(stored)
@@ -122,8 +124,26 @@ def test_a_small_run_stores_its_report_and_rewrites_the_page(
     assert INDEX_BEGIN not in markdown
     # --tables-only re-renders the page from the stored report alone.
     page.write_text(f"{INDEX_BEGIN}\nstale\n{INDEX_END}\n")
-    assert main(["--tables-only", "--out", str(out), "--page", str(page)]) is None
+    result = run_bench("index-faults", "--tables-only", "--out", str(out), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""  # nothing measured, nothing printed
     assert page.read_text() == f"{section}\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--trials", "0"], "'--trials'"),
+        (["--prefix-blocks", "0"], "'--prefix-blocks'"),
+        (["--timeout-s", "0"], "--timeout-s: 0: must be more than 0"),
+        (["--faults", "power-cut"], "'--faults'"),
+        (["--tables-only", "--page", "x.md"], "--tables-only needs --out"),
+    ],
+)
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("index-faults", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
 
 
 def test_the_reliability_page_shows_the_stored_run() -> None:

@@ -1,6 +1,6 @@
-"""The outlier-capture benchmark (``firstlight_bench.outliers``): its workload, its
-summary of captures (false ones, the planted one, the fields a record carries) and the
-stored run the docs show."""
+"""The outlier-capture benchmark (``firstlight bench outliers``): its workload, its
+summary of captures (false ones, the planted one, the fields a record carries), the
+stored run the docs show, and the options it refuses before starting anything."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from firstlight_bench.outliers import (
     steady_messages,
     summarize,
 )
+from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -205,3 +206,34 @@ def test_the_observability_page_shows_the_stored_run() -> None:
         "docs/observability.md is stale: firstlight bench outliers --tables-only "
         "--out docs/benchmarks/outliers-sim --page docs/observability.md"
     )
+
+
+def test_tables_only_rewrites_the_page_from_the_stored_run(tmp_path: Path) -> None:
+    stored = json.loads(STORED.read_text())
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "results.json").write_text(STORED.read_text())
+    begin, end = markers(True)
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
+    result = run_bench(
+        "outliers", "--tables-only", "--out", str(tmp_path / "run"), "--page", str(page)
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""  # nothing measured, nothing printed
+    assert page.read_text() == f"before\n{render(stored)}\nafter\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--engine", "gpu"], "'--engine'"),
+        (["--concurrency", "0"], "'--concurrency'"),
+        (["--seed", "-1"], "'--seed'"),
+        (["--tables-only", "--page", "x.md"], "--tables-only needs --out"),
+        (["--requests", "10"], "--requests: 10: at least telemetry.outlier_min_samples (50)"),
+    ],
+)
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("outliers", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr

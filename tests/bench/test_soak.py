@@ -11,9 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
+from firstlight.config import PlatformConfig
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight_bench.soak import SoakReport, main, soak
+from firstlight_bench.soak import SoakReport, soak
 from firstlight_bench.steady import SteadyLoad
+from tests.bench.bench_cli import run_bench
 from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-soak-test"
@@ -168,11 +170,44 @@ def test_the_report_measures_growth_from_the_first_sample_under_load() -> None:
     assert "| east | 12 | 18 to 20 | 12 |" in table
 
 
-@pytest.mark.parametrize("argv", [["--minutes", "0"], ["--clients", "0"], ["--sample-s", "-1"]])
-def test_bad_arguments_are_refused_before_anything_starts(argv: list[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--minutes", "0"], "--minutes: 0: must be more than 0"),
+        (["--clients", "0"], "'--clients'"),
+        (["--sample-s", "-1"], "--sample-s: -1: must be more than 0"),
+    ],
+)
+def test_bad_arguments_are_refused_before_anything_starts(argv: list[str], message: str) -> None:
+    result = run_bench("soak", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+@pytest.mark.parametrize(("lost", "status"), [(0, 0), (1, 1)])
+def test_the_exit_status_says_whether_a_request_was_lost(
+    lost: int, status: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command around :func:`soak`, with the platform and the load replaced."""
+    import ray
+
+    from firstlight.serve import local_mode
+
+    deployed: list[str] = []
+    running = LocalPlatform(PlatformConfig(), {"soak-east": "http://east.test"}, False, "off")
+    monkeypatch.setattr(local_mode, "start_local", lambda config, **_: running)
+    monkeypatch.setattr(local_mode, "stop_local", lambda p: deployed.append("stopped"))
+    monkeypatch.setattr(ray, "shutdown", lambda: deployed.append("ray down"))
+
+    async def fake_soak(*args: Any, **kwargs: Any) -> SoakReport:
+        return SoakReport(60.0, kwargs["clients"], requests=10, lost=lost)
+
+    monkeypatch.setattr("firstlight_bench.soak.soak", fake_soak)
+    result = run_bench("soak", "--minutes", "1", "--clients", "2", "--no-tracemalloc")
+    assert result.exit_code == status, result.output
+    assert deployed == ["stopped", "ray down"]
+    assert "2 closed-loop clients per region" in result.stdout
+    assert f"10 requests, {lost} lost" in result.stdout
 
 
 @pytest.fixture(scope="module")

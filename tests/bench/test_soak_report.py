@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from firstlight.telemetry.memory import MemoryGrowth, MemoryOwner
-from firstlight_bench.soak import SoakReport, main, sample_times
+from firstlight_bench.soak import SoakReport, sample_times
 from firstlight_bench.soak_memory import each_gateway
 from firstlight_bench.soak_report import (
     SOAK_BEGIN,
@@ -23,6 +23,7 @@ from firstlight_bench.soak_report import (
     rewrite_page,
     write_run,
 )
+from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +51,8 @@ def _growth(pid: int, owners: list[tuple[str, float]], other_mib: float) -> dict
 
 
 def _run() -> dict[str, Any]:
-    """A 60-minute run as ``main`` stores it (through JSON, as the file holds it)."""
+    """A 60-minute run as ``firstlight bench soak`` stores it (through JSON, as the file
+    holds it)."""
     report = SoakReport(3600.0, 3, requests=12_345, warmup_s=1200.0, tracemalloc_frames=4)
     report.sample_at_s = [600.0, 1200.0, 2400.0, 3600.0]
     report.rss_mib = {
@@ -161,7 +163,11 @@ def test_the_page_section_is_rewritten_from_the_stored_run(tmp_path: Path) -> No
     write_run(tmp_path / "soak", _run())
     page = tmp_path / "reliability.md"
     page.write_text(f"# Title\n\nbefore\n\n{SOAK_BEGIN}\nold text\n{SOAK_END}\n\nafter\n")
-    assert main(["--tables-only", "--out", str(tmp_path / "soak"), "--page", str(page)]) == 0
+    result = run_bench(
+        "soak", "--tables-only", "--out", str(tmp_path / "soak"), "--page", str(page)
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""  # nothing run, nothing printed
     assert page.read_text() == f"# Title\n\nbefore\n\n{render(_run())}\n\nafter\n"
     page.write_text("no markers\n")
     with pytest.raises(ValueError, match="soak:begin"):
@@ -203,14 +209,17 @@ def test_samples_are_taken_every_interval_and_at_the_end_of_the_warm_up(
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "message"),
     [
-        ["--minutes", "1", "--warmup-s", "60"],
-        ["--minutes", "1", "--warmup-s", "-1"],
-        ["--frames", "0"],
-        ["--top", "0"],
-        ["--tables-only", "--page", "x.md"],
-        ["--page", str(REPO / "README.md")],
+        (
+            ["--minutes", "1", "--warmup-s", "60"],
+            "--warmup-s: 60: from 0 to less than the run (60 s)",
+        ),
+        (["--minutes", "1", "--warmup-s", "-1"], "'--warmup-s'"),
+        (["--frames", "0"], "'--frames'"),
+        (["--top", "0"], "'--top'"),
+        (["--tables-only", "--page", "x.md"], "--tables-only needs --out"),
+        (["--page", str(REPO / "README.md")], "Invalid value for --page: "),
     ],
     ids=[
         "warm-up-as-long-as-the-run",
@@ -221,10 +230,10 @@ def test_samples_are_taken_every_interval_and_at_the_end_of_the_warm_up(
         "page-without-markers",
     ],
 )
-def test_bad_arguments_are_refused_before_anything_starts(argv: list[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(argv)
-    assert exited.value.code == 2
+def test_bad_arguments_are_refused_before_anything_starts(argv: list[str], message: str) -> None:
+    result = run_bench("soak", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
 
 
 # --- reaching every gateway through a handle that picks one ------------------------------
