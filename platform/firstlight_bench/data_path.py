@@ -32,12 +32,10 @@ path (docs/architecture.md, "One hop for the tokens").
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
 import platform
-import shlex
 import struct
 import subprocess
 import sys
@@ -45,16 +43,18 @@ import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import httpx
+import typer
 
 from firstlight._ports import free_port
+from firstlight_bench.options import OutOption, PageOption, command_line
 from firstlight_bench.results import git_commit
 from firstlight_bench.serving_report import Timing, phase
 from firstlight_bench.suite import rewrite_sections, store_section
 
-__all__ = ["bare_app", "main", "markers", "render_markdown"]
+__all__ = ["app", "bare_app", "markers", "render_markdown"]
 
 PATHS = ("bare_asgi", "direct_ingress", "replica_port", "handle")
 _LABELS = {
@@ -274,7 +274,8 @@ def _start_bare() -> tuple[subprocess.Popen[bytes], str]:
         "warning",
         "--no-access-log",
     ]
-    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": _source_root()})
+    source_root = str(Path(__file__).resolve().parents[1])  # where firstlight_bench is
+    process = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": source_root})
     url = f"http://127.0.0.1:{port}/"
     for _ in range(200):
         try:
@@ -286,27 +287,30 @@ def _start_bare() -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the bare uvicorn app did not start")
 
 
-def _source_root() -> str:
-    return str(Path(__file__).resolve().parents[1])
+app = typer.Typer(add_completion=False)
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Parse ``argv``, measure each path, print and store the report (module docstring)."""
-    parser = argparse.ArgumentParser(prog="firstlight bench data-path", description=__doc__)
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--items", type=int, default=9, help="stream items (1 + max_tokens)")
-    parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--duration", type=float, default=8.0)
-    parser.add_argument("--out", type=Path)
-    parser.add_argument("--page", type=Path)
-    parser.add_argument("--tables-only", action="store_true")
-    args = parser.parse_args(argv)
-    if args.tables_only:
-        if args.page is None:
-            parser.error("--tables-only needs --page")
-        rewrite_sections(args.page, "data-path", markers, render_markdown)
-        return {}
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+@app.command()
+def data_path(
+    requests: Annotated[int, typer.Option(min=1, help="Sequential requests per path.")] = 300,
+    items: Annotated[int, typer.Option(min=1, help="Stream items (1 + max_tokens).")] = 9,
+    concurrency: Annotated[int, typer.Option(min=1, help="Closed-loop clients.")] = 16,
+    duration: Annotated[float, typer.Option(help="Closed-loop seconds per path and block.")] = 8.0,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: Annotated[
+        bool, typer.Option("--tables-only", help="Only rewrite --page from the runs beside it.")
+    ] = False,
+) -> None:
+    """Time each path replica -> client (transport only, no engine), print the page's
+    section and store the report. Run by a maintainer choosing the data path."""
+    # The options as given, for the report's meta (the parameters are the only locals yet).
+    options = {k: str(v) for k, v in locals().items() if k not in ("out", "page")}
+    if tables_only:
+        if page is None:
+            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
+        rewrite_sections(page, "data-path", markers, render_markdown)
+        return
     commit = git_commit()
 
     from firstlight.config import GatewayConfig
@@ -325,16 +329,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         _deploy()
         urls = {p: f"http://127.0.0.1:{port}/{app}" for p, app in _APPS.items()}
         urls["bare_asgi"] = bare_url
-        body = json.dumps({"prompt": list(range(128)), "n": args.items}).encode()
+        body = json.dumps({"prompt": list(range(128)), "n": items}).encode()
         timings: dict[str, list[Timing]] = {p: [] for p in PATHS}
         with httpx.Client(timeout=60.0) as client:
-            for _ in range(args.requests + WARM_UP):
+            for _ in range(requests + WARM_UP):
                 for path in PATHS:
                     timings[path].append(_stream_once(client, urls[path], body))
         paths = {p: phase(t[WARM_UP:]) for p, t in timings.items()}
         rates: dict[str, list[float]] = {p: [] for p in PATHS}
         for path in PATHS + PATHS[::-1]:
-            run = _closed_loop(urls[path], body, args.concurrency, args.duration)
+            run = _closed_loop(urls[path], body, concurrency, duration)
             rates[path].append(round(asyncio.run(run), 1))
     finally:
         bare.kill()
@@ -344,14 +348,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "transport_only": True,
         "meta": {
             "what": "no engine: each replica streams small chunks; the transport alone",
-            "command": f"firstlight bench data-path {argv_text}".strip(),
+            "command": command_line(),
             "git_commit": commit,
             "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "cpu_count": os.cpu_count(),
             "platform": platform.platform(),
             "python": sys.version.split()[0],
             "ray": ray.__version__,
-            "options": {k: str(v) for k, v in vars(args).items() if k not in ("out", "page")},
+            "options": options,
             "warm_up": WARM_UP,
         },
         "paths": paths,
@@ -359,10 +363,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             p: {"blocks": r, "mean": round(sum(r) / len(r), 1)} for p, r in rates.items()
         },
     }
-    print(render_markdown(report, "data-path"))
-    if args.out is not None:
-        store_section(report, args.out, args.page, markers, render_markdown)
-    return report
+    typer.echo(render_markdown(report, "data-path"))
+    if out is not None:
+        store_section(report, out, page, markers, render_markdown)
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -403,7 +406,3 @@ def render_markdown(report: dict[str, Any], name: str) -> str:
         )
     lines += ["", end]
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    main()

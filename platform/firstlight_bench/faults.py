@@ -8,13 +8,14 @@ records its figures with ``record_property``. This tool runs those tests with th
 in ``--out/results.json`` with the commit they ran at, and writes the table between the
 ``faults`` markers of ``--page``. A failed test stays in the table as failed: the figures
 are reported, met or not. Needs a checkout of the repository (run it from its root).
+``--only NAME,NAME`` runs some of the scenarios; ``--tables-only`` rewrites the page from
+the stored report without running anything.
 
     firstlight bench faults --out docs/benchmarks/faults --page docs/reliability.md
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
@@ -22,17 +23,21 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from firstlight_bench.results import (
-    add_report_options,
+import typer
+
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    TablesOnlyOption,
+    command_line,
     rewrote_tables,
-    run_header,
-    short_commit,
 )
+from firstlight_bench.results import run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
-__all__ = ["SCENARIOS", "Scenario", "fill", "main", "render", "summarize"]
+__all__ = ["SCENARIOS", "Scenario", "app", "fill", "render", "summarize"]
 
 BEGIN = "<!-- faults:begin (generated from docs/benchmarks/faults/results.json; do not edit) -->"
 END = "<!-- faults:end -->"
@@ -210,46 +215,51 @@ def _write_page(page: Path, report: Mapping[str, Any]) -> None:
     page.write_text(replace_tables(page.read_text(), render(report), begin=BEGIN, end=END))
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``firstlight bench faults``; returns the report (``None`` with ``--tables-only``).
-    Exits 1 when a run failed (after storing it)."""
-    parser = argparse.ArgumentParser(prog="firstlight bench faults", description=__doc__)
-    parser.add_argument(
-        "--only",
-        default=None,
-        help="comma-separated scenario names (default: all): "
-        + ", ".join(s.name for s in SCENARIOS),
-    )
-    add_report_options(parser)
-    args = parser.parse_args(argv)
-    if rewrote_tables(parser, args, _write_page):
-        return None
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def faults(
+    only: Annotated[
+        str | None,
+        typer.Option(
+            help="Comma-separated scenario names (default: all): "
+            + ", ".join(s.name for s in SCENARIOS)
+        ),
+    ] = None,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: TablesOnlyOption = False,
+) -> None:
+    """Run the fault and load tests of docs/reliability.md, store their outcomes and
+    figures with --out and rewrite --page's table; exits 1 when a run failed (after
+    storing it). Run by a maintainer from the repository's root."""
+    if rewrote_tables(out, page, tables_only, _write_page):
+        return
     chosen = SCENARIOS
-    if args.only:
-        names = set(args.only.split(","))
+    if only:
+        names = set(only.split(","))
         unknown = names - {s.name for s in SCENARIOS}
         if unknown:
-            parser.error(f"--only: unknown scenario(s) {', '.join(sorted(unknown))}")
+            raise typer.BadParameter(
+                f"unknown scenario(s) {', '.join(sorted(unknown))}", param_hint="--only"
+            )
         chosen = tuple(s for s in SCENARIOS if s.name in names)
     if not Path("tests/figures.py").is_file():
-        parser.error("run it from the repository's root (it runs tests/serve/)")
-    header = run_header("faults", argv)
+        typer.echo("Error: run it from the repository's root (it runs tests/serve/)", err=True)
+        raise typer.Exit(2)
+    header = {**run_header("faults", []), "command": command_line()}
     with tempfile.TemporaryDirectory() as scratch:
         raw = Path(scratch) / "figures.json"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s"]
         done = subprocess.run([*command, f"--figures-out={raw}", *(s.test for s in chosen)])
         records = json.loads(raw.read_text())["tests"] if raw.is_file() else []
     report = {**header, "pytest_exit": done.returncode, "scenarios": summarize(chosen, records)}
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
-    if args.page is not None:
-        _write_page(args.page, report)
-    print(render(report))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.json").write_text(json.dumps(report, indent=2) + "\n")
+    if page is not None:
+        _write_page(page, report)
+    typer.echo(render(report))
     if done.returncode != 0:
-        raise SystemExit(1)
-    return report
-
-
-if __name__ == "__main__":
-    main()
+        raise typer.Exit(1)

@@ -2,14 +2,14 @@
 prompt's host-tier blocks at their reload cost, on replicas whose device KV cache is too
 small and whose host tier (vLLM's KV offloading) holds the overflow.
 
-Run ``firstlight bench offload`` (``python -m firstlight_bench.offload``; options
-``--workload W2 --requests 4000 --rates 10 15 20 --replicas 4 --profile h100-llama-8b
---kv-blocks 400 --host-blocks 4000 --seeds 0 1 2 --out FOLDER --page PAGE``, and
-``--tables-only`` to re-render the page from a stored report). Everything is simulated
-(:mod:`firstlight_bench.des`, the same routing code the gateway runs): without a GPU to
-measure on, the reload is priced at the profile's stated ``reload_ms_per_token`` (KV
-bytes per token over a PCIe-like bandwidth; :mod:`firstlight.engine.sim.profiles`), not
-measured.
+Run ``firstlight bench offload`` (options ``--workload W2 --requests 4000 --rates 10
+--rates 15 --rates 20 --replicas 4 --profile h100-llama-8b --kv-blocks 400 --host-blocks
+4000 --seeds 0 --seeds 1 --seeds 2 --out FOLDER --page PAGE``, and ``--tables-only`` to
+re-render the page from a stored report; ``--rates`` and ``--seeds`` are repeated, one
+value each). Everything is simulated (:mod:`firstlight_bench.des`, the same routing code
+the gateway runs): without a GPU to measure on, the reload is priced at the profile's
+stated ``reload_ms_per_token`` (KV bytes per token over a PCIe-like bandwidth;
+:mod:`firstlight.engine.sim.profiles`), not measured.
 
 One region of ``--replicas`` replicas, each with ``--kv-blocks`` device blocks and
 ``--host-blocks`` host blocks; at each offered rate, the same trace per seed through
@@ -30,24 +30,32 @@ host-tier tokens over prompt tokens) of each seed, and their mean over the seeds
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight.engine.sim import get_profile
 from firstlight.quantiles import percentile
 from firstlight_bench.cluster import ClusterSpec, block_hashes
 from firstlight_bench.des import simulate
 from firstlight_bench.engine import emit
-from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    TablesOnlyOption,
+    command_line,
+    rewrote_tables,
+)
+from firstlight_bench.results import run_header, short_commit
 from firstlight_bench.sim import operator_params
 from firstlight_bench.suite import replace_tables
 from firstlight_bench.workloads import Workload, generate
 
-__all__ = ["ARMS", "OffloadStudy", "arm_cluster", "main", "render", "run_study", "summarize"]
+__all__ = ["ARMS", "OffloadStudy", "app", "arm_cluster", "render", "run_study", "summarize"]
 
 OFFLOAD_BEGIN = (
     "<!-- offload:begin (generated from docs/benchmarks/offload-sim/results.json; do not edit) -->"
@@ -208,39 +216,59 @@ def render(report: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``firstlight bench offload``; returns the report (``None`` with ``--tables-only``)."""
-    parser = argparse.ArgumentParser(prog="firstlight bench offload", description=__doc__)
-    defaults = OffloadStudy()
-    parser.add_argument("--workload", default=defaults.workload)
-    parser.add_argument("--requests", type=int, default=defaults.requests)
-    parser.add_argument("--rates", type=float, nargs="+", default=list(defaults.rates_rps))
-    parser.add_argument("--replicas", type=int, default=defaults.replicas)
-    parser.add_argument("--profile", default=defaults.profile)
-    parser.add_argument("--kv-blocks", type=int, default=defaults.kv_blocks)
-    parser.add_argument("--host-blocks", type=int, default=defaults.host_blocks)
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(defaults.seeds))
-    add_report_options(parser)
-    args = parser.parse_args(argv)
-    if rewrote_tables(parser, args, _rewrite):
-        return None
-    if len(set(args.seeds)) != len(args.seeds):
-        parser.error(f"--seeds {args.seeds}: repeated")
-    if args.host_blocks < 1 or args.kv_blocks < 1 or args.requests < 1 or args.replicas < 1:
-        parser.error("--requests, --replicas, --kv-blocks and --host-blocks must be >= 1")
+app = typer.Typer(add_completion=False)
+_DEFAULTS = OffloadStudy()
+
+
+@app.command()
+def offload(
+    workload: Annotated[str, typer.Option(help="The workload (W1..W8).")] = _DEFAULTS.workload,
+    requests: Annotated[
+        int, typer.Option(min=1, help="Requests per trace (one per rate and seed).")
+    ] = _DEFAULTS.requests,
+    rates: Annotated[
+        list[float] | None,
+        typer.Option(help="An offered rate, req/s (repeat; default: 10, 15 and 20)."),
+    ] = None,
+    replicas: Annotated[int, typer.Option(min=1, help="Replicas of the region.")] = (
+        _DEFAULTS.replicas
+    ),
+    profile: Annotated[str, typer.Option(help="Simulator GPU profile.")] = _DEFAULTS.profile,
+    kv_blocks: Annotated[
+        int, typer.Option(min=1, help="Device-tier KV blocks per replica.")
+    ] = _DEFAULTS.kv_blocks,
+    host_blocks: Annotated[
+        int, typer.Option(min=1, help="Host-tier KV blocks per replica.")
+    ] = _DEFAULTS.host_blocks,
+    seeds: Annotated[
+        list[int] | None, typer.Option(help="A trace seed (repeat; default: 0, 1 and 2).")
+    ] = None,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: TablesOnlyOption = False,
+) -> None:
+    """KV offload tiers, simulated: every arm at each rate on each seed's trace; prints
+    the JSON report and the page's table, stores it with --out, rewrites --page's table.
+    Run by a maintainer to refresh docs/routing.md."""
+    if rewrote_tables(out, page, tables_only, _rewrite):
+        return
+    seed_list = list(seeds) if seeds else list(_DEFAULTS.seeds)
+    if len(set(seed_list)) != len(seed_list):
+        raise typer.BadParameter(f"{seed_list}: repeated", param_hint="--seeds")
     study = OffloadStudy(
-        args.workload,
-        args.requests,
-        tuple(args.rates),
-        args.replicas,
-        args.profile,
-        args.kv_blocks,
-        args.host_blocks,
-        tuple(args.seeds),
+        workload,
+        requests,
+        tuple(rates) if rates else _DEFAULTS.rates_rps,
+        replicas,
+        profile,
+        kv_blocks,
+        host_blocks,
+        tuple(seed_list),
     )
-    points = run_study(study)
+    points = run_study(study, progress=typer.echo)
     report = {
-        **run_header("offload", argv),
+        **run_header("offload", []),
+        "command": command_line(),
         "simulated": True,
         "study": asdict(study),
         "reload_ms_per_token": get_profile(study.profile).reload_ms_per_token,
@@ -248,18 +276,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         "summary": summarize(points),
         "points": points,
     }
-    emit(report, args.out / "results.json" if args.out else None)
-    print(render(report))
-    if args.page is not None:
-        _rewrite(args.page, report)
-    return report
+    emit(report, out / "results.json" if out else None)
+    typer.echo(render(report))
+    if page is not None:
+        _rewrite(page, report)
 
 
 def _rewrite(page: Path, report: Mapping[str, Any]) -> None:
     page.write_text(
         replace_tables(page.read_text(), render(report), begin=OFFLOAD_BEGIN, end=OFFLOAD_END)
     )
-
-
-if __name__ == "__main__":
-    main()

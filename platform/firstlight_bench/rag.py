@@ -2,8 +2,9 @@
 workload with and without a context budget, on one local region with the real default
 model, and whether the right document was kept.
 
-Run ``firstlight bench rag`` (``python -m firstlight_bench.rag``; options ``--questions 40
---budget 700 --seed 0 --max-tokens 16 --out FOLDER --page PAGE``). The workload is
+Run ``firstlight bench rag`` (options ``--questions 40 --budget 700 --seed 0
+--max-tokens 16 --cache-dir DIR --out FOLDER --page PAGE``, and ``--tables-only`` to
+re-render the page from a stored report). The workload is
 :func:`~firstlight_bench.rag_workload.rag_cases`: each question comes with five documents
 of some 620 tokens, one of which holds the answer. Each question is asked twice through
 the official ``openai`` client, streamed, greedy: once sending every document
@@ -21,22 +22,31 @@ reported, not a goal). The reductions compare the two arms' p50s.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+import typer
 
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.quantiles import quantile
 from firstlight_bench.engine import emit
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    SeedOption,
+    TablesOnlyOption,
+    command_line,
+    rewrote_tables,
+)
 from firstlight_bench.rag_workload import RagCase, rag_cases
-from firstlight_bench.results import add_report_options, rewrote_tables, run_header, short_commit
+from firstlight_bench.results import run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
-__all__ = ["ArmSummary", "main", "render", "summarize"]
+__all__ = ["ArmSummary", "app", "render", "summarize"]
 
 RAG_BEGIN = (
     "<!-- rag:begin (generated from docs/benchmarks/rag-vllm-cpu/results.json; do not edit) -->"
@@ -168,19 +178,21 @@ def _ask(client: Any, case: RagCase, index: int, arm: str, budget: int, max_toke
     )
 
 
-def _measure(args: argparse.Namespace, endpoint: str) -> list[Asked]:
+def _measure(
+    endpoint: str, *, seed: int, questions: int, budget: int, max_tokens: int
+) -> list[Asked]:
     import openai
 
-    cases = rag_cases(args.seed, args.questions + 2)
+    cases = rag_cases(seed, questions + 2)
     asked = []
     with openai.OpenAI(base_url=f"{endpoint}/v1", api_key="local", max_retries=0) as client:
         for i, case in enumerate(cases[:2]):  # warm-up: each arm's system prompt cached
             for arm in ("all", "budget"):
-                _ask(client, case, -1 - i, arm, args.budget, args.max_tokens)
+                _ask(client, case, -1 - i, arm, budget, max_tokens)
         for i, case in enumerate(cases[2:]):
             arms = ("all", "budget") if i % 2 == 0 else ("budget", "all")
             for arm in arms:
-                asked.append(_ask(client, case, i, arm, args.budget, args.max_tokens))
+                asked.append(_ask(client, case, i, arm, budget, max_tokens))
     return asked
 
 
@@ -218,49 +230,59 @@ def render(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """``firstlight bench rag``; returns the report (``None`` with ``--tables-only``)."""
-    parser = argparse.ArgumentParser(prog="firstlight bench rag", description=__doc__)
-    parser.add_argument("--questions", type=int, default=40)
-    parser.add_argument("--budget", type=int, default=700)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--cache-dir", type=Path, default=None)
-    add_report_options(parser)
-    args = parser.parse_args(argv)
-    if rewrote_tables(parser, args, _rewrite):
-        return None
-    if args.questions < 2:
-        parser.error(f"--questions {args.questions}: at least 2")
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def rag(
+    questions: Annotated[int, typer.Option(min=2, help="Questions asked in each arm.")] = 40,
+    budget: Annotated[
+        int, typer.Option(min=1, help="The budget arm's context budget, tokens.")
+    ] = 700,
+    seed: SeedOption = 0,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Output tokens per answer at most.")] = 16,
+    cache_dir: Annotated[Path | None, typer.Option(help="Folder of prepared models.")] = None,
+    out: OutOption = None,
+    page: PageOption = None,
+    tables_only: TablesOnlyOption = False,
+) -> None:
+    """Dynamic context loading measured on one local region with the default model: each
+    question with every document and with a context budget; prints the JSON report and
+    the page's table, stores it with --out, rewrites --page's table. Run by a maintainer
+    to refresh docs/context.md."""
+    if rewrote_tables(out, page, tables_only, _rewrite):
+        return
     import ray
 
     from firstlight.serve.local_mode import start_local, stop_local
 
-    running = start_local(_config(free_port(), args.cache_dir), timeout_s=600)
+    running = start_local(_config(free_port(), cache_dir), timeout_s=600)
     try:
-        asked = _measure(args, running.endpoints[_REGION])
+        asked = _measure(
+            running.endpoints[_REGION],
+            seed=seed,
+            questions=questions,
+            budget=budget,
+            max_tokens=max_tokens,
+        )
     finally:
         stop_local(running)
         ray.shutdown()
     report = {
-        **run_header("rag", argv),
+        **run_header("rag", []),
+        "command": command_line(),
         "simulated": False,
-        "questions": args.questions,
+        "questions": questions,
         "documents": 5,
-        "budget": args.budget,
+        "budget": budget,
         "arms": [asdict(s) for s in summarize(asked)],
         "asked": [asdict(a) for a in asked],
     }
-    emit(report, args.out / "results.json" if args.out else None)
-    print(render(report))
-    if args.page is not None:
-        _rewrite(args.page, report)
-    return report
+    emit(report, out / "results.json" if out else None)
+    typer.echo(render(report))
+    if page is not None:
+        _rewrite(page, report)
 
 
 def _rewrite(page: Path, report: dict[str, Any]) -> None:
     page.write_text(replace_tables(page.read_text(), render(report), begin=RAG_BEGIN, end=RAG_END))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,8 @@
 """Route-share benchmark: how long one router's route takes to reach another over a real
 Redis, and what announcing costs the router that routes.
 
-Run ``firstlight bench route-share`` (Redis at ``--redis-url``, default the local one).
+Run ``firstlight bench route-share`` (options ``--redis-url URL --requests 2000 --rate 200
+--out FILE --page PAGE``; Redis at ``--redis-url``, default the local one).
 Two routers' :class:`~firstlight.serve.route_share.RouteShare` run in this process on a
 channel of their own; router one routes ``--requests`` requests (``--rate`` per second,
 each routed, given its first token and finished, as the gateway does), and the report
@@ -14,25 +15,25 @@ gives:
   decision path) with the share and without it, p50, measured side by side.
 
 ``firstlight bench sim --route-share-ms`` takes the share's delay as a parameter; this is
-where its default comes from. ``--out`` stores the JSON report; ``--page`` rewrites that
-page's ``route-share`` section from it (:func:`render_share`; a test holds
-``docs/serving.md`` to ``docs/benchmarks/route-share/results.json``).
+where its default comes from. ``--out`` stores the JSON report as that file (not a
+folder); ``--page`` rewrites that page's ``route-share`` section from it
+(:func:`render_share`; a test holds ``docs/serving.md`` to
+``docs/benchmarks/route-share/results.json``).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import random
-import shlex
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import typer
 from redis.asyncio import Redis
 
 from firstlight.quantiles import percentile
@@ -40,10 +41,11 @@ from firstlight.region import RouteEvent, RouterState
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
 from firstlight.serve.route_share import RouteShare, route_channel
 from firstlight_bench.engine import emit
+from firstlight_bench.options import PageOption, command_line, page_needs_out
 from firstlight_bench.results import git_commit, short_commit
 from firstlight_bench.suite import replace_tables
 
-__all__ = ["SHARE_BEGIN", "SHARE_END", "main", "measure", "render_share"]
+__all__ = ["SHARE_BEGIN", "SHARE_END", "app", "measure", "render_share"]
 
 SHARE_BEGIN = (
     "<!-- route-share:begin (generated from docs/benchmarks/route-share/results.json; "
@@ -189,40 +191,42 @@ def render_share(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    """Parse options, run the benchmark, print and return the JSON report."""
-    parser = argparse.ArgumentParser(prog="firstlight bench route-share")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/0")
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--rate", type=float, default=200.0, help="routes per second")
-    parser.add_argument("--out", type=Path, help="also write the JSON report here")
-    parser.add_argument("--page", type=Path, help="rewrite this page's route-share section")
-    args = parser.parse_args(argv)
-    if args.requests < 1 or not 0 < args.rate <= 100_000:
-        parser.error("--requests must be >= 1 and --rate in (0, 100000]")
-    if args.page is not None and args.out is None:
-        parser.error("--page needs --out (the section is made from the stored report)")
-    measured = asyncio.run(measure(args.redis_url, args.requests, args.rate))
-    argv_text = " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def route_share(
+    redis_url: Annotated[str, typer.Option(help="The Redis both routers share.")] = (
+        "redis://127.0.0.1:6379/0"
+    ),
+    requests: Annotated[int, typer.Option(min=1, help="Routes router one records.")] = 2000,
+    rate: Annotated[
+        float, typer.Option(max=100_000, help="Routes per second, in (0, 100000].")
+    ] = 200.0,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Also write the JSON report to this file.")
+    ] = None,
+    page: PageOption = None,
+) -> None:
+    """How fast one router's routes reach another over Redis, and what announcing costs
+    the router that routes: prints the JSON report, writes it to --out, rewrites --page's
+    route-share section. Run by a maintainer to refresh docs/serving.md."""
+    if rate <= 0:
+        raise typer.BadParameter(f"{rate:g}: routes per second above 0", param_hint="--rate")
+    page_needs_out(out, page)
+    measured = asyncio.run(measure(redis_url, requests, rate))
     report = {
         "meta": {
-            "command": f"firstlight bench route-share {argv_text}".strip(),
+            "command": command_line(),
             "git_commit": git_commit(),
             "python": sys.version.split()[0],
             "cpu_count": os.cpu_count(),
-            "options": {"requests": args.requests, "rate": args.rate},
+            "options": {"requests": requests, "rate": rate},
         },
         **measured,
     }
-    emit(report, args.out)
-    if args.page is not None:
-        args.page.write_text(
-            replace_tables(
-                args.page.read_text(), render_share(report), begin=SHARE_BEGIN, end=SHARE_END
-            )
+    emit(report, out)
+    if page is not None:
+        page.write_text(
+            replace_tables(page.read_text(), render_share(report), begin=SHARE_BEGIN, end=SHARE_END)
         )
-    return report
-
-
-if __name__ == "__main__":
-    main()

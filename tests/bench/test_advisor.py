@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from firstlight_bench.advisor import Asked, markers, prompts, render, static_prompt, summarize
+from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
 STORED = REPO / "docs/benchmarks/advisor-vllm-cpu/results.json"
@@ -107,3 +108,27 @@ def test_the_advisor_page_shows_the_stored_run() -> None:
     )
     assert stored["requests"] >= 40
     assert not stored["static_first_flagged"]
+
+
+def test_tables_only_rewrites_the_page_from_the_stored_run(tmp_path: Path) -> None:
+    begin, end = markers(False)
+    page = tmp_path / "prefix-advisor.md"
+    page.write_text(f"before\n{begin}\nold\n{end}\nafter\n")
+    result = run_bench("advisor", "--tables-only", "--out", str(STORED.parent), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    assert page.read_text() == f"before\n{render(json.loads(STORED.read_text()))}\nafter\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--engine", "tpu"], "'--engine'"),
+        (["--requests", "1"], "'--requests'"),
+        (["--seed", "-1"], "'--seed'"),
+        (["--tables-only"], "--tables-only needs --out (the stored report) and --page"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_starts(argv: list[str], message: str) -> None:
+    result = run_bench("advisor", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr

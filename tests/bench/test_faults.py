@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from firstlight_bench.faults import BEGIN, END, SCENARIOS, Scenario, fill, render, summarize
+from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 from tests.conftest import REPO_ROOT
 
@@ -89,3 +90,37 @@ def test_the_reliability_page_shows_the_stored_run() -> None:
         "docs/reliability.md is stale: firstlight bench faults --tables-only "
         "--out docs/benchmarks/faults --page docs/reliability.md"
     )
+
+
+def test_tables_only_rewrites_the_page_from_the_stored_run(tmp_path: Path) -> None:
+    stored = REPO_ROOT / "docs/benchmarks/faults"
+    if not (stored / "results.json").is_file():
+        pytest.skip("no faults run stored in docs/benchmarks/faults yet")
+    page = tmp_path / "reliability.md"
+    page.write_text(f"before\n{BEGIN}\nold\n{END}\nafter\n")
+    result = run_bench("faults", "--tables-only", "--out", str(stored), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    report = json.loads((stored / "results.json").read_text())
+    assert page.read_text() == f"before\n{render(report)}\nafter\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--only", "migration,meteor"], "--only: unknown scenario(s) meteor"),
+        (["--tables-only", "--page", "x.md"], "--tables-only needs --out"),
+    ],
+)
+def test_bad_options_are_refused_before_any_test_runs(argv: list[str], message: str) -> None:
+    result = run_bench("faults", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
+
+
+def test_it_must_run_from_the_repository_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run_bench("faults", "--only", "overload")
+    assert result.exit_code == 2
+    assert "run it from the repository's root" in result.stderr

@@ -11,12 +11,15 @@ import pytest
 from firstlight.engine.sim import get_profile
 from firstlight_bench.offload import (
     ARMS,
+    OFFLOAD_BEGIN,
+    OFFLOAD_END,
     OffloadStudy,
     arm_cluster,
     render,
     run_study,
     summarize,
 )
+from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = OffloadStudy(
@@ -108,3 +111,31 @@ def test_the_routing_page_shows_the_stored_run() -> None:
     for name in ("p50", "p95", "p99"):
         assert credited[f"ttft_{name}_ms"] < unseen[f"ttft_{name}_ms"]
     assert credited["hit_rate"] > unseen["hit_rate"]
+
+
+def test_tables_only_rewrites_the_page_from_the_stored_run(tmp_path: Path) -> None:
+    page = tmp_path / "routing.md"
+    page.write_text(f"before\n{OFFLOAD_BEGIN}\nold\n{OFFLOAD_END}\nafter\n")
+    stored = REPO / "docs/benchmarks/offload-sim"
+    result = run_bench("offload", "--tables-only", "--out", str(stored), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    report = json.loads((stored / "results.json").read_text())
+    assert page.read_text() == f"before\n{render(report)}\nafter\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--requests", "0"], "'--requests'"),
+        (["--kv-blocks", "0"], "'--kv-blocks'"),
+        (["--host-blocks", "0"], "'--host-blocks'"),
+        (["--replicas", "0"], "'--replicas'"),
+        (["--seeds", "1", "--seeds", "1"], "--seeds: [1, 1]: repeated"),
+        (["--rates", "fast"], "'--rates'"),
+        (["--tables-only", "--page", "x.md"], "--tables-only needs --out"),
+    ],
+)
+def test_bad_options_are_refused_by_name(argv: list[str], message: str) -> None:
+    result = run_bench("offload", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr

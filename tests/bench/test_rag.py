@@ -7,8 +7,11 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from firstlight_bench.rag import Asked, render, summarize
+import pytest
+
+from firstlight_bench.rag import RAG_BEGIN, RAG_END, Asked, render, summarize
 from firstlight_bench.rag_workload import rag_cases
+from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -59,3 +62,32 @@ def test_the_context_page_shows_the_stored_run_and_the_goals() -> None:
     arms = {a["arm"]: a for a in stored["arms"]}
     assert arms["budget"]["right_document_share"] >= 0.95
     assert stored["questions"] >= 40
+
+
+def test_tables_only_rewrites_the_page_from_the_stored_run(tmp_path: Path) -> None:
+    page = tmp_path / "context.md"
+    page.write_text(f"before\n{RAG_BEGIN}\nold\n{RAG_END}\nafter\n")
+    stored = REPO / "docs/benchmarks/rag-vllm-cpu"
+    result = run_bench("rag", "--tables-only", "--out", str(stored), "--page", str(page))
+    assert result.exit_code == 0, result.output
+    report = json.loads((stored / "results.json").read_text())
+    assert page.read_text() == f"before\n{render(report)}\nafter\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--questions", "1"], "'--questions'"),
+        (["--budget", "0"], "'--budget'"),
+        (["--max-tokens", "0"], "'--max-tokens'"),
+        (["--seed", "-1"], "'--seed'"),
+        (
+            ["--tables-only", "--out", "x"],
+            "--tables-only needs --out (the stored report) and --page",
+        ),
+    ],
+)
+def test_bad_options_are_refused_before_anything_starts(argv: list[str], message: str) -> None:
+    result = run_bench("rag", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr

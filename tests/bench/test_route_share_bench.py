@@ -8,21 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.route_share import SHARE_BEGIN, SHARE_END, main, render_share
+from firstlight_bench.route_share import SHARE_BEGIN, SHARE_END, render_share
+from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).parents[2]
 STORED = REPO / "docs" / "benchmarks" / "route-share" / "results.json"
 
 
-def test_a_run_delivers_every_route_and_rewrites_its_section(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_a_run_delivers_every_route_and_rewrites_its_section(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(f"before\n{SHARE_BEGIN}\nold\n{SHARE_END}\nafter\n")
     out = tmp_path / "results.json"
-    report = main(["--requests", "30", "--rate", "1000", "--out", str(out), "--page", str(page)])
-    capsys.readouterr()
-    assert json.loads(out.read_text()) == report
+    argv = ["--requests", "30", "--rate", "1000", "--out", str(out), "--page", str(page)]
+    result = run_bench("route-share", *argv)
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert json.loads(result.stdout) == report
     # Each request is announced three times (routed, first token, done), and all arrive.
     assert report["events"] == {"published": 90, "applied": 90, "dropped": 0}
     delivery = report["delivery_ms"]
@@ -35,12 +36,20 @@ def test_a_run_delivers_every_route_and_rewrites_its_section(
     assert f"{delivery['p50']:.2f} ms" in text
 
 
-def test_bad_options_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["--requests", "0"], ["--rate", "-1"], ["--page", "x.md"]):
-        with pytest.raises(SystemExit) as exc:
-            main(argv)
-        assert exc.value.code == 2
-    assert "--page needs --out" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--requests", "0"], "'--requests'"),
+        (["--rate", "-1"], "--rate: -1: routes per second above 0"),
+        (["--rate", "0"], "--rate: 0: routes per second above 0"),
+        (["--rate", "100001"], "'--rate'"),
+        (["--page", "x.md"], "--page needs --out"),
+    ],
+)
+def test_bad_options_are_refused(argv: list[str], message: str) -> None:
+    result = run_bench("route-share", *argv)
+    assert result.exit_code == 2
+    assert message in result.stderr
 
 
 def test_the_serving_page_shows_exactly_the_stored_report() -> None:
