@@ -52,7 +52,6 @@ from firstlight_bench.options import (
     PageOption,
     SeedOption,
     TablesOnlyOption,
-    command_line,
     rewrote_tables,
 )
 from firstlight_bench.results import run_header, short_commit
@@ -380,8 +379,7 @@ def advisor(
             stop_local(running)
             ray.shutdown()
     report = {
-        **run_header("advisor", []),
-        "command": command_line(),
+        **run_header(),
         "simulated": engine is Engine.SIM,
         "requests": requests,
         **summarize(measured["asked"], measured["rows"]),

@@ -43,7 +43,6 @@ from firstlight_bench.options import (
     OutOption,
     PageOption,
     TablesOnlyOption,
-    command_line,
     rewrote_tables,
 )
 from firstlight_bench.results import run_header, short_commit
@@ -304,9 +303,7 @@ def autoscale(
         stop_local(running)
         ray.shutdown()
     report = {
-        **run_header("autoscale", None),
-        # As typed (run_header would take sys.argv[1:], "bench autoscale ...", as the options).
-        "command": command_line(),
+        **run_header(),
         "simulated": engine is EngineKind.SIM,
         "step_clients": step_clients,
         "target_ongoing": target_ongoing,

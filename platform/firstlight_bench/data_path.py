@@ -49,7 +49,13 @@ import httpx
 import typer
 
 from firstlight._ports import free_port
-from firstlight_bench.options import OutOption, PageOption, command_line
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    PageTablesOnlyOption,
+    command_line,
+    tables_page,
+)
 from firstlight_bench.results import git_commit
 from firstlight_bench.serving_report import Timing, phase
 from firstlight_bench.suite import rewrite_sections, store_section
@@ -298,18 +304,14 @@ def data_path(
     duration: Annotated[float, typer.Option(help="Closed-loop seconds per path and block.")] = 8.0,
     out: OutOption = None,
     page: PageOption = None,
-    tables_only: Annotated[
-        bool, typer.Option("--tables-only", help="Only rewrite --page from the runs beside it.")
-    ] = False,
+    tables_only: PageTablesOnlyOption = False,
 ) -> None:
     """Time each path replica -> client (transport only, no engine), print the page's
     section and store the report. Run by a maintainer choosing the data path."""
     # The options as given, for the report's meta (the parameters are the only locals yet).
     options = {k: str(v) for k, v in locals().items() if k not in ("out", "page")}
     if tables_only:
-        if page is None:
-            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
-        rewrite_sections(page, "data-path", markers, render_markdown)
+        rewrite_sections(tables_page(page), "data-path", markers, render_markdown)
         return
     commit = git_commit()
 

@@ -31,7 +31,6 @@ from firstlight_bench.options import (
     OutOption,
     PageOption,
     TablesOnlyOption,
-    command_line,
     rewrote_tables,
 )
 from firstlight_bench.results import run_header, short_commit
@@ -248,7 +247,7 @@ def faults(
     if not Path("tests/figures.py").is_file():
         typer.echo("Error: run it from the repository's root (it runs tests/serve/)", err=True)
         raise typer.Exit(2)
-    header = {**run_header("faults", []), "command": command_line()}
+    header = run_header()
     with tempfile.TemporaryDirectory() as scratch:
         raw = Path(scratch) / "figures.json"
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s"]

@@ -53,7 +53,14 @@ from firstlight_bench.features_report import (
     render_markdown,
     render_stored,
 )
-from firstlight_bench.options import OutOption, PageOption, command_line, page_needs_out
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    PageTablesOnlyOption,
+    command_line,
+    page_needs_out,
+    tables_page,
+)
 from firstlight_bench.peers import MODEL, platform_config, ray_arms, vllm_server
 from firstlight_bench.results import cpu_model, git_commit
 from firstlight_bench.suite import rewrite_sections, store_section
@@ -239,17 +246,6 @@ def _names(option: str, text: str, known: Sequence[str]) -> list[str]:
     return names
 
 
-TablesOnly = Annotated[
-    bool,
-    typer.Option(
-        "--tables-only",
-        help="Check nothing: rewrite every features section of --page from the reports "
-        "stored beside it (<page's folder>/benchmarks/<name>/results.json); needs no --out.",
-    ),
-]
-"""Not :data:`~firstlight_bench.options.TablesOnlyOption` (one section, from the report
-in ``--out``): this rewrites every section of the page, each from its own stored run."""
-
 app = typer.Typer(add_completion=False)
 
 
@@ -270,15 +266,13 @@ def features(
     timeout: Annotated[float, typer.Option(help="Per request, seconds.")] = 120.0,
     out: OutOption = None,
     page: PageOption = None,
-    tables_only: TablesOnly = False,
+    tables_only: PageTablesOnlyOption = False,
 ) -> None:
     """``firstlight bench features``: start the arms, check every server, stop the arms;
     print the table (and store the report and rewrite the page's section, with --out and
     --page)."""
     if tables_only:
-        if page is None:
-            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
-        rewrite_page(page)
+        rewrite_page(tables_page(page))
         return
     page_needs_out(out, page)
     urls = _urls(url or [])

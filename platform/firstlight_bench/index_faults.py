@@ -565,8 +565,7 @@ def index_faults(
     samples = measured["samples"]
     summary = summarize(samples)
     report = {
-        **run_header("index-faults", None),
-        "command": options.command_line(),
+        **run_header(),
         "simulated": False,
         "goal_s": GOAL_S,
         "trials": trials,

@@ -47,7 +47,6 @@ from firstlight_bench.options import (
     OutOption,
     PageOption,
     TablesOnlyOption,
-    command_line,
     rewrote_tables,
 )
 from firstlight_bench.results import run_header, short_commit
@@ -267,8 +266,7 @@ def offload(
     )
     points = run_study(study, progress=typer.echo)
     report = {
-        **run_header("offload", []),
-        "command": command_line(),
+        **run_header(),
         "simulated": True,
         "study": asdict(study),
         "reload_ms_per_token": get_profile(study.profile).reload_ms_per_token,

@@ -21,6 +21,7 @@ import yaml
 __all__ = [
     "OutOption",
     "PageOption",
+    "PageTablesOnlyOption",
     "SeedOption",
     "TablesOnlyOption",
     "command_line",
@@ -32,6 +33,7 @@ __all__ = [
     "parse_params",
     "parse_route_share_ms",
     "rewrote_tables",
+    "tables_page",
 ]
 
 OutOption = Annotated[
@@ -47,6 +49,16 @@ PageOption = Annotated[
     ),
 ]
 SeedOption = Annotated[int, typer.Option("--seed", min=0, help="Random seed.")]
+PageTablesOnlyOption = Annotated[
+    bool,
+    typer.Option(
+        "--tables-only",
+        help="Measure nothing: rewrite --page's sections from the reports stored beside it.",
+    ),
+]
+"""For a tool whose page shows several stored runs (serving, peers, features, data-path):
+the reports are found beside the page, so only ``--page`` is needed
+(:func:`tables_page`)."""
 TablesOnlyOption = Annotated[
     bool,
     typer.Option(
@@ -83,6 +95,14 @@ def csv_ints(text: str, option: str, *, least: int = 1) -> list[int]:
             f"{text!r}: comma-separated integers, each at least {least}", param_hint=option
         )
     return values
+
+
+def tables_page(page: Path | None) -> Path:
+    """The page ``--tables-only`` rewrites (:data:`PageTablesOnlyOption`), or a
+    :class:`typer.BadParameter` when ``--page`` is missing."""
+    if page is None:
+        raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
+    return page
 
 
 def rewrote_tables(

@@ -624,8 +624,7 @@ def outliers(
             ray.shutdown()
         traced = set(receiver.trace_ids)  # the spans flushed at shutdown are in too
     report = {
-        **run_header("outliers", None),
-        "command": options.command_line(),
+        **run_header(),
         "simulated": engine is Engine.SIM,
         "requests": requests,
         "concurrency": concurrency,

@@ -51,7 +51,15 @@ from firstlight.api.prompts import PromptEncoder
 from firstlight.api.schemas import ChatMessage
 from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
-from firstlight_bench.options import OutOption, PageOption, SeedOption, command_line, page_needs_out
+from firstlight_bench.options import (
+    OutOption,
+    PageOption,
+    PageTablesOnlyOption,
+    SeedOption,
+    command_line,
+    page_needs_out,
+    tables_page,
+)
 from firstlight_bench.peers_report import (
     ARMS,
     PHASES,
@@ -458,7 +466,6 @@ def rewrite_page(page: Path) -> None:
 app = typer.Typer(add_completion=False)
 
 _INTERVAL = "Output tokens gathered per streamed chunk, in every arm (vLLM's stream_interval)."
-_TABLES_ONLY = "Measure nothing: rewrite --page's peers sections from the reports beside it."
 
 
 @app.command()
@@ -479,14 +486,12 @@ def peers(
     ] = None,
     out: OutOption = None,
     page: PageOption = None,
-    tables_only: Annotated[bool, typer.Option("--tables-only", help=_TABLES_ONLY)] = False,
+    tables_only: PageTablesOnlyOption = False,
 ) -> None:
     """Start every arm, measure, stop them; print the JSON report, store it (--out) and
     rewrite --page's section. Run for docs/serving.md, and by test_peers.py."""
     if tables_only:
-        if page is None:
-            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
-        rewrite_page(page)
+        rewrite_page(tables_page(page))
         return
     page_needs_out(out, page)
     wanted = [a for a in arms.split(",") if a]

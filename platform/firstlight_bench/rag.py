@@ -39,7 +39,6 @@ from firstlight_bench.options import (
     PageOption,
     SeedOption,
     TablesOnlyOption,
-    command_line,
     rewrote_tables,
 )
 from firstlight_bench.rag_workload import RagCase, rag_cases
@@ -269,8 +268,7 @@ def rag(
         stop_local(running)
         ray.shutdown()
     report = {
-        **run_header("rag", []),
-        "command": command_line(),
+        **run_header(),
         "simulated": False,
         "questions": questions,
         "documents": 5,

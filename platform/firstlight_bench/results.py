@@ -42,15 +42,12 @@ denominator), never NaN: JSON has no NaN.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import platform
-import shlex
 import subprocess
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,11 +63,9 @@ __all__ = [
     "RESULTS_SCHEMA",
     "Outcome",
     "Slo",
-    "add_report_options",
     "cpu_model",
     "git_commit",
     "read_report",
-    "rewrote_tables",
     "run_header",
     "short_commit",
     "slo_key",
@@ -299,11 +294,14 @@ def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
     return "unknown"
 
 
-def run_header(tool: str, argv: Sequence[str] | None) -> dict[str, Any]:
+def run_header() -> dict[str, Any]:
     """The head of a small tool's stored report: the command as typed (``firstlight bench
-    TOOL ...``), the commit (:func:`git_commit`), the time and the machine."""
+    TOOL ...``, :func:`~firstlight_bench.options.command_line`), the commit
+    (:func:`git_commit`), the time and the machine."""
+    from firstlight_bench.options import command_line
+
     return {
-        "command": f"firstlight bench {tool} " + shlex.join(list(argv or sys.argv[1:])),
+        "command": command_line(),
         "git_commit": git_commit(),
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {
@@ -318,30 +316,6 @@ def read_report(out: Path) -> dict[str, Any]:
     """The report a tool stored in ``out/results.json`` (for ``--tables-only``)."""
     data: dict[str, Any] = json.loads((out / "results.json").read_text())
     return data
-
-
-def add_report_options(parser: argparse.ArgumentParser) -> None:
-    """A small tool's ``--out FOLDER`` (where ``results.json`` goes), ``--page PAGE`` (the
-    doc whose generated section it rewrites) and ``--tables-only``."""
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--page", type=Path, default=None)
-    parser.add_argument("--tables-only", action="store_true")
-
-
-def rewrote_tables(
-    parser: argparse.ArgumentParser,
-    args: argparse.Namespace,
-    rewrite: Callable[[Path, dict[str, Any]], None],
-) -> bool:
-    """With ``--tables-only``: ``rewrite`` the page from the report stored in ``--out``
-    and say so (the tool then stops); without it, ``False``. Exits with a usage error
-    when ``--out`` or ``--page`` is missing."""
-    if not args.tables_only:
-        return False
-    if args.page is None or args.out is None:
-        parser.error("--tables-only needs --out (the stored report) and --page")
-    rewrite(args.page, read_report(args.out))
-    return True
 
 
 def short_commit(commit: str) -> str:

@@ -82,10 +82,12 @@ from firstlight.routing import RequestView
 from firstlight_bench.options import (
     OutOption,
     PageOption,
+    PageTablesOnlyOption,
     SeedOption,
     command_line,
     csv_ints,
     page_needs_out,
+    tables_page,
 )
 from firstlight_bench.ray_floor import FLOOR_APP, deploy_floor
 from firstlight_bench.results import git_commit
@@ -419,9 +421,7 @@ def serving(
     seed: SeedOption = 0,
     out: OutOption = None,
     page: PageOption = None,
-    tables_only: Annotated[
-        bool, typer.Option("--tables-only", help="Measure nothing: redo --page from stored runs.")
-    ] = False,  # not options.TablesOnlyOption: needs no --out, reads every stored report
+    tables_only: PageTablesOnlyOption = False,
     ingress: Annotated[Ingress, typer.Option(help="gateway.ingress")] = Ingress.HAPROXY,
     throughput_optimized: Annotated[
         OnOff, typer.Option(help="gateway.throughput_optimized")
@@ -431,9 +431,7 @@ def serving(
     --gateways), each gateway count's capacity, and one gateway killed under load; prints
     the table (and the JSON without --out)."""
     if tables_only:
-        if page is None:
-            raise typer.BadParameter("--tables-only needs --page", param_hint="--tables-only")
-        rewrite_page(page)
+        rewrite_page(tables_page(page))
         return
     levels = csv_ints(concurrency, "--concurrency")
     counts = sorted(set(csv_ints(gateways, "--gateways")))

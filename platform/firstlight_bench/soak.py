@@ -422,8 +422,7 @@ def soak_command(
         stop_local(platform)
         ray.shutdown()  # the cluster start_local started for this run
     stored = {
-        **run_header("soak", None),
-        "command": options.command_line(),
+        **run_header(),
         "simulated": True,
         "regions": len(config.regions),
         "model_replicas": MODEL_REPLICAS,

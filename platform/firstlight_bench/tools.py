@@ -10,7 +10,6 @@ imported only when that tool runs, so ``firstlight --help`` and ``firstlight ben
 from __future__ import annotations
 
 import importlib
-import sys
 from typing import Any
 
 import typer
@@ -62,29 +61,9 @@ class ToolCommand(TyperCommand):
     ) -> Context:
         assert self.name is not None
         module = importlib.import_module(f"firstlight_bench.{self.name.replace('-', '_')}")
-        if not hasattr(module, "app"):  # not yet converted from argparse (transitional)
-            return _argparse_tool(self.name, module).make_context(info_name, args, parent, **extra)
         command = typer.main.get_command(module.app)
         command.name = self.name
         return command.make_context(info_name, args, parent, **extra)
-
-
-def _argparse_tool(name: str, module: Any) -> Command:
-    """A tool still on argparse: its arguments handed to its ``main`` (transitional)."""
-    wrapper = typer.Typer()
-
-    @wrapper.command(
-        name,
-        add_help_option=False,
-        context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-    )
-    def run(ctx: typer.Context) -> None:
-        sys.argv[0] = f"firstlight bench {name}"
-        status = module.main(list(ctx.args))
-        if isinstance(status, int) and not isinstance(status, bool) and status != 0:
-            raise SystemExit(status)  # a tool whose main returns an exit status (soak)
-
-    return typer.main.get_command(wrapper)
 
 
 class BenchGroup(TyperGroup):

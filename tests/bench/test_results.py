@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import json
@@ -17,9 +16,7 @@ from firstlight_bench.results import (
     DEFAULT_SLOS,
     Outcome,
     Slo,
-    add_report_options,
     git_commit,
-    rewrote_tables,
     summarize,
     validate_results,
 )
@@ -285,24 +282,6 @@ def test_git_commit_marks_a_dirty_tree(tmp_path: Path) -> None:
     assert set(clean) <= set("0123456789abcdef")
     (tmp_path / "a.txt").write_text("b\n")
     assert git_commit(tmp_path) == f"{clean}-dirty"
-
-
-def test_tables_only_rewrites_the_page_from_the_stored_report(tmp_path: Path) -> None:
-    parser = argparse.ArgumentParser(prog="tool")
-    add_report_options(parser)
-    (tmp_path / "results.json").write_text('{"figure": 42}')
-    seen: list[tuple[Path, dict[str, object]]] = []
-
-    def rewrite(page: Path, report: dict[str, object]) -> None:
-        seen.append((page, report))
-
-    assert not rewrote_tables(parser, parser.parse_args([]), rewrite)
-    args = parser.parse_args(["--tables-only", "--out", str(tmp_path), "--page", "p.md"])
-    assert rewrote_tables(parser, args, rewrite)
-    assert seen == [(Path("p.md"), {"figure": 42})]
-    with pytest.raises(SystemExit):
-        rewrote_tables(parser, parser.parse_args(["--tables-only", "--page", "p.md"]), rewrite)
-    assert len(seen) == 1
 
 
 def test_the_prediction_error_is_relative_to_the_measured_ttft() -> None:
