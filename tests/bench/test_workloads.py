@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import random
 import statistics
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -23,6 +24,7 @@ from firstlight_bench.workloads import (
     generate,
     workload_names,
 )
+from firstlight_bench.workloads._sampling import jittered_length, skip_tokens
 
 MOONCAKE_SAMPLE = Path(__file__).parent / "data" / "mooncake-synthetic.jsonl"
 """300 made-up requests in the Mooncake trace format (see data/README.md)."""
@@ -460,3 +462,25 @@ def test_multi_region_names_a_fleet_event_in_a_region_that_does_not_exist() -> N
     with pytest.raises(ConfigError, match=r"W6\.brownout_region") as caught:
         generate("W6", seed=0, rate_rps=1.0, num_requests=10, regions=2, brownout_region=2)
     assert "there are 2 regions" in str(caught.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    mean=st.integers(1, 5000),
+    spread=st.floats(0, 0.99),
+    tokens=st.integers(1, 300),
+)
+def test_the_fast_draws_are_the_standard_librarys_exactly(
+    seed: int, mean: int, spread: float, tokens: int
+) -> None:
+    """The samplers' own draws give the numbers, and leave the stream where, CPython's
+    ``randint`` and ``randbytes`` would: every stored trace stays what it was."""
+    fast, reference = random.Random(seed), random.Random(seed)
+    low = max(1, round(mean * (1 - spread)))
+    high = max(low, round(mean * (1 + spread)))
+    for _ in range(5):
+        assert jittered_length(fast, mean, spread) == reference.randint(low, high)
+    skip_tokens(fast, tokens)
+    reference.randbytes(4 * tokens)
+    assert fast.getstate() == reference.getstate()

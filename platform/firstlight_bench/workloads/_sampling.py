@@ -22,6 +22,7 @@ __all__ = [
     "gamma_gaps",
     "jittered_length",
     "random_tokens",
+    "skip_tokens",
     "stream",
     "zipf_cumulative_weights",
 ]
@@ -47,11 +48,26 @@ def random_tokens(rng: random.Random, count: int, vocab_size: int) -> tuple[int,
     return tuple(1 + word % span for word in words)
 
 
+def skip_tokens(rng: random.Random, count: int) -> None:
+    """Draw what :func:`random_tokens` would for ``count`` tokens, building none: the
+    stream moves on exactly as far (a trace's left-out turns must not shift the rest)."""
+    rng.getrandbits(32 * count)  # randbytes(4 * count) is this draw, then to_bytes
+
+
 def jittered_length(rng: random.Random, mean: int, spread: float) -> int:
-    """A length uniform in ``mean * (1 ± spread)`` (rounded, at least 1)."""
+    """A length uniform in ``mean * (1 ± spread)`` (rounded, at least 1).
+
+    The same number, from the same draws, as ``rng.randint(low, high)`` (CPython's
+    ``randrange`` → ``_randbelow``: rejection sampling on ``getrandbits``), without its
+    layers of argument checks: a long multi-turn trace draws millions of these."""
     low = max(1, round(mean * (1 - spread)))
     high = max(low, round(mean * (1 + spread)))
-    return rng.randint(low, high)
+    width = high - low + 1
+    bits = width.bit_length()
+    draw = rng.getrandbits(bits)
+    while draw >= width:
+        draw = rng.getrandbits(bits)
+    return low + draw
 
 
 def exponential_gaps(rng: random.Random, count: int) -> list[float]:

@@ -47,6 +47,7 @@ from firstlight_bench.workloads._sampling import (
     client_regions,
     jittered_length,
     random_tokens,
+    skip_tokens,
     stream,
 )
 
@@ -99,9 +100,8 @@ def _session_contents(
         for turn in range(turns):
             user_len = jittered_length(rng, params.user_tokens, spread)
             if turn > needed:
-                rng.randbytes(4 * user_len)  # random_tokens' draw, its tokens unused
-                answer_len = jittered_length(rng, params.answer_tokens, spread)
-                rng.randbytes(4 * answer_len)
+                skip_tokens(rng, user_len)
+                skip_tokens(rng, jittered_length(rng, params.answer_tokens, spread))
                 continue
             prompt = history + random_tokens(rng, user_len, params.vocab_size)
             answer_len = jittered_length(rng, params.answer_tokens, spread)
