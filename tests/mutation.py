@@ -57,6 +57,7 @@ GROUPS = (
         "hints",
         (
             "platform/firstlight/hints/mirror.py",
+            "platform/firstlight/hints/_lookups.py",
             "platform/firstlight/hints/_codec.py",
             "platform/firstlight/hints/_events.py",
             "platform/firstlight/hints/subscriber.py",

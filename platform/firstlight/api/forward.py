@@ -22,22 +22,18 @@ the next peer (or this region) serves the request instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import httpx
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from opentelemetry import trace
 
+from firstlight.api._peer_answer import answer_or_failure, as_stream, collect_stream, read_or_none
 from firstlight.api.in_region import Prepared
 from firstlight.api.migration import continuation
-from firstlight.api.responses import DONE_EVENT, Kind, completion_body, error_body, sse_event
+from firstlight.api.responses import DONE_EVENT, Kind, error_body, sse_event
 from firstlight.api.resume import peer_chunks, resume_body
-from firstlight.api.sse import sse_events
 from firstlight.api.streams import ReplicaFailedError, Stream, aclose, first_chunk
 from firstlight.engine.protocol import GenerationChunk
 from firstlight.errors import NoCapacityError
@@ -189,7 +185,7 @@ class PeerForwarder:
         """Send the request to ``peer``; ``None`` when the peer failed before anything
         reached the client (the caller tries the next one)."""
         path = api_path(request)
-        content = body if stream or rendered else _as_stream(body)
+        content = body if stream or rendered else as_stream(body)
         upstream = await self._send(peer, path, content, obs, caller)
         if upstream is None:
             return None
@@ -225,7 +221,7 @@ class PeerForwarder:
             assert isinstance(first, GenerationChunk)  # peer_chunks yields no other
             return relay(first, chunks, out_headers)
         if not stream:  # a refusal (4xx) or vLLM's rendered answer: its JSON, as it is
-            answer = await _read_or_none(upstream)
+            answer = await read_or_none(upstream)
             if answer is None:
                 self._failed(peer, obs, "the peer's answer broke off")
                 return None
@@ -319,7 +315,7 @@ class PeerForwarder:
             "POST", f"{peer.url}{path}", content=content, headers=headers, timeout=self._timeout
         )
         try:
-            upstream = await _answer_or_failure(self._client.send(outgoing, stream=True), peer)
+            upstream = await answer_or_failure(self._client.send(outgoing, stream=True), peer)
         except httpx.HTTPError as exc:
             self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
             return None
@@ -345,7 +341,7 @@ class PeerForwarder:
         for one; ``None`` when the stream broke off or ended in an error (the client has
         seen nothing yet, so the caller may serve the request elsewhere)."""
         try:
-            answer = await _collect_stream(upstream, kind, peer)
+            answer = await collect_stream(upstream, kind, peer)
         except httpx.HTTPError as exc:
             self._failed(peer, obs, f"{type(exc).__name__}: {exc}")
             return None
@@ -365,87 +361,3 @@ class PeerForwarder:
         span = obs.route_span
         if span is not None:
             span.set_status(trace.StatusCode.ERROR, error)
-
-
-def _as_stream(body: bytes) -> bytes:
-    """A non-streaming request body asking for a stream with usage instead (the body
-    was validated already, so it is a JSON object)."""
-    data = json.loads(body)
-    data["stream"] = True
-    data["stream_options"] = {"include_usage": True}
-    return json.dumps(data).encode()
-
-
-async def _answer_or_failure(
-    sending: Coroutine[Any, Any, httpx.Response], peer: Peer
-) -> httpx.Response | None:
-    """The peer's response to ``sending`` (an awaitable), or ``None`` as soon as the
-    peer stops answering its probes (the send is cancelled then). Raises what the send
-    raises (``httpx.HTTPError``, a timeout included)."""
-    send = asyncio.ensure_future(sending)
-    dark = asyncio.ensure_future(peer.failed().wait())
-    waiting: set[asyncio.Future[Any]] = {send, dark}
-    try:
-        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-    except BaseException:  # cancelled (the client left): nothing may stay open
-        send.cancel()
-        with contextlib.suppress(BaseException):
-            await (await send).aclose()
-        raise
-    finally:
-        dark.cancel()
-    if send.done():
-        return send.result()
-    send.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await send
-    return None
-
-
-async def _read_or_none(upstream: httpx.Response) -> bytes | None:
-    try:
-        return await upstream.aread()
-    except httpx.HTTPError:
-        return None
-    finally:
-        await upstream.aclose()
-
-
-async def _collect_stream(upstream: httpx.Response, kind: Kind, peer: Peer) -> dict[str, Any] | str:
-    """A whole ``chat.completion`` / ``text_completion`` from the peer's server-sent
-    events, or the reason it is not one (an error event, a malformed event, or no
-    ``[DONE]``). Raises ``httpx.HTTPError`` when the stream breaks off or ``peer`` fails a
-    probe meanwhile."""
-    parts: list[str] = []
-    request_id, model, created = "", "", int(time.time())
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    events = sse_events(while_answering(upstream.aiter_lines(), peer))
-    while True:
-        try:
-            event = await anext(events)
-        except StopAsyncIteration:
-            break
-        except ValueError as exc:
-            return f"the peer sent a malformed event: {type(exc).__name__}: {exc}"
-        if event is None:
-            body = completion_body(
-                kind, request_id, model, created, "".join(parts), finish_reason, None
-            )
-            if usage is not None:
-                body["usage"] = usage
-            return body
-        try:
-            if "error" in event:
-                return f"the peer's stream ended in an error: {event['error'].get('message')}"
-            request_id = str(event.get("id", request_id))
-            model = str(event.get("model", model))
-            created = int(event.get("created", created))
-            usage = event.get("usage") or usage
-            for choice in event.get("choices") or ():
-                piece = choice["delta"].get("content") if kind == "chat" else choice.get("text")
-                parts.append(str(piece or ""))
-                finish_reason = choice.get("finish_reason") or finish_reason
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            return f"the peer sent a malformed event: {type(exc).__name__}: {exc}"
-    return "the peer's stream ended before [DONE]"

@@ -1,9 +1,9 @@
 """Reading an OpenAI-style stream of server-sent events: the project's one SSE reader.
 
-Used by the gateway when it reads a peer region's stream (:mod:`firstlight.api.forward`)
-and by the benchmark's clients (the load driver and the fault runs' checking client),
-so all three read a stream the same way. Writing events is
-:func:`firstlight.api.responses.sse_event`.
+Used by the gateway when it reads a peer region's stream (:mod:`firstlight.api.forward`,
+through :mod:`firstlight.api._peer_answer`) and by the benchmark's clients (the load
+driver and the fault runs' checking client), so all three read a stream the same way.
+Writing events is :func:`firstlight.api.responses.sse_event`.
 """
 
 from __future__ import annotations

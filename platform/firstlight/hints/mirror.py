@@ -4,7 +4,8 @@ Routers read it on the hot path (:meth:`HintMirror.longest_prefix`, pure and
 synchronous, linear in the prompt's block count); a
 :class:`~firstlight.hints.HintSubscriber` keeps it in sync with Redis by calling
 :meth:`HintMirror.apply`, :meth:`HintMirror.load_snapshot` and :meth:`HintMirror.prune`.
-Nothing here does I/O.
+Nothing here does I/O. The walks the two lookups make over the index are in
+:mod:`firstlight.hints._lookups`.
 
 The mirror is a cache: an entry not refreshed for ``ttl_s`` seconds (by the injected
 clock) is absent from lookups at once and its memory is reclaimed by :meth:`prune`. It is
@@ -30,15 +31,13 @@ import copy
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import islice
 from typing import Any
 
 from firstlight.errors import HintsError
 from firstlight.hints._events import BlockEvent, ReplicaSnapshot
+from firstlight.hints._lookups import NEVER, device_runs, host_runs
 
 __all__ = ["HintMirror", "MirrorStats"]
-
-_NEVER = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,35 +119,7 @@ class HintMirror:
         Called by routers for every request; time is linear in the chain length (it stops
         as soon as no replica matches). Never raises.
         """
-        if not block_hashes:
-            return {}
-        first = self._holders.get(block_hashes[0])
-        if not first:
-            return {}
-        cutoff = self._clock() - self._ttl_s
-        active = {replica for replica, seen in first.items() if seen >= cutoff}
-        counts: dict[str, int] = {}
-        depth = 1
-        holders_of = self._holders
-        for block_hash in islice(block_hashes, 1, None):
-            if not active:
-                break
-            holders = holders_of.get(block_hash)
-            if holders is None:
-                break
-            # Fast path, all in C: every still-matching replica holds this block and no
-            # holder of it is expired. Otherwise filter replica by replica.
-            if not (holders.keys() >= active and min(holders.values()) >= cutoff):
-                fresh = {r for r in active if holders.get(r, _NEVER) >= cutoff}
-                for replica in active - fresh:
-                    counts[replica] = depth
-                active = fresh
-                if not active:
-                    break
-            depth += 1
-        for replica in active:
-            counts[replica] = depth
-        return counts
+        return device_runs(self._holders, block_hashes, self._clock, self._ttl_s)
 
     def host_prefix(self, block_hashes: Sequence[int], device: Mapping[str, int]) -> dict[str, int]:
         """For each replica, how many leading blocks of ``block_hashes`` it holds in its
@@ -164,44 +135,7 @@ class HintMirror:
         host = self._host
         if host is None or not host._holders or not block_hashes:
             return {}
-        holders_of = host._holders
-        cutoff = self._clock() - self._ttl_s
-        n = len(block_hashes)
-        starts: dict[int, list[str]] = {}
-        for replica, depth in device.items():
-            if depth < n:
-                starts.setdefault(depth, []).append(replica)
-        first = holders_of.get(block_hashes[0])
-        if first:
-            starts.setdefault(0, []).extend(r for r in first if device.get(r, 0) == 0)
-        pending = sorted(starts, reverse=True)
-        counts: dict[str, int] = {}
-        active: dict[str, int] = {}  # replica -> block its host run started at
-        i = 0
-        while i < n:
-            if not active:
-                if not pending:
-                    break
-                i = pending[-1]
-            holders = holders_of.get(block_hashes[i])
-            if active:
-                if holders is None:
-                    for replica, start in active.items():
-                        counts[replica] = i - start
-                    active = {}
-                else:
-                    for replica in [r for r in active if holders.get(r, _NEVER) < cutoff]:
-                        counts[replica] = i - active.pop(replica)
-            if pending and pending[-1] == i:
-                pending.pop()
-                if holders is not None:
-                    for replica in starts[i]:
-                        if holders.get(replica, _NEVER) >= cutoff:
-                            active[replica] = i
-            i += 1
-        for replica, start in active.items():
-            counts[replica] = n - start
-        return counts
+        return host_runs(host._holders, block_hashes, device, self._clock, self._ttl_s)
 
     def tiered_prefix(self, block_hashes: Sequence[int]) -> dict[str, tuple[int, int]]:
         """For each replica holding any of the chain's leading blocks: ``(device blocks,
@@ -394,7 +328,7 @@ class HintMirror:
             holders = self._holders.get(block_hash)
             if holders is None:
                 self._holders[block_hash] = {replica: seen}
-            elif holders.get(replica, _NEVER) < seen:
+            elif holders.get(replica, NEVER) < seen:
                 # Keep the newest stamp: a replayed older batch must not age a block.
                 holders[replica] = seen
             blocks.add(block_hash)

@@ -146,7 +146,7 @@ async def while_answering(items: AsyncIterator[_Item], peer: Peer) -> AsyncItera
     probe (any time after the call, also between two reads); then the read in progress
     is abandoned and :class:`PeerGoneError` raised, rather than waiting out
     ``router.peer_timeout_s`` for a peer that went silent after its answer had started.
-    Called by :mod:`firstlight.api.forward` and
+    Called by :mod:`firstlight.api.forward` (and its :mod:`firstlight.api._peer_answer`) and
     :func:`firstlight.api.resume.peer_chunks` on every forwarded answer."""
     # Set by the first failed probe from now on; one waiter for the whole answer.
     gone = asyncio.ensure_future(peer.failed().wait())

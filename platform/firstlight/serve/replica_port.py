@@ -21,7 +21,9 @@ health checks, replacement and draining, and publishes its address in its routin
 
 Wire format: length-prefixed frames (4 bytes, big-endian, then UTF-8 JSON); a request
 frame, then item frames, then an empty frame that ends the stream. TCP's flow control
-is the backpressure: the replica awaits ``drain()`` after every frame.
+is the backpressure: the replica awaits ``drain()`` after every frame. The frames, the
+codec of what they carry and the errors both sides raise are in
+:mod:`firstlight.serve._port_codec`; its public names are importable from here.
 
 Who may stream: every connection starts with a challenge. The replica sends a random
 nonce; the gateway answers with HMAC-SHA256 over it, keyed with the port key the app
@@ -36,21 +38,33 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import hmac
 import json
 import logging
 import secrets
-import struct
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings, Usage
-from firstlight.errors import EngineDeadError, InvalidRequestError
-from firstlight.prefix import LoraKey
+from firstlight.engine.protocol import GenerationChunk, GenerationRequest
+from firstlight.errors import InvalidRequestError
 from firstlight.region.state import ServedBy
 from firstlight.routing import RequestView
+from firstlight.serve._port_codec import (
+    AUTH_FRAME_BYTES,
+    MAX_FRAME_BYTES,
+    ReplicaPortAuthError,
+    ReplicaPortError,
+    decode_item,
+    decode_request,
+    encode_busy,
+    encode_error,
+    encode_item,
+    encode_request,
+    frame,
+    proof,
+    read_frame,
+)
 
 __all__ = [
     "MAX_FRAME_BYTES",
@@ -64,154 +78,11 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-_HEADER = struct.Struct("!I")
-MAX_FRAME_BYTES = 64 * 1024 * 1024
-"""A frame above this is refused (a request frame of the longest prompts is a few MiB)."""
-_AUTH_FRAME_BYTES = 128
-"""The challenge and its answer are small; a larger frame before authentication ends
-the connection (no one unauthenticated makes the replica buffer a large frame)."""
-_AUTH_CONTEXT = b"firstlight-replica-port-v1\n"
 _IDLE_PER_ADDRESS = 64
 """Idle connections the gateway keeps per replica (more are closed after use)."""
 
 Generate = Callable[[GenerationRequest, RequestView, dict[str, str]], AsyncIterator[Any]]
 """The replica's stream of one request (``ModelServer.generate``)."""
-
-
-class ReplicaPortError(ConnectionError):
-    """The replica's port could not be reached, broke the stream, or refused it
-    (``busy``: draining or at its bound). Before the first chunk the gateway tries
-    another replica; after it, the stream is resumed (:mod:`firstlight.api.migration`)."""
-
-
-class ReplicaPortAuthError(ReplicaPortError):
-    """The replica refused the gateway's answer to its challenge: the two hold different
-    port keys (a replica of another build, during a rolling update)."""
-
-
-# --- frames and the codec ----------------------------------------------------------------
-
-
-def _frame(payload: bytes) -> bytes:
-    return _HEADER.pack(len(payload)) + payload
-
-
-async def _read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME_BYTES) -> bytes:
-    (size,) = _HEADER.unpack(await reader.readexactly(_HEADER.size))
-    if size > limit:
-        raise ReplicaPortError(f"a frame of {size} bytes exceeds {limit}")
-    return await reader.readexactly(size) if size else b""
-
-
-def _proof(key: bytes, nonce: bytes) -> bytes:
-    """The answer to the replica's challenge ``nonce``."""
-    return hmac.new(key, _AUTH_CONTEXT + nonce, hashlib.sha256).hexdigest().encode()
-
-
-def encode_request(
-    request: GenerationRequest, routing: RequestView, trace_context: dict[str, str]
-) -> bytes:
-    """The request frame's payload (the gateway's side)."""
-    s = request.sampling
-    data = {
-        "id": request.request_id,
-        "prompt": request.prompt_token_ids,
-        "sampling": [s.max_tokens, s.temperature, s.top_p, s.seed, s.stop, s.defaulted],
-        "salt": request.cache_salt,
-        "lora": None if request.lora is None else [request.lora.name, request.lora.path],
-        "resumed": request.resumed_tokens,
-        "stream": request.stream_id,
-        "routing": [routing.prompt_tokens, routing.block_hashes, routing.block_size],
-        "trace": trace_context,
-    }
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-def decode_request(payload: bytes) -> tuple[GenerationRequest, RequestView, dict[str, str]]:
-    """The request, its routing view and trace context from a request frame (the
-    replica's side). Raises ``InvalidRequestError`` for a malformed frame."""
-    try:
-        data = json.loads(payload)
-        max_tokens, temperature, top_p, seed, stop, defaulted = data["sampling"]
-        sampling = SamplingSettings(
-            int(max_tokens),
-            float(temperature),
-            float(top_p),
-            None if seed is None else int(seed),
-            tuple(str(x) for x in stop),
-            tuple(str(x) for x in defaulted),
-        )
-        lora = None if data["lora"] is None else LoraKey(*map(str, data["lora"]))
-        request = GenerationRequest(
-            str(data["id"]),
-            tuple(int(t) for t in data["prompt"]),
-            sampling,
-            None if data["salt"] is None else str(data["salt"]),
-            lora,
-            int(data["resumed"]),
-            str(data.get("stream", "")),  # a gateway of an older release sends none
-        )
-        prompt_tokens, hashes, block_size = data["routing"]
-        routing = RequestView(
-            request.request_id, int(prompt_tokens), tuple(int(h) for h in hashes), int(block_size)
-        )
-        trace = {str(k): str(v) for k, v in dict(data["trace"]).items()}
-    except (ValueError, TypeError, KeyError) as exc:
-        raise InvalidRequestError(f"malformed replica-port request: {exc}") from exc
-    return request, routing, trace
-
-
-def _encode_item(item: ServedBy | GenerationChunk) -> bytes:
-    if isinstance(item, ServedBy):
-        data: dict[str, Any] = {"served_by": item.replica_id}
-    else:
-        usage = item.usage
-        data = {
-            "tokens": item.token_ids,
-            "text": item.text,
-            "finish": item.finish_reason,
-            "usage": None
-            if usage is None
-            else [usage.prompt_tokens, usage.completion_tokens, usage.cached_prompt_tokens],
-        }
-    return json.dumps(data, separators=(",", ":")).encode()
-
-
-def _encode_error(exc: BaseException) -> bytes:
-    if isinstance(exc, InvalidRequestError):
-        data = {"error": "invalid", "message": str(exc), "param": exc.param}
-    elif isinstance(exc, EngineDeadError):
-        data = {"error": "dead", "message": str(exc)}
-    else:
-        data = {"error": "failed", "message": f"{type(exc).__name__}: {exc}"}
-    return json.dumps(data).encode()
-
-
-def _busy(reason: str) -> bytes:
-    return json.dumps({"error": "busy", "message": reason}).encode()
-
-
-def _decode_item(payload: bytes, request_id: str) -> ServedBy | GenerationChunk:
-    data = json.loads(payload)
-    if "served_by" in data:
-        return ServedBy(str(data["served_by"]))
-    error = data.get("error")
-    if error == "invalid":
-        raise InvalidRequestError(str(data["message"]), param=data.get("param"))
-    if error == "dead":
-        raise EngineDeadError(str(data["message"]))
-    if error == "unauthorized":
-        raise ReplicaPortAuthError(f"the replica's port: {data['message']}")
-    if error is not None:
-        raise ReplicaPortError(f"the replica's port: {error}: {data['message']}")
-    usage = data["usage"]
-    return GenerationChunk(
-        request_id,
-        tuple(data["tokens"]),
-        data["text"],
-        data["finish"],
-        None if usage is None else Usage(*usage),
-    )
 
 
 # --- the replica's side ------------------------------------------------------------------
@@ -275,7 +146,7 @@ class ReplicaPortServer:
                 return
             while True:
                 try:
-                    payload = await _read_frame(reader)
+                    payload = await read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return  # the gateway closed an idle connection
                 if not await self._one(payload, reader, writer):
@@ -290,17 +161,17 @@ class ReplicaPortServer:
         proves it holds the port key."""
         nonce = secrets.token_hex(16).encode()
         try:
-            writer.write(_frame(nonce))
+            writer.write(frame(nonce))
             await writer.drain()
-            answer = await _read_frame(reader, _AUTH_FRAME_BYTES)
+            answer = await read_frame(reader, AUTH_FRAME_BYTES)
         except (asyncio.IncompleteReadError, ConnectionError):
             return False  # gone, or a frame too large to be an answer
-        if hmac.compare_digest(answer, _proof(self._key, nonce)):
+        if hmac.compare_digest(answer, proof(self._key, nonce)):
             return True
         self.counters.unauthorized += 1
         refusal = {"error": "unauthorized", "message": "wrong answer to the port's challenge"}
         with contextlib.suppress(ConnectionError):
-            writer.write(_frame(json.dumps(refusal).encode()))
+            writer.write(frame(json.dumps(refusal).encode()))
             await writer.drain()
         return False
 
@@ -311,13 +182,13 @@ class ReplicaPortServer:
         if not self._accepting() or self._inflight() >= self._max_streams:
             self.counters.refused += 1
             reason = "draining" if not self._accepting() else "at max_ongoing_requests"
-            writer.write(_frame(_busy(reason)))
+            writer.write(frame(encode_busy(reason)))
             await writer.drain()
             return True
         try:
             request, routing, trace = decode_request(payload)
         except InvalidRequestError as exc:
-            writer.write(_frame(_encode_error(exc)))
+            writer.write(frame(encode_error(exc)))
             await writer.drain()
             return False  # a frame this port cannot read: the peer is not a gateway
         self.counters.streams += 1
@@ -337,7 +208,7 @@ class ReplicaPortServer:
         failure: Exception | None = None
         try:
             async for item in stream:
-                writer.write(_frame(_encode_item(item)))
+                writer.write(frame(encode_item(item)))
                 await writer.drain()
         except asyncio.CancelledError:
             if not closed.done() or task.uncancel() > 0:
@@ -362,8 +233,8 @@ class ReplicaPortServer:
             return False
         try:
             if failure is not None:
-                writer.write(_frame(_encode_error(failure)))
-            writer.write(_frame(b""))
+                writer.write(frame(encode_error(failure)))
+            writer.write(frame(b""))
             await writer.drain()
         except ConnectionError:
             return False
@@ -405,14 +276,14 @@ class ReplicaPortClient:
         reader, writer = await self._connection(address)
         clean = False
         try:
-            writer.write(_frame(encode_request(request, routing, trace_context)))
+            writer.write(frame(encode_request(request, routing, trace_context)))
             await writer.drain()
             while True:
-                payload = await _read_frame(reader)
+                payload = await read_frame(reader)
                 if not payload:
                     clean = True
                     return
-                item = _decode_item(payload, request.request_id)
+                item = decode_item(payload, request.request_id)
                 yield item
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             if isinstance(exc, ReplicaPortError):
@@ -435,10 +306,10 @@ class ReplicaPortClient:
         try:
             async with asyncio.timeout(self._connect_timeout_s):
                 reader, writer = await asyncio.open_connection(host, int(port))
-                nonce = await _read_frame(reader, _AUTH_FRAME_BYTES)
+                nonce = await read_frame(reader, AUTH_FRAME_BYTES)
         except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
             raise ReplicaPortError(f"cannot reach the replica at {address}: {exc!r}") from exc
-        writer.write(_frame(_proof(self._key, nonce)))  # sent with the first request
+        writer.write(frame(proof(self._key, nonce)))  # sent with the first request
         return reader, writer
 
     def _release(

@@ -34,6 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from firstlight.advisor import PrefixAdvisor
 from firstlight.config import PlatformConfig
 from firstlight.routing.predicted_ttft import FirstlightParams
+from firstlight.telemetry._dashboard_data import DashboardData
 from firstlight.telemetry.catalog import CATALOG, GEN_AI_PROVIDER, MetricSpec
 from firstlight.telemetry.observation import UNKNOWN_MODEL, RequestObservation
 from firstlight.telemetry.observers import ScrapeObservers
@@ -46,35 +47,28 @@ from firstlight.telemetry.outliers import (
     route_facts,
 )
 from firstlight.telemetry.replicas import PER_REPLICA, ReplicaCollector
-from firstlight.telemetry.rolling import (
-    CounterRatio,
-    DecisionRecord,
-    RollingCounts,
-    RollingSamples,
-)
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
-from firstlight.telemetry.windows import GatewayWindow, ModelWindow
 
 if TYPE_CHECKING:
-    from firstlight.region import ReplicaStats, RouterState
+    from firstlight.region import RouterState
     from firstlight.regions.peers import PeerTable
 
 __all__ = ["GatewayTelemetry", "RequestObservation"]
 
 """The ``model`` attribute of requests that named no served model (bounded labels)."""
 _OPERATION = {"chat": "chat", "text": "text_completion", "embeddings": "embeddings"}
-_DECISION_LOG = 30
 _OUTLIER_LOG = 50
 _outlier_log = logging.getLogger("firstlight.outliers")
 _SERVED_HERE = ("local", "from_peer")
 MIGRATION_OUTCOMES = ("retried", "resumed", "resumed_in_peer", "gave_up")
 """Outcomes of ``firstlight.request.migrations``: re-sent before the first token,
 continued mid-stream, or attempts used up."""
-_WINDOW_S = 300.0
 
 
-class GatewayTelemetry:
-    """Metrics, traces and the dashboard's rolling data of one gateway process."""
+class GatewayTelemetry(DashboardData):
+    """Metrics, traces and the dashboard's rolling data of one gateway process (that
+    data, and the methods the dashboard reads it with, are :class:`DashboardData`'s:
+    :mod:`firstlight.telemetry._dashboard_data`)."""
 
     def __init__(
         self,
@@ -90,7 +84,6 @@ class GatewayTelemetry:
         self.config = config
         self.region = region
         self.enabled = config.telemetry.metrics_enabled
-        self._wall = wall_clock
         self._states = states
         self._policy = config.router.policy
         self.tracer = tracer or build_tracer(config.telemetry, region, "gateway")
@@ -119,20 +112,8 @@ class GatewayTelemetry:
             self._instruments[spec.name] = _create(meter, spec, observers.get(spec.name))
         if self.enabled:
             self.registry.register(ReplicaCollector(region, states))
-        # The dashboard's rolling windows, per model.
-        self.ttft = {m.name: RollingSamples(_WINDOW_S, clock=clock) for m in config.models}
-        self.itl = {m.name: RollingSamples(_WINDOW_S, clock=clock) for m in config.models}
-        self.routes = {m.name: RollingCounts(_WINDOW_S, clock=clock) for m in config.models}
-        self.hit_ratios: dict[tuple[str, str], CounterRatio] = {}
-        self._hit_seen: set[tuple[str, str]] = set()
-        self._clock = clock
-        self._started = clock()
-        self.window_s = _WINDOW_S
-        """Span of the dashboard's rolling percentiles and counts, seconds."""
-        self.decisions: list[DecisionRecord] = []
-        """The last routing decisions, newest first (the dashboard lists them)."""
-        self.decisions_kept = _DECISION_LOG
-        """How many decisions :attr:`decisions` keeps (and the dashboard lists)."""
+        # The dashboard's rolling windows, per model, and its decision log.
+        super().__init__(config, clock, wall_clock)
         self.outlier_detector = OutlierDetector(
             config.telemetry.outlier_factor,
             config.telemetry.outlier_min_samples,
@@ -151,10 +132,6 @@ class GatewayTelemetry:
                 for kind in OUTLIER_KINDS:
                     attrs = {"region": region, "model": model.name, "kind": kind}
                     self._instruments["firstlight.outliers"].add(0, attrs)
-
-    def observed_window_s(self) -> float:
-        """The rolling window, or less while this gateway is younger than it (rates)."""
-        return max(min(self.window_s, self._clock() - self._started), 1.0)
 
     # --- per request (called by GatewayCore) -----------------------------------------
 
@@ -312,23 +289,6 @@ class GatewayTelemetry:
             span.set_status(trace.StatusCode.ERROR)
         span.end()
 
-    def _log_decision(self, obs: RequestObservation, route: str) -> None:
-        observed = obs.observed_ttft_ms
-        if observed is None and obs.first_token_at is not None:
-            observed = (obs.first_token_at - obs.started) * 1000.0
-        record = DecisionRecord(
-            at=self._wall(),
-            model=obs.model,
-            route=route,
-            region=obs.served_region,
-            replica=obs.replica,
-            predicted_ttft_ms=obs.predicted_ttft_ms,
-            observed_ttft_ms=observed,
-            explanation=obs.explanation,
-        )
-        self.decisions.insert(0, record)
-        del self.decisions[_DECISION_LOG:]
-
     def _take_route_facts(self, obs: RequestObservation) -> None:
         # At the first token: the router's route of the request is gone by its end.
         if obs.request_id is None:
@@ -362,41 +322,6 @@ class GatewayTelemetry:
             counter = self._instruments["firstlight.outliers"]
             for kind in record.kinds:
                 counter.add(1, {"region": self.region, "model": obs.model, "kind": kind})
-
-    def window(self, gateway: str) -> GatewayWindow:
-        """This gateway's rolling windows as one record (the dashboard merges every
-        gateway's: :mod:`firstlight.telemetry.windows`)."""
-        models = {
-            name: ModelWindow(
-                tuple(self.ttft[name].values()),
-                tuple(self.itl[name].values()),
-                dict(self.routes[name].counts()),
-            )
-            for name in self.ttft
-        }
-        return GatewayWindow(gateway, self.observed_window_s(), models, tuple(self.decisions))
-
-    def forget_other_replicas(self) -> None:
-        """Drop the hit-ratio trackers of replicas not asked about since the last call
-        (the dashboard calls it after each poll, so gone replicas do not pile up)."""
-        for key in set(self.hit_ratios) - self._hit_seen:
-            del self.hit_ratios[key]
-        self._hit_seen = set()
-
-    def replica_hit_ratio(self, model: str, replica: str, stats: ReplicaStats) -> float | None:
-        """The replica's token-weighted prefix-cache hit ratio (dashboard): over the last
-        minute of polls, or since the replica started until two polls are that far
-        apart; ``None`` while it looked nothing up."""
-        tracker = self.hit_ratios.get((model, replica))
-        if tracker is None:
-            tracker = self.hit_ratios[(model, replica)] = CounterRatio(clock=self._clock)
-        hits = float(stats.prefix_cache_hits)
-        queries = float(stats.prefix_cache_queries)
-        tracker.observe(hits, queries)
-        self._hit_seen.add((model, replica))
-        if tracker.covers_window():
-            return tracker.ratio()
-        return hits / queries if queries > 0 else None
 
 
 def _tpot_s(obs: RequestObservation) -> float | None:
