@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from firstlight.api._route_record import observe_first_token, route_info
 from firstlight.api.advice import prompt_sample, with_usage
 from firstlight.api.mid_stream import Elsewhere, MidStreamResumer
 from firstlight.api.mid_stream import finish as _finish
@@ -51,7 +52,7 @@ from firstlight.engine.protocol import (
 )
 from firstlight.errors import ApiError, NoCapacityError
 from firstlight.prefix import HashScheme
-from firstlight.region.state import Route, RouterState, ServedBy
+from firstlight.region.state import RouterState, ServedBy
 from firstlight.region.ticket import Ticket
 from firstlight.regions.hop import CallerClaim
 from firstlight.regions.summary import HotPrefixes
@@ -121,27 +122,6 @@ class Prepared:
         return self.model.name if lora is None else lora.name
 
 
-@dataclass(frozen=True, slots=True)
-class _RouteInfo:
-    route: str
-    region: str
-    replica: str
-    predicted_ms: float | None
-    explanation: str | None = None
-
-    def headers(self) -> dict[str, str]:
-        out = {
-            "x-firstlight-route": self.route,
-            "x-firstlight-region": self.region,
-            "x-firstlight-replica": self.replica,
-        }
-        if self.predicted_ms is not None:
-            out["x-firstlight-predicted-ttft-ms"] = f"{self.predicted_ms:.1f}"
-        if self.explanation is not None:
-            out["x-firstlight-decision"] = self.explanation
-        return out
-
-
 class LocalServer:
     """Serves requests on the region's replicas (see the module docstring)."""
 
@@ -207,13 +187,15 @@ class LocalServer:
             raise
         ttft_ms = (time.monotonic() - started) * 1000.0
         routed = ticket.route if ticket is not None else None
-        info = self._route_info(
-            routed, prepared.generation.request_id, route, predicted_ms, served_by
+        info = route_info(
+            self.region, routed, prepared.generation.request_id, route, predicted_ms, served_by
         )
         # A marker that is not the first token (a JSON request with n > 1) times nothing:
         # no TTFT metric, and no calibration of the router from it.
         timed = not isinstance(first, RenderedChunk) or first.timed
-        self._observe_first_token(obs, info, routed, ttft_ms if timed else None)
+        observe_first_token(
+            self.region, self.telemetry, obs, info, routed, ttft_ms if timed else None
+        )
         if prepared.kind != "embeddings":
             obs.prompt_sample = prompt_sample(prepared, obs.group, routed, state)
         if ticket is not None and timed:
@@ -269,78 +251,6 @@ class LocalServer:
             events = rendered_events(first, chunks, obs, finish)
             return StreamingResponse(events, media_type="text/event-stream", headers=headers)
         return await rendered_body(first, chunks, obs, finish, headers)
-
-    def _observe_first_token(
-        self,
-        obs: RequestObservation,
-        info: _RouteInfo,
-        routed: Route | None,
-        ttft_ms: float | None,
-    ) -> None:
-        """Metrics, the route span's decision terms and the dashboard's decision log;
-        ``ttft_ms`` is ``None`` when the first token was not seen (nothing is timed)."""
-        obs.served(
-            self.region,
-            replica=info.replica,
-            predicted_ttft_ms=info.predicted_ms,
-            explanation=info.explanation,
-        )
-        obs.observed_ttft_ms = ttft_ms  # from dispatch, as the prediction
-        span = obs.route_span
-        chosen = routed.chosen if routed is not None else None
-        if span is not None and span.is_recording():
-            span.set_attribute("firstlight.replica", info.replica)
-            if info.predicted_ms is not None:
-                span.set_attribute("firstlight.predicted_ttft_ms", info.predicted_ms)
-            if ttft_ms is not None:
-                span.set_attribute("firstlight.observed_ttft_ms", ttft_ms)
-            if chosen is not None and chosen.terms is not None:
-                for term in ("rtt_ms", "wait_ms", "prefill_ms", "reload_ms", "overhead_ms"):
-                    span.set_attribute(f"firstlight.terms.{term}", getattr(chosen.terms, term))
-                span.set_attribute("firstlight.cached_tokens", chosen.terms.cached_tokens)
-                span.set_attribute("firstlight.uncached_tokens", chosen.terms.uncached_tokens)
-                span.set_attribute("firstlight.host_tier_tokens", chosen.terms.host_tokens)
-            if routed is not None and len(routed.decision.ranked) > 1:
-                runner_up = routed.decision.ranked[1]
-                span.set_attribute("firstlight.runner_up", runner_up.replica_id)
-                if runner_up.predicted_ttft_ms is not None:
-                    span.set_attribute("firstlight.runner_up_ttft_ms", runner_up.predicted_ttft_ms)
-        if ttft_ms is None:  # end the route span, but record no first token
-            if obs.route_span is not None:
-                obs.route_span.end()
-                obs.route_span = None
-        else:
-            obs.first_token()
-        self.telemetry.routed(
-            obs.model,
-            routed.decision_s if routed is not None else None,
-            info.predicted_ms if ttft_ms is not None else None,
-            ttft_ms or 0.0,
-        )
-
-    def _route_info(
-        self,
-        routed: Route | None,
-        request_id: str,
-        route: str,
-        predicted: float | None,
-        served_by: str,
-    ) -> _RouteInfo:
-        if routed is None or routed.chosen is None:
-            return _RouteInfo(route, self.region, served_by, predicted)
-        chosen = routed.chosen
-        if chosen.replica_id != served_by:
-            _log.warning(
-                "%s: %s was routed to %s but served by %s",
-                self.region,
-                request_id,
-                chosen.replica_id,
-                served_by,
-            )
-            return _RouteInfo(route, self.region, served_by, None)
-        terms_ms = chosen.terms.total_ms if chosen.terms is not None else predicted
-        explanation = routed.decision.explain().encode("ascii", "replace").decode()
-        return _RouteInfo(route, self.region, chosen.replica_id, terms_ms, explanation)
 
     async def _collect(
         self,
