@@ -79,13 +79,15 @@ class Outcome:
     """One request's fate as its client saw it: the benchmark's one record of a request.
 
     Built by the simulator and the load driver (one per request, per arm and offered
-    load: what :func:`summarize` turns into a result point), and by the closed loop
-    (:class:`firstlight_bench.closed_loop.Answer` holds one). Times are seconds on the
-    client's time base (the trace's for the simulator and the replay, the loop's start
-    for the closed loop); the durations derived from them are in ms. A field a tool
-    does not measure keeps its default (0 tokens, no region or replica). Raises
-    ``ValueError`` when the fields contradict each other (negative counts, times out of
-    order, a completed request without ``finish_s``).
+    load: what :func:`summarize` turns into a result point), and by every tool that
+    measures requests one by one: the closed loop
+    (:class:`firstlight_bench.closed_loop.Answer` holds one), the peers, advisor, RAG and
+    outlier benchmarks. Times are seconds on the client's time base (the trace's for the
+    simulator and the replay, the loop's start for the closed loop, a clock's reading
+    for the others); the durations derived from them are in ms. A field a tool does not
+    measure keeps its default (0 tokens, no region or replica). Raises ``ValueError``
+    when the fields contradict each other (negative counts, times out of order, a
+    completed request without ``finish_s``).
     """
 
     request_id: str
@@ -95,7 +97,8 @@ class Outcome:
     """When the client saw the first token; ``None`` when it failed before one."""
     finish_s: float | None
     """When the client saw the last token; for a failed request ``None``, or when the
-    client gave up on it where the tool records that (the closed loop does)."""
+    client gave up on it where the tool records that (the closed loop, the peers and
+    outlier benchmarks do)."""
     prompt_tokens: int = 0
     output_tokens: int = 0
     """Tokens received."""
