@@ -3,9 +3,9 @@ a cache-hostile prompt match what moving the variable part to the end saves?
 
 Run ``firstlight bench advisor`` (options ``--engine sim|vllm --requests 40 --seed 0
 --cache-dir DIR --out FOLDER --page PAGE``, and ``--tables-only`` to re-render the page
-from a stored report). One local region
-serves the default model with API keys of three tenants (each tenant's requests carry
-their own cache salt, so no arm reuses another's blocks):
+from a stored report). One local region serves the default model with API keys of three
+tenants (each tenant's requests carry their own cache salt, so no arm reuses another's
+blocks):
 
 * ``variable-first`` sends a system prompt that starts with a variable line (a request
   id, a date and a user name) followed by a static system prompt of some 600 tokens;
@@ -37,7 +37,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -54,7 +54,7 @@ from firstlight_bench.options import (
     TablesOnlyOption,
     rewrote_tables,
 )
-from firstlight_bench.results import run_header, short_commit
+from firstlight_bench.results import Outcome, run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = ["ARMS", "Asked", "Engine", "app", "markers", "prompts", "render", "static_prompt"]
@@ -128,13 +128,17 @@ def prompts(arm: str, index: int, static: str) -> list[dict[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """One measured request."""
+    """One measured request: its arm and number, and what its client saw."""
 
     arm: str
     index: int
-    prompt_tokens: int
-    cached_tokens: int
-    ttft_ms: float
+    outcome: Outcome
+
+    def row(self) -> dict[str, Any]:
+        """Its row of the stored report's ``asked`` (the keys stored reports have)."""
+        o = self.outcome
+        tokens = {"prompt_tokens": o.prompt_tokens, "cached_tokens": o.cached_tokens}
+        return {"arm": self.arm, "index": self.index, **tokens, "ttft_ms": o.ttft_ms}
 
 
 def _config(
@@ -176,18 +180,22 @@ def _ask(client: Any, arm: str, index: int, static: str) -> Asked:
         stream=True,
         stream_options={"include_usage": True},
     )
-    ttft_ms: float | None = None
+    first: float | None = None
     usage = None
     for chunk in stream:
-        if ttft_ms is None and chunk.choices and chunk.choices[0].delta.content:
-            ttft_ms = (time.perf_counter() - started) * 1000.0
+        if first is None and chunk.choices and chunk.choices[0].delta.content:
+            first = time.perf_counter()
         if chunk.usage is not None:
             usage = chunk.usage
-    if ttft_ms is None or usage is None:
+    end = time.perf_counter()
+    if first is None or usage is None:
         raise RuntimeError(f"{arm} request {index}: no text or no usage in the stream")
     details = usage.prompt_tokens_details
     cached = details.cached_tokens if details is not None and details.cached_tokens else 0
-    return Asked(arm, index, usage.prompt_tokens, cached, ttft_ms)
+    outcome = Outcome(
+        f"{arm}-{index}", started, first, end, usage.prompt_tokens, usage.completion_tokens, cached
+    )
+    return Asked(arm, index, outcome)
 
 
 def _advice(endpoint: str, key: str) -> list[dict[str, Any]]:
@@ -226,12 +234,12 @@ def summarize(asked: Sequence[Asked], rows: dict[str, list[dict[str, Any]]]) -> 
     """The comparison of the report (see the module docstring)."""
     arms: dict[str, dict[str, float]] = {}
     for arm in ARMS:
-        mine = [a for a in asked if a.arm == arm]
-        ttfts = [a.ttft_ms for a in mine]
+        mine = [a.outcome for a in asked if a.arm == arm]
+        ttfts = [ms for o in mine if (ms := o.ttft_ms) is not None]
         arms[arm] = {
             "requests": len(mine),
-            "prompt_tokens_mean": statistics.fmean(a.prompt_tokens for a in mine),
-            "cached_tokens_mean": statistics.fmean(a.cached_tokens for a in mine),
+            "prompt_tokens_mean": statistics.fmean(o.prompt_tokens for o in mine),
+            "cached_tokens_mean": statistics.fmean(o.cached_tokens for o in mine),
             "ttft_mean_ms": statistics.fmean(ttfts),
             "ttft_p50_ms": statistics.median(ttfts),
         }
@@ -317,11 +325,7 @@ def render(report: dict[str, Any]) -> str:
             f"{_percent(report['cost_model_relative_error'])}."
         )
     flagged = "flagged it (a false finding)" if report["static_first_flagged"] else "had none"
-    lines += [
-        f"For the static-first arm the advisor {flagged}.",
-        "",
-        end,
-    ]
+    lines += [f"For the static-first arm the advisor {flagged}.", "", end]
     return "\n".join(lines)
 
 
@@ -383,7 +387,7 @@ def advisor(
         "simulated": engine is Engine.SIM,
         "requests": requests,
         **summarize(measured["asked"], measured["rows"]),
-        "asked": [asdict(a) for a in measured["asked"]],
+        "asked": [a.row() for a in measured["asked"]],
     }
     emit(report, out / "results.json" if out else None)
     typer.echo(render(report))

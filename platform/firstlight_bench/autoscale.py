@@ -7,7 +7,8 @@ Run ``firstlight bench autoscale`` (options ``--engine sim|vllm --step-clients 6
 rewrites the page from the report stored in ``--out``). One local region
 (``start_local``) serves the default model with ``autoscaling`` (min 1, max 2 replicas,
 Serve's autoscaler on requests in flight); closed-loop clients
-(:class:`~firstlight_bench.steady.SteadyLoad`, every answer checked) run in three phases:
+(:class:`~firstlight_bench.closed_loop.ClosedLoop` over plain httpx, every answer checked)
+run in three phases:
 
 * *before*: one client, for ``--before-s``;
 * *step*: ``--step-clients`` more clients until Serve runs a second replica, then for
@@ -29,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -38,6 +39,7 @@ import typer
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.quantiles import percentile
+from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
 from firstlight_bench.engine import EngineKind, emit
 from firstlight_bench.options import (
     OutOption,
@@ -46,7 +48,6 @@ from firstlight_bench.options import (
     rewrote_tables,
 )
 from firstlight_bench.results import run_header, short_commit
-from firstlight_bench.steady import Answer, SteadyLoad
 from firstlight_bench.suite import replace_tables
 
 __all__ = ["PhaseSummary", "app", "markers", "render", "summarize"]
@@ -85,10 +86,10 @@ def summarize(
     out = []
     for phase in PHASES:
         start, end = bounds[phase]
-        inside = [a for a in answers if start <= a.started_s < end]
+        inside = [a for a in answers if start <= a.outcome.arrival_s < end]
         # TTFT of the streamed requests (a JSON answer's time is the whole answer's).
         ttfts = sorted(
-            a.ttft_s * 1000 for a in inside if a.stream and a.ttft_s is not None and not a.lost
+            ms for a in inside if a.stream and not a.lost and (ms := a.outcome.ttft_ms) is not None
         )
         out.append(
             PhaseSummary(
@@ -216,15 +217,16 @@ class _Load:
 
 
 async def _measure(args: _Load, endpoint: str) -> dict[str, Any]:
-    base = SteadyLoad(endpoint, DEFAULT_MODEL_NAME, clients=1, max_tokens=args.max_tokens)
-    step = SteadyLoad(
-        endpoint, DEFAULT_MODEL_NAME, clients=args.step_clients, max_tokens=args.max_tokens
+    sender = HttpxSender(endpoint)
+    base = ClosedLoop(sender, DEFAULT_MODEL_NAME, clients=1, max_tokens=args.max_tokens)
+    step = ClosedLoop(
+        sender, DEFAULT_MODEL_NAME, clients=args.step_clients, max_tokens=args.max_tokens
     )
     timeline: list[tuple[float, int]] = []
     base.start()
     await asyncio.sleep(args.before_s)
     step_at = base.now_s()
-    step.start()
+    step.start(origin=base.origin)  # the step's answers on the base load's time base
     up = await _until(2, args.scale_timeout_s, timeline, base.now_s)
     await asyncio.sleep(args.hold_s)
     await step.stop()
@@ -233,16 +235,14 @@ async def _measure(args: _Load, endpoint: str) -> dict[str, Any]:
     await asyncio.sleep(args.after_s)
     answers = await base.stop()
     end = base.now_s()
-    # The step's answers on the base load's time base.
-    shifted = [replace(a, started_s=a.started_s + step_at) for a in step.answers]
-    everything = [*answers, *shifted]
+    everything = [*answers, *step.answers]
     bounds = {"before": (0.0, step_at), "step": (step_at, after_at), "after": (after_at, end)}
     phases = summarize(everything, bounds)
     return {
         "phases": [asdict(p) for p in phases],
         "requests": len(everything),
         "failed": sum(a.lost for a in everything),
-        "problems": sorted({a.problem for a in everything if a.problem is not None}),
+        "problems": sorted({a.outcome.error for a in everything if a.outcome.error is not None}),
         "scaled_up_after_s": up,
         "scaled_down_after_s": down,
         "replica_timeline": timeline,

@@ -37,7 +37,7 @@ import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -50,7 +50,7 @@ from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.quantiles import quantile
 from firstlight_bench import options
 from firstlight_bench.engine import emit
-from firstlight_bench.results import run_header, short_commit
+from firstlight_bench.results import Outcome, run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = [
@@ -128,12 +128,8 @@ def steady_messages(index: int) -> list[dict[str, str]]:
     """Request ``index`` of the steady phase: one short user message (about 60
     characters, the same few words in another order and number each time)."""
     topic = _TOPICS[index % len(_TOPICS)]
-    return [
-        {
-            "role": "user",
-            "content": f"Request {index:05d}: write one short sentence about {topic}.",
-        }
-    ]
+    text = f"Request {index:05d}: write one short sentence about {topic}."
+    return [{"role": "user", "content": text}]
 
 
 def planted_messages(seed: int, chars: int) -> list[dict[str, str]]:
@@ -152,20 +148,29 @@ def planted_messages(seed: int, chars: int) -> list[dict[str, str]]:
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """One request as the client saw it."""
+    """One request: its phase (``steady``, ``planted``), number, wall-clock sending time (the
+    captures' clock) and what its client saw (``request_id``: the server's; ``""``: none)."""
 
     phase: str
-    """``steady`` or ``planted``."""
     index: int
     started_at: float
-    """Wall-clock seconds when it was sent."""
-    ttft_ms: float | None
-    e2e_ms: float
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    request_id: str | None
-    problem: str | None
-    """Why it failed (``None``: it did not)."""
+    outcome: Outcome
+
+    def row(self) -> dict[str, Any]:
+        """Its row of the stored report's ``asked``: keys and nulls as stored reports have."""
+        o = self.outcome
+        usage = o.prompt_tokens > 0  # a usage chunk counts some prompt tokens
+        return {
+            "phase": self.phase,
+            "index": self.index,
+            "started_at": self.started_at,
+            "ttft_ms": o.ttft_ms,
+            "e2e_ms": o.e2e_ms,
+            "prompt_tokens": o.prompt_tokens if usage else None,
+            "completion_tokens": o.output_tokens if usage else None,
+            "request_id": o.request_id or None,
+            "problem": o.error,
+        }
 
 
 def _config(engine: str, port: int, otlp_port: int, cache_dir: Path | None) -> PlatformConfig:
@@ -254,9 +259,9 @@ async def _ask(
 
     started_at = time.time()
     started = time.perf_counter()
-    ttft_ms: float | None = None
+    first: float | None = None
     usage = None
-    request_id: str | None = None
+    request_id = ""
     problem: str | None = None
     try:
         stream = await client.chat.completions.create(
@@ -270,25 +275,18 @@ async def _ask(
         )
         async for chunk in stream:
             request_id = request_id or chunk.id
-            if ttft_ms is None and any(c.delta.content for c in chunk.choices):
-                ttft_ms = (time.perf_counter() - started) * 1000.0
+            if first is None and any(c.delta.content for c in chunk.choices):
+                first = time.perf_counter()
             if chunk.usage is not None:
                 usage = chunk.usage
-        if ttft_ms is None or usage is None:
+        if first is None or usage is None:
             problem = "no text or no usage in the stream"
     except openai.OpenAIError as exc:
         problem = f"{type(exc).__name__}: {exc}"
-    return Asked(
-        phase=phase,
-        index=index,
-        started_at=started_at,
-        ttft_ms=ttft_ms,
-        e2e_ms=(time.perf_counter() - started) * 1000.0,
-        prompt_tokens=None if usage is None else usage.prompt_tokens,
-        completion_tokens=None if usage is None else usage.completion_tokens,
-        request_id=request_id,
-        problem=problem,
-    )
+    prompt, output = (0, 0) if usage is None else (usage.prompt_tokens, usage.completion_tokens)
+    ended = time.perf_counter()
+    outcome = Outcome(request_id, started, first, ended, prompt, output, error=problem)
+    return Asked(phase, index, started_at, outcome)
 
 
 async def _steady(endpoint: str, requests: int, concurrency: int) -> list[Asked]:
@@ -421,18 +419,19 @@ def summarize(
     ``after_planted``: the dashboard's captures read after each phase; ``log_records``:
     the parsed WARNING lines (``None``: not readable); ``traced``: the trace ids the
     receiver got (``None``: traces not checked)."""
-    answered = [a for a in steady if a.problem is None]
-    ttfts = [a.ttft_ms for a in answered if a.ttft_ms is not None]
-    e2es = [a.e2e_ms for a in answered]
-    prompt_tokens = [a.prompt_tokens for a in answered if a.prompt_tokens is not None]
+    answered = [a.outcome for a in steady if a.outcome.completed]
+    ttfts = [ms for o in answered if (ms := o.ttft_ms) is not None]
+    e2es = [ms for o in answered if (ms := o.e2e_ms) is not None]
+    prompt_tokens = [o.prompt_tokens for o in answered]  # an answer has its usage
     # Every capture read after the steady phase came from a steady request.
     false_captures = list(after_steady)
     planted_at = planted.started_at
     new = [c for c in after_planted if c.get("at", 0.0) >= planted_at and c not in after_steady]
     record = new[0] if new else None
     log_line = None
-    if log_records is not None and planted.request_id is not None:
-        log_line = next((r for r in log_records if r.get("request_id") == planted.request_id), None)
+    planted_id = planted.outcome.request_id
+    if log_records is not None and planted_id:
+        log_line = next((r for r in log_records if r.get("request_id") == planted_id), None)
     present: list[str] = []
     missing: list[str] = []
     by_design: list[str] = []
@@ -453,11 +452,12 @@ def summarize(
             else:
                 missing.append(name)
     trace_id = None if record is None else record.get("trace_id")
+    seen = planted.row()
     return {
         "steady": {
             "requests": len(steady),
             "failed": len(steady) - len(answered),
-            "problems": sorted({a.problem for a in steady if a.problem is not None})[:5],
+            "problems": sorted({e for a in steady if (e := a.outcome.error) is not None})[:5],
             "prompt_tokens_mean": statistics.fmean(prompt_tokens) if prompt_tokens else None,
             "ttft_p50_ms": quantile(ttfts, 0.5),
             "ttft_p99_ms": quantile(ttfts, 0.99),
@@ -470,10 +470,10 @@ def summarize(
         "counted_after_steady": counted_steady,
         "counted_after_planted": counted_planted,
         "planted": {
-            "prompt_tokens": planted.prompt_tokens,
-            "client_ttft_ms": planted.ttft_ms,
-            "client_e2e_ms": planted.e2e_ms,
-            "problem": planted.problem,
+            "prompt_tokens": seen["prompt_tokens"],
+            "client_ttft_ms": seen["ttft_ms"],
+            "client_e2e_ms": seen["e2e_ms"],
+            "problem": seen["problem"],
             "captured": record is not None,
             "record": record,
             "ttft_ms": None if record is None else record.get("ttft_ms"),
@@ -635,7 +635,7 @@ def outliers(
         "window_samples": config.telemetry.outlier_window_samples,
         "planted_chars": PLANTED_CHARS[engine.value],
         **summarize(**measured, traced=traced),  # _measure's keys are summarize's arguments
-        "asked": [asdict(a) for a in [*measured["steady"], measured["planted"]]],
+        "asked": [a.row() for a in [*measured["steady"], measured["planted"]]],
     }
     emit(report, out / "results.json" if out else None)
     typer.echo(render(report))

@@ -63,15 +63,15 @@ from firstlight_bench.options import (
 from firstlight_bench.peers_report import (
     ARMS,
     PHASES,
-    Sample,
     abba,
     goals,
     markers,
     phase_summary,
     prompts,
     render_markdown,
+    timed,
 )
-from firstlight_bench.results import cpu_model, git_commit
+from firstlight_bench.results import Outcome, cpu_model, git_commit
 from firstlight_bench.suite import rewrite_sections, store_section
 
 __all__ = ["MODEL", "OpenAIArm", "app", "platform_config", "ray_arms", "vllm_server"]
@@ -87,7 +87,7 @@ _REQUEST_TIMEOUT_S = 120.0
 class Arm(Protocol):
     """One way of serving the model: one request in, what the client saw out."""
 
-    async def request(self, message: str, max_tokens: int) -> Sample: ...
+    async def request(self, message: str, max_tokens: int) -> Outcome: ...
 
 
 class OpenAIArm:
@@ -104,10 +104,10 @@ class OpenAIArm:
         )
         self._model = model
 
-    async def request(self, message: str, max_tokens: int) -> Sample:
+    async def request(self, message: str, max_tokens: int) -> Outcome:
         start = time.perf_counter()
         first: float | None = None
-        tokens = 0
+        tokens, rid = 0, ""
         try:
             stream = await self._client.chat.completions.create(
                 model=self._model,
@@ -118,16 +118,14 @@ class OpenAIArm:
                 stream_options={"include_usage": True},
             )
             async for chunk in stream:
+                rid = rid or chunk.id
                 if first is None and chunk.choices and chunk.choices[0].delta.content:
                     first = time.perf_counter()
                 if chunk.usage is not None:
                     tokens = chunk.usage.completion_tokens
-        except self._openai.OpenAIError:
-            return Sample(None, None, 0)
-        end = time.perf_counter()
-        if first is None:  # no text at all counts as a failure, not as a fast answer
-            return Sample(None, None, 0)
-        return Sample((first - start) * 1000, (end - start) * 1000, tokens)
+        except self._openai.OpenAIError as exc:
+            return Outcome(rid, start, None, None, error=f"{type(exc).__name__}: {exc}")
+        return timed(rid, start, first, time.perf_counter(), tokens)
 
     async def close(self) -> None:
         await self._client.close()
@@ -142,7 +140,7 @@ class EngineArm:
         self._encoder = encoder
         self._count = 0
 
-    async def request(self, message: str, max_tokens: int) -> Sample:
+    async def request(self, message: str, max_tokens: int) -> Outcome:
         ids = self._encoder.chat([ChatMessage(role="user", content=message)])
         self._count += 1
         request = GenerationRequest(
@@ -155,10 +153,7 @@ class EngineArm:
             if first is None and chunk.text:
                 first = time.perf_counter()
             tokens += len(chunk.token_ids)
-        end = time.perf_counter()
-        if first is None:
-            return Sample(None, None, 0)
-        return Sample((first - start) * 1000, (end - start) * 1000, tokens)
+        return timed(request.request_id, start, first, time.perf_counter(), tokens)
 
 
 def platform_config(port: int, cache_dir: Path | None, stream_interval: int) -> PlatformConfig:
@@ -308,7 +303,7 @@ def ray_arms(config: PlatformConfig, model_dir: Path, dtype: str, wanted: Sequen
 
 async def _block(
     arm: Arm, texts: Sequence[str], items: range, max_tokens: int, gaps_s: Sequence[float] | None
-) -> list[Sample]:
+) -> list[Outcome]:
     """One arm's share of a phase: ``items`` of ``texts`` one at a time, or (``gaps_s``)
     sent open loop, each after its gap from the one before."""
     if gaps_s is None:
@@ -330,8 +325,8 @@ async def _phase(
     warm_up: Sequence[str],
     max_tokens: int,
     gaps_s: Sequence[float] | None,
-) -> dict[str, list[Sample]]:
-    samples: dict[str, list[Sample]] = {name: [] for name in arms}
+) -> dict[str, list[Outcome]]:
+    samples: dict[str, list[Outcome]] = {name: [] for name in arms}
     for name, items in abba(list(arms), len(texts)):
         for text in warm_up:  # also lets the previous arm's engine go quiet
             await arms[name].request(text, max_tokens)

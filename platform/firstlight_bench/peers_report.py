@@ -1,7 +1,8 @@
 """The peers benchmark's workload, statistics, goals and report, pure: what
 :mod:`firstlight_bench.peers` sends and turns its timings into.
 
-Called by :mod:`firstlight_bench.peers` and by its tests. Every percentile is the
+Called by :mod:`firstlight_bench.peers` and by its tests. Each request is recorded as
+an :class:`~firstlight_bench.results.Outcome` (:func:`timed`). Every percentile is the
 project's one (:func:`firstlight.quantiles.percentile`, through
 :func:`~firstlight_bench.serving_report.summarize`).
 """
@@ -10,22 +11,22 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from firstlight_bench.results import Outcome
 from firstlight_bench.serving_report import summarize
 
 __all__ = [
     "ARMS",
     "ARM_LABELS",
     "PHASES",
-    "Sample",
     "abba",
     "goals",
     "markers",
     "phase_summary",
     "prompts",
     "render_markdown",
+    "timed",
 ]
 
 ARMS = ("engine", "vllm_server", "ray_serve_llm", "firstlight")
@@ -109,18 +110,13 @@ _LONG_TOPICS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One request as the client saw it: milliseconds from sending to the first text and
-    to the end, and how many output tokens came (``None``: the request failed)."""
-
-    ttft_ms: float | None
-    e2e_ms: float | None
-    output_tokens: int
-
-    @property
-    def failed(self) -> bool:
-        return self.ttft_ms is None or self.e2e_ms is None
+def timed(request_id: str, start: float, first: float | None, end: float, tokens: int) -> Outcome:
+    """One request as an arm's client saw it (``time.perf_counter`` seconds: sent, first
+    text, end; the output tokens that came). No text at all counts as a failure, not as
+    a fast answer."""
+    if first is None:
+        return Outcome(request_id, start, None, end, error="no text")
+    return Outcome(request_id, start, first, end, output_tokens=tokens)
 
 
 def prompts(phase: str, count: int, words: int, seed: int) -> list[str]:
@@ -149,15 +145,15 @@ def abba(arms: Sequence[str], items: int) -> list[tuple[str, range]]:
     return [(arm, first) for arm in arms] + [(arm, second) for arm in reversed(arms)]
 
 
-def phase_summary(samples: Sequence[Sample]) -> dict[str, Any]:
+def phase_summary(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     """TTFT and end-to-end summaries of one arm in one phase, the output tokens per
     request (mean) and the failures."""
-    done = [s for s in samples if not s.failed]
-    summary: dict[str, Any] = {"requests": len(samples), "failed": len(samples) - len(done)}
+    done = [o for o in outcomes if o.completed]
+    summary: dict[str, Any] = {"requests": len(outcomes), "failed": len(outcomes) - len(done)}
     if done:
-        summary["ttft_ms"] = summarize([s.ttft_ms for s in done if s.ttft_ms is not None])
-        summary["e2e_ms"] = summarize([s.e2e_ms for s in done if s.e2e_ms is not None])
-        summary["output_tokens_mean"] = round(sum(s.output_tokens for s in done) / len(done), 2)
+        summary["ttft_ms"] = summarize([v for o in done if (v := o.ttft_ms) is not None])
+        summary["e2e_ms"] = summarize([v for o in done if (v := o.e2e_ms) is not None])
+        summary["output_tokens_mean"] = round(sum(o.output_tokens for o in done) / len(done), 2)
     return summary
 
 

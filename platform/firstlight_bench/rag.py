@@ -42,7 +42,7 @@ from firstlight_bench.options import (
     rewrote_tables,
 )
 from firstlight_bench.rag_workload import RagCase, rag_cases
-from firstlight_bench.results import run_header, short_commit
+from firstlight_bench.results import Outcome, run_header, short_commit
 from firstlight_bench.suite import replace_tables
 
 __all__ = ["ArmSummary", "app", "render", "summarize"]
@@ -60,15 +60,21 @@ _SYSTEM = {
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """One request's outcome."""
+    """One question asked in one arm: what its client saw, and the verdict: the documents
+    the gateway kept, the one that holds the answer, whether the answer has it."""
 
     arm: str
     question: int
-    prompt_tokens: int
-    ttft_ms: float
+    outcome: Outcome
     kept: tuple[int, ...]
     relevant: int
     correct: bool
+
+    def row(self) -> dict[str, Any]:
+        """Its row of the stored report's ``asked`` (the keys stored reports have)."""
+        seen = {"prompt_tokens": self.outcome.prompt_tokens, "ttft_ms": self.outcome.ttft_ms}
+        verdict = {"kept": self.kept, "relevant": self.relevant, "correct": self.correct}
+        return {"arm": self.arm, "question": self.question, **seen, **verdict}
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,12 +97,12 @@ def summarize(asked: Sequence[Asked]) -> list[ArmSummary]:
         mine = [a for a in asked if a.arm == arm]
         if not mine:
             continue
-        ttfts = [a.ttft_ms for a in mine]
+        ttfts = [ms for a in mine if (ms := a.outcome.ttft_ms) is not None]
         out.append(
             ArmSummary(
                 arm,
                 len(mine),
-                _quantile([float(a.prompt_tokens) for a in mine], 0.5),
+                _quantile([float(a.outcome.prompt_tokens) for a in mine], 0.5),
                 _quantile(ttfts, 0.5),
                 _quantile(ttfts, 0.9),
                 sum(a.relevant in a.kept for a in mine) / len(mine),
@@ -153,28 +159,22 @@ def _ask(client: Any, case: RagCase, index: int, arm: str, budget: int, max_toke
         extra_body={"firstlight": extension},
     )
     header = raw.headers.get("x-firstlight-context", "")
-    ttft_ms: float | None = None
-    text, prompt_tokens = [], 0
+    first: float | None = None
+    text, prompt_tokens, output_tokens = [], 0, 0
     for chunk in raw.parse():
         if chunk.choices and chunk.choices[0].delta.content:
-            if ttft_ms is None:
-                ttft_ms = (time.perf_counter() - started) * 1000.0
+            if first is None:
+                first = time.perf_counter()
             text.append(chunk.choices[0].delta.content)
         if chunk.usage is not None:
-            prompt_tokens = chunk.usage.prompt_tokens
-    if ttft_ms is None or not prompt_tokens or not header:
+            prompt_tokens, output_tokens = chunk.usage.prompt_tokens, chunk.usage.completion_tokens
+    end = time.perf_counter()
+    if first is None or not prompt_tokens or not header:
         raise RuntimeError(f"question {index} ({arm}): no text, usage or context header")
     kept = tuple(int(i) for i in header.rsplit(": ", 1)[1].split(","))
     answer = "".join(text)
-    return Asked(
-        arm,
-        index,
-        prompt_tokens,
-        ttft_ms,
-        kept,
-        case.relevant,
-        case.answer.lower() in answer.lower(),
-    )
+    outcome = Outcome(f"{arm}-{index}", started, first, end, prompt_tokens, output_tokens)
+    return Asked(arm, index, outcome, kept, case.relevant, case.answer.lower() in answer.lower())
 
 
 def _measure(
@@ -274,7 +274,7 @@ def rag(
         "documents": 5,
         "budget": budget,
         "arms": [asdict(s) for s in summarize(asked)],
-        "asked": [asdict(a) for a in asked],
+        "asked": [a.row() for a in asked],
     }
     emit(report, out / "results.json" if out else None)
     typer.echo(render(report))

@@ -76,28 +76,38 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """One request's fate in one arm at one offered load, as the client saw it.
+    """One request's fate as its client saw it: the benchmark's one record of a request.
 
-    Built by the simulator and the load driver. Raises ``ValueError`` when the fields
-    contradict each other (negative counts, times out of order, a completed request
-    without ``finish_s``).
+    Built by the simulator and the load driver (one per request, per arm and offered
+    load: what :func:`summarize` turns into a result point), and by every tool that
+    measures requests one by one: the closed loop
+    (:class:`firstlight_bench.closed_loop.Answer` holds one), the peers, advisor, RAG and
+    outlier benchmarks. Times are seconds on the client's time base (the trace's for the
+    simulator and the replay, the loop's start for the closed loop, a clock's reading
+    for the others); the durations derived from them are in ms. A field a tool does not
+    measure keeps its default (0 tokens, no region or replica). Raises ``ValueError``
+    when the fields contradict each other (negative counts, times out of order, a
+    completed request without ``finish_s``).
     """
 
     request_id: str
     arrival_s: float
-    """When the client sent it (trace time, seconds)."""
+    """When the client sent it."""
     first_token_s: float | None
     """When the client saw the first token; ``None`` when it failed before one."""
     finish_s: float | None
-    """When the client saw the last token; ``None`` when it failed."""
-    prompt_tokens: int
-    output_tokens: int
+    """When the client saw the last token; for a failed request ``None``, or when the
+    client gave up on it where the tool records that (the closed loop, the peers and
+    outlier benchmarks do)."""
+    prompt_tokens: int = 0
+    output_tokens: int = 0
     """Tokens received."""
-    cached_tokens: int
+    cached_tokens: int = 0
     """Prompt tokens served from the prefix cache (0 if unknown)."""
-    client_region: int
-    served_region: int | None
-    replica: str | None
+    client_region: int = 0
+    served_region: int | None = None
+    """The index of the region that served it, among the client's targets."""
+    replica: str | None = None
     error: str | None = None
     """``None`` when it completed; otherwise the error's kind or message."""
     decision_us: float | None = None

@@ -11,8 +11,9 @@ region with the most gateways. The statistics are pure, in
   Ray) send non-streamed chat completions (short prompt, ``max_tokens=1``) for a fixed
   time per concurrency level; beside each level's requests/s the cores each group of
   processes used (:mod:`firstlight_bench.cpu_share`), which says what limited it.
-* Kill: :class:`~firstlight_bench.steady.SteadyLoad` (streamed and non-streamed, every
-  answer checked) runs against the region; one gateway replica's actor is killed
+* Kill: a :class:`~firstlight_bench.closed_loop.ClosedLoop` (streamed and non-streamed,
+  every answer checked) runs against the region, through plain httpx or the official
+  ``openai`` client; one gateway replica's actor is killed
   (``ray.kill``, no graceful stop, as a crashed process or a lost node would be) and the
   load goes on until Ray's replacement answers requests too. Every request that failed
   is counted and classed: in flight at the kill or not. The victim is a gateway the
@@ -25,14 +26,14 @@ import asyncio
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import httpx
 
+from firstlight_bench.closed_loop import ClosedLoop, HttpxSender, Sender
+from firstlight_bench.closed_loop_openai import OpenAISender
 from firstlight_bench.cpu_share import cores_used, snapshot
-from firstlight_bench.openai_load import OpenAILoad
 from firstlight_bench.serving_report import throughput
-from firstlight_bench.steady import Answer, SteadyLoad
 
 __all__ = ["KILL_CLIENTS", "capacity_block", "kill_one_gateway", "served_by_gateway"]
 
@@ -40,17 +41,6 @@ KillClient = Literal["httpx", "openai"]
 KILL_CLIENTS: tuple[KillClient, ...] = ("httpx", "openai")
 """The clients a kill is measured with: plain httpx, which retries nothing, and the
 official ``openai`` client with its default retries (what an application would use)."""
-
-
-class _Load(Protocol):
-    """What :class:`SteadyLoad` and :class:`OpenAILoad` both offer."""
-
-    answers: list[Answer]
-
-    def start(self) -> None: ...
-    def now_s(self) -> float: ...
-    async def wait_for(self, count: int, within_s: float = 120.0) -> None: ...
-    async def stop(self) -> list[Answer]: ...
 
 
 _JSON = {"content-type": "application/json"}
@@ -133,7 +123,7 @@ async def served_by_gateway(
 
 
 async def _until_serving(
-    endpoint: str, load: _Load, since: dict[str, float], count: int, exclude: set[str]
+    endpoint: str, load: ClosedLoop, since: dict[str, float], count: int, exclude: set[str]
 ) -> list[str]:
     """Wait (while ``load`` runs) until ``count`` gateways not in ``exclude`` have answered
     requests since the ``since`` scrape; return them, sorted."""
@@ -175,11 +165,8 @@ async def kill_one_gateway(
     ``lost_in_flight``: those that had started before the kill and not ended) and each
     failure's times relative to the kill. Raises ``TimeoutError`` when the gateways are
     not all answering within two minutes."""
-    load: _Load
-    if client == "openai":
-        load = OpenAILoad(endpoint, model, clients=clients, max_tokens=max_tokens)
-    else:
-        load = SteadyLoad(endpoint, model, clients=clients, max_tokens=max_tokens)
+    sender: Sender = OpenAISender(endpoint) if client == "openai" else HttpxSender(endpoint)
+    load = ClosedLoop(sender, model, clients=clients, max_tokens=max_tokens)
     since = await served_by_gateway(endpoint)
     load.start()
     try:
@@ -195,7 +182,7 @@ async def kill_one_gateway(
     finally:
         answers = await load.stop()
     lost = [a for a in answers if a.lost]
-    in_flight = [a for a in lost if a.started_s <= killed_at <= a.started_s + a.total_s]
+    in_flight = [a for a in lost if a.outcome.arrival_s <= killed_at <= a.ended_s]
     return {
         "client": client,
         "gateways": gateways,
@@ -204,16 +191,18 @@ async def kill_one_gateway(
         "requests": len(answers),
         "lost": len(lost),
         "lost_in_flight": len(in_flight),
-        "served_after_kill": sum(1 for a in answers if a.started_s > killed_at and not a.lost),
+        "served_after_kill": sum(
+            1 for a in answers if a.outcome.arrival_s > killed_at and not a.lost
+        ),
         "replaced_after_s": round(replaced_at - killed_at, 1),
         "victim": victim,
-        "problems": sorted({a.problem or "" for a in lost}),
+        "problems": sorted({a.outcome.error or "" for a in lost}),
         "failures": [
             {
-                "started_after_kill_s": round(a.started_s - killed_at, 3),
-                "ended_after_kill_s": round(a.started_s + a.total_s - killed_at, 3),
+                "started_after_kill_s": round(a.outcome.arrival_s - killed_at, 3),
+                "ended_after_kill_s": round(a.ended_s - killed_at, 3),
                 "stream": a.stream,
-                "problem": a.problem,
+                "problem": a.outcome.error,
             }
             for a in lost
         ],

@@ -3,8 +3,8 @@ what only time shows — lost requests, memory growth and who owns it, leaked as
 
 ``firstlight bench soak --minutes 60 --out FOLDER`` (``--help`` lists every option)
 deploys two emulated regions on the ``sim`` engine (results are labelled simulated), runs
-closed-loop :class:`~firstlight_bench.steady.SteadyLoad` clients against both, and every
-``--sample-s`` seconds reads the resident memory of every gateway and model replica
+closed-loop :class:`~firstlight_bench.closed_loop.ClosedLoop` clients against both, and
+every ``--sample-s`` seconds reads the resident memory of every gateway and model replica
 process (``/proc``; Ray names its processes ``ray::ServeReplica:<app>:<deployment>``)
 and each gateway's ``firstlight_gateway_asyncio_tasks``.
 
@@ -44,10 +44,10 @@ import typer
 from firstlight.config import PlatformConfig, parse_config
 from firstlight.quantiles import percentile
 from firstlight_bench import options
-from firstlight_bench.results import run_header
+from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
+from firstlight_bench.results import Outcome, run_header
 from firstlight_bench.soak_memory import GatewayMemory
 from firstlight_bench.soak_report import SOAK_BEGIN, SOAK_END, has_markers, rewrite_page, write_run
-from firstlight_bench.steady import Answer, SteadyLoad
 
 __all__ = ["SoakReport", "app", "soak", "soak_config"]
 
@@ -277,7 +277,7 @@ async def soak(
     async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
         result.tasks_idle_before = await _idle_tasks(client, endpoints)
         loads = {
-            region: SteadyLoad(url, model, clients=clients, max_tokens=16, prompt_words=60)
+            region: ClosedLoop(HttpxSender(url), model, clients, max_tokens=16, prompt_words=60)
             for region, url in endpoints.items()
         }
         for load in loads.values():
@@ -321,13 +321,12 @@ def _count(result: SoakReport, answers: Mapping[str, list[Answer]], end_s: float
     result.lost = sum(a.lost for a in everything)
     result.hung = sum(a.hung for a in everything)
     for a in everything:
-        if a.problem is not None:
-            result.problems[a.problem] = result.problems.get(a.problem, 0) + 1
+        if (problem := a.outcome.error) is not None:
+            result.problems[problem] = result.problems.get(problem, 0) + 1
     for region, region_answers in answers.items():
-        result.ttft_ms_first_minute[region] = _p99(a for a in region_answers if a.started_s < 60)
-        result.ttft_ms_last_minute[region] = _p99(
-            a for a in region_answers if end_s - 60 <= a.started_s < end_s
-        )
+        outcomes = [a.outcome for a in region_answers]
+        result.ttft_ms_first_minute[region] = _p99(outcomes, 0.0, 60.0)
+        result.ttft_ms_last_minute[region] = _p99(outcomes, end_s - 60, end_s)
 
 
 async def _sample(
@@ -355,9 +354,10 @@ async def _sample(
     return rss
 
 
-def _p99(answers: Iterable[Answer]) -> float | None:
-    """p99 TTFT of ``answers`` in ms; ``None`` when none had a first token."""
-    return percentile(sorted(a.ttft_s * 1000.0 for a in answers if a.ttft_s), 0.99)
+def _p99(outcomes: Iterable[Outcome], since_s: float, until_s: float) -> float | None:
+    """p99 TTFT (ms) of the ``outcomes`` sent in [since_s, until_s); ``None``: no TTFT."""
+    ttfts = (o.ttft_ms for o in outcomes if since_s <= o.arrival_s < until_s)
+    return percentile(sorted(ms for ms in ttfts if ms), 0.99)
 
 
 def _ms(value: float | None) -> str:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from firstlight_bench.advisor import Asked, markers, prompts, render, static_prompt, summarize
+from firstlight_bench.results import Outcome
 from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,12 +41,30 @@ def _row(group: str, requests: int, findings: list[dict[str, Any]]) -> dict[str,
     }
 
 
+def _asked(arm: str, index: int, prompt_tokens: int, cached: int, ttft_ms: float) -> Asked:
+    """A request sent at 5 s that got its one token ``ttft_ms`` later."""
+    seen = 5.0 + ttft_ms / 1000
+    return Asked(arm, index, Outcome(f"{arm}-{index}", 5.0, seen, seen, prompt_tokens, 1, cached))
+
+
+def test_a_request_is_stored_with_the_keys_and_units_of_the_stored_run() -> None:
+    row = _asked("static-first", 3, 640, 608, 110.0).row()
+    assert list(row) == list(json.loads(STORED.read_text())["asked"][0])
+    assert row == {
+        "arm": "static-first",
+        "index": 3,
+        "prompt_tokens": 640,
+        "cached_tokens": 608,
+        "ttft_ms": pytest.approx(110.0),
+    }
+
+
 def test_the_prediction_is_scaled_to_the_requests_it_affected() -> None:
     asked = [
-        Asked("variable-first", 1, 640, 0, 300.0),
-        Asked("static-first", 1, 640, 608, 110.0),
-        Asked("variable-first", 2, 640, 0, 320.0),
-        Asked("static-first", 2, 640, 608, 130.0),
+        _asked("variable-first", 1, 640, 0, 300.0),
+        _asked("static-first", 1, 640, 608, 110.0),
+        _asked("variable-first", 2, 640, 0, 320.0),
+        _asked("static-first", 2, 640, 608, 130.0),
     ]
     finding = {
         "kind": "variable_prefix",
@@ -79,7 +98,7 @@ def test_the_prediction_is_scaled_to_the_requests_it_affected() -> None:
 
 
 def test_a_missing_or_false_finding_is_reported_as_such() -> None:
-    asked = [Asked(arm, 1, 640, 0, 100.0) for arm in ("variable-first", "static-first")]
+    asked = [_asked(arm, 1, 640, 0, 100.0) for arm in ("variable-first", "static-first")]
     false = {
         "kind": "variable_prefix",
         "requests": 1,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from firstlight_bench.autoscale import markers, render, summarize
-from firstlight_bench.steady import Answer
+from firstlight_bench.closed_loop import Answer
+from firstlight_bench.results import Outcome
 from tests.bench.bench_cli import run_bench
 
 AUTOSCALE_BEGIN, AUTOSCALE_END = markers(simulated=True)
@@ -17,8 +18,12 @@ AUTOSCALE_BEGIN, AUTOSCALE_END = markers(simulated=True)
 BOUNDS = {"before": (0.0, 10.0), "step": (10.0, 30.0), "after": (30.0, 50.0)}
 
 
-def _answer(started: float, ttft: float | None, problem: str | None = None) -> Answer:
-    return Answer(started, ttft, (ttft or 0) + 0.1, 200, True, "local", "scale", problem)
+def _answer(
+    started: float, ttft: float | None, problem: str | None = None, *, stream: bool = True
+) -> Answer:
+    first = None if ttft is None else started + ttft
+    outcome = Outcome("r", started, first, started + (ttft or 0) + 0.1, error=problem)
+    return Answer(outcome, stream, "local", "scale")
 
 
 def test_answers_count_in_the_phase_they_started_in() -> None:
@@ -40,7 +45,7 @@ def test_answers_count_in_the_phase_they_started_in() -> None:
 
 
 def test_ttft_is_the_streamed_answers_only() -> None:
-    json_answer = Answer(1.0, 5.0, 5.0, 200, False, "local", "scale", None)
+    json_answer = _answer(1.0, 5.0, stream=False)
     (before, _, _) = summarize([_answer(2.0, 0.1), json_answer], BOUNDS)
     assert before.requests == 2
     assert before.ttft_p95_ms == pytest.approx(100.0)

@@ -22,6 +22,7 @@ from firstlight_bench.outliers import (
     steady_messages,
     summarize,
 )
+from firstlight_bench.results import Outcome
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
@@ -50,7 +51,38 @@ def test_the_steady_prompts_are_alike_and_the_planted_one_far_longer() -> None:
 
 
 def _asked(index: int, ttft_ms: float, *, phase: str = "steady", at: float = AT) -> Asked:
-    return Asked(phase, index, at, ttft_ms, ttft_ms + 300.0, 60, 16, f"chatcmpl-{index}", None)
+    """A request sent at 10 s (on the client's clock) whose answer took 300 ms after its
+    first token."""
+    first, end = 10.0 + ttft_ms / 1000, 10.3 + ttft_ms / 1000
+    return Asked(phase, index, at, Outcome(f"chatcmpl-{index}", 10.0, first, end, 60, 16))
+
+
+def test_a_request_is_stored_with_the_keys_and_nulls_of_the_stored_run() -> None:
+    row = _asked(3, 120.0).row()
+    assert list(row) == list(json.loads(STORED.read_text())["asked"][0])
+    assert row == {
+        "phase": "steady",
+        "index": 3,
+        "started_at": AT,
+        "ttft_ms": pytest.approx(120.0),
+        "e2e_ms": pytest.approx(420.0),
+        "prompt_tokens": 60,
+        "completion_tokens": 16,
+        "request_id": "chatcmpl-3",
+        "problem": None,
+    }
+    refused = Outcome("", 10.0, None, 12.0, error="APIConnectionError: Connection error.")
+    assert Asked("planted", 0, AT, refused).row() == {
+        "phase": "planted",
+        "index": 0,
+        "started_at": AT,
+        "ttft_ms": None,
+        "e2e_ms": pytest.approx(2000.0),
+        "prompt_tokens": None,  # no usage came
+        "completion_tokens": None,
+        "request_id": None,  # no chunk came
+        "problem": "APIConnectionError: Connection error.",
+    }
 
 
 def _record(**changes: Any) -> dict[str, Any]:

@@ -6,19 +6,20 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from firstlight_bench.peers_report import (
     ARM_LABELS,
     ARMS,
-    Sample,
     abba,
     goals,
     markers,
     phase_summary,
     prompts,
     render_markdown,
+    timed,
 )
 from tests.bench.pages import shown_section
 
@@ -47,18 +48,29 @@ def test_abba_gives_every_arm_every_item_once_in_mirrored_blocks() -> None:
         assert items == [0, 1, 2, 3, 4, 5, 6]
 
 
+def test_a_request_is_timed_from_its_sending_and_one_without_text_failed() -> None:
+    served = timed("r1", 2.0, 2.25, 3.5, 16)
+    assert (served.ttft_ms, served.e2e_ms, served.output_tokens) == (250.0, 1500.0, 16)
+    assert served.completed
+    silent = timed("r2", 2.0, None, 3.5, 16)
+    assert not silent.completed
+    assert (silent.error, silent.output_tokens) == ("no text", 0)
+
+
 def test_a_phase_summary_leaves_failures_out_of_the_percentiles() -> None:
-    samples = [Sample(10.0, 100.0, 16), Sample(30.0, 120.0, 14), Sample(None, None, 0)]
-    summary = phase_summary(samples)
+    outcomes = [timed("a", 0.0, 0.25, 1.0, 16), timed("b", 4.0, 4.75, 5.5, 14)]
+    failed = timed("c", 0.0, None, 0.5, 0)
+    summary = phase_summary([*outcomes, failed])
     assert summary["requests"] == 3
     assert summary["failed"] == 1
-    assert summary["ttft_ms"]["p50"] == 20.0
+    assert summary["ttft_ms"]["p50"] == 500.0
     assert summary["ttft_ms"]["n"] == 2
+    assert summary["e2e_ms"]["p50"] == 1250.0
     assert summary["output_tokens_mean"] == 15.0
-    assert "ttft_ms" not in phase_summary([Sample(None, None, 0)])
+    assert "ttft_ms" not in phase_summary([failed])
 
 
-def _arm(ttft_p50: float, ttft_p99: float, e2e_p50: float = 100.0) -> dict[str, object]:
+def _arm(ttft_p50: float, ttft_p99: float, e2e_p50: float = 100.0) -> dict[str, Any]:
     return {
         "requests": 10,
         "failed": 0,
@@ -90,9 +102,9 @@ def test_goals_compare_firstlight_with_each_peer_by_their_bounds(
     assert len(checked) == 4  # TTFT p50 and p99, against each peer
     assert {g["met"] for g in checked} == met
     for goal in checked:
-        peer = arms[goal["against"]]["ttft_ms"]  # type: ignore[index]
+        peer = arms[goal["against"]]["ttft_ms"]
         q = goal["metric"].split()[1]
-        assert goal["ratio"] == round(arms["firstlight"]["ttft_ms"][q] / peer[q], 3)  # type: ignore[index]
+        assert goal["ratio"] == round(arms["firstlight"]["ttft_ms"][q] / peer[q], 3)
         assert goal["met"] == (goal["ratio"] <= goal["bound"])
 
 

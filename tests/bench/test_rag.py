@@ -11,9 +11,12 @@ import pytest
 
 from firstlight_bench.rag import RAG_BEGIN, RAG_END, Asked, render, summarize
 from firstlight_bench.rag_workload import rag_cases
+from firstlight_bench.results import Outcome
 from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).resolve().parents[2]
+Verdict = tuple[tuple[int, ...], int, bool]
+"""The documents kept, the relevant one, whether the answer was right."""
 
 
 def test_the_workload_is_seeded_and_each_answer_is_in_its_document_only() -> None:
@@ -28,12 +31,36 @@ def test_the_workload_is_seeded_and_each_answer_is_in_its_document_only() -> Non
         assert name in case.documents[case.relevant]
 
 
+def _asked(arm: str, question: int, prompt_tokens: int, ttft_ms: float, verdict: Verdict) -> Asked:
+    """A question sent at 0 s whose answer's first text came ``ttft_ms`` later, its last
+    half a second after that."""
+    first = ttft_ms / 1000
+    outcome = Outcome(f"{arm}-{question}", 0.0, first, first + 0.5, prompt_tokens, 8)
+    kept, relevant, correct = verdict
+    return Asked(arm, question, outcome, kept, relevant, correct)
+
+
+def test_a_question_is_stored_with_the_keys_of_the_stored_run() -> None:
+    row = _asked("budget", 4, 700, 300.0, ((2,), 2, True)).row()
+    stored = json.loads((REPO / "docs/benchmarks/rag-vllm-cpu/results.json").read_text())
+    assert list(row) == list(stored["asked"][0])
+    assert row == {
+        "arm": "budget",
+        "question": 4,
+        "prompt_tokens": 700,
+        "ttft_ms": 300.0,
+        "kept": (2,),
+        "relevant": 2,
+        "correct": True,
+    }
+
+
 def test_the_summary_and_the_table() -> None:
     asked = [
-        Asked("all", 0, 3000, 1000.0, (0, 1, 2, 3, 4), 2, True),
-        Asked("budget", 0, 700, 300.0, (2,), 2, True),
-        Asked("all", 1, 3200, 1200.0, (0, 1, 2, 3, 4), 0, False),
-        Asked("budget", 1, 650, 200.0, (3,), 0, False),
+        _asked("all", 0, 3000, 1000.0, ((0, 1, 2, 3, 4), 2, True)),
+        _asked("budget", 0, 700, 300.0, ((2,), 2, True)),
+        _asked("all", 1, 3200, 1200.0, ((0, 1, 2, 3, 4), 0, False)),
+        _asked("budget", 1, 650, 200.0, ((3,), 0, False)),
     ]
     [full, cut] = summarize(asked)
     assert (full.prompt_tokens_p50, cut.prompt_tokens_p50) == (3100.0, 675.0)

@@ -140,6 +140,20 @@ def test_contradictory_outcomes_are_refused(kwargs: dict[str, Any], message: str
         Outcome(**(fields | kwargs))
 
 
+def test_a_tool_records_what_it_measures_and_a_failure_may_keep_its_end() -> None:
+    """A tool that times requests one by one (the closed loop) leaves the routing fields
+    at their defaults, and may record when a failed request ended: that gives it an e2e,
+    which never counts in a point's."""
+    hung = Outcome("7", 2.0, None, 2.5, error="hung")
+    assert (hung.prompt_tokens, hung.output_tokens, hung.cached_tokens) == (0, 0, 0)
+    assert (hung.client_region, hung.served_region, hung.replica) == (0, None, None)
+    assert not hung.completed
+    assert hung.e2e_ms == 500.0
+    point = summarize("a", 1.0, [hung, OUTCOMES[0]], imbalance=1.0)
+    assert (point["completed"], point["errors"]) == (1, 1)
+    assert point["e2e_ms"] == pytest.approx({"p50": 300.0, "p99": 300.0})
+
+
 def test_floor_ratios_are_percentile_over_percentile() -> None:
     # Floors of the four requests (all of them, failed ones included): 50, 100, 150, 200.
     point = summarize("a", 0.5, OUTCOMES, imbalance=1.0, seed=3, floor_ttft_ms=[50, 100, 150, 200])

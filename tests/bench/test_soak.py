@@ -1,163 +1,21 @@
-"""The fault runs' client (every answer checked) and the soak run: scripted answers
-through ``httpx.MockTransport`` for the checks, then a short soak against a real local
-platform of two regions of ``sim`` replicas (the ten-minute run is the same code)."""
+"""The soak run: its report and command, then a short soak against a real local platform
+of two regions of ``sim`` replicas (the ten-minute run is the same code). Its load, the
+closed loop, is tested in ``test_closed_loop.py``."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from firstlight.config import PlatformConfig
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight_bench.soak import SoakReport, soak
-from firstlight_bench.steady import SteadyLoad
 from tests.bench.bench_cli import run_bench
 from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-soak-test"
-TOKENS = 3
-
-
-def _sse(*events: Any) -> bytes:
-    return b"".join(
-        f"data: {e if isinstance(e, str) else json.dumps(e)}\n\n".encode() for e in events
-    )
-
-
-def _delta(text: str) -> dict[str, Any]:
-    return {"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]}
-
-
-USAGE = {"choices": [], "usage": {"completion_tokens": TOKENS, "prompt_tokens": 5}}
-GOOD_STREAM = _sse(_delta("a"), _delta("b"), USAGE, "[DONE]")
-GOOD_BODY = {
-    "choices": [{"message": {"role": "assistant", "content": "ab"}}],
-    "usage": {"completion_tokens": TOKENS},
-}
-
-
-async def _one_of_each(stream: bytes, body: Any, status: int = 200) -> tuple[Any, Any]:
-    """One streamed and one non-streamed request answered with ``stream`` / ``body``."""
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        if json.loads(request.content)["stream"]:
-            return httpx.Response(status, content=stream, headers={"x-firstlight-route": "local"})
-        return httpx.Response(status, json=body)
-
-    load = SteadyLoad("http://gw.test/r", MODEL, clients=1, max_tokens=TOKENS,
-                      transport=httpx.MockTransport(answer))  # fmt: skip
-    load.start()
-    await load.wait_for(2)
-    answers = await load.stop()
-    streamed = next(a for a in answers if a.stream)
-    whole = next(a for a in answers if not a.stream)
-    return streamed, whole
-
-
-async def test_good_answers_count_as_served() -> None:
-    streamed, whole = await _one_of_each(GOOD_STREAM, GOOD_BODY)
-    assert not streamed.lost
-    assert not whole.lost
-    assert streamed.route == "local"
-    assert streamed.ttft_s is not None
-    assert whole.ttft_s is not None
-
-
-@pytest.mark.parametrize(
-    ("stream", "problem"),
-    [
-        (_sse(_delta("a"), USAGE), "no [DONE]"),
-        (_sse(_delta("a"), USAGE, "[DONE]", _delta("b")), "an event after [DONE]"),
-        (_sse(_delta("a"), {"error": {"message": "boom"}}, "[DONE]"), "error event: boom"),
-        (
-            _sse(_delta("a"), {"choices": [], "usage": {"completion_tokens": 1}}, "[DONE]"),
-            "1 completion tokens, not 3",
-        ),
-        (_sse(_delta("a"), {"error": "plain"}, "[DONE]"), "error event: plain"),
-        (_sse(_delta("a"), "{not json", "[DONE]"), "JSONDecodeError: "),
-    ],
-    ids=["no-done", "after-done", "error-event", "short", "string-error", "not-json"],
-)
-async def test_a_stream_that_fails_a_check_is_lost(stream: bytes, problem: str) -> None:
-    streamed, _ = await _one_of_each(stream, GOOD_BODY)
-    assert streamed.lost
-    assert streamed.problem is not None
-    assert streamed.problem.startswith(problem)
-
-
-def _chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
-    """One ``chat.completion.chunk`` as an OpenAI-compatible server (vLLM) streams it."""
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1_700_000_000,
-        "model": MODEL,
-        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}],
-    }
-
-
-REAL_USAGE = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion.chunk",
-    "created": 1_700_000_000,
-    "model": MODEL,
-    "choices": [],
-    "usage": {"prompt_tokens": 5, "completion_tokens": TOKENS, "total_tokens": 5 + TOKENS},
-}
-
-
-def _real_stream(*texts: str) -> bytes:
-    """A whole streamed chat answer: the role chunk (empty content, as vLLM sends it),
-    one chunk per token text, the finish chunk, the usage chunk and ``[DONE]``."""
-    return _sse(
-        _chunk({"role": "assistant", "content": ""}),
-        *(_chunk({"content": text}) for text in texts),
-        _chunk({}, "length"),
-        REAL_USAGE,
-        "[DONE]",
-    )
-
-
-async def test_a_real_stream_with_text_is_served() -> None:
-    streamed, _ = await _one_of_each(_real_stream("Hello", " there", "!"), GOOD_BODY)
-    assert streamed.problem is None
-    assert streamed.ttft_s is not None  # the first non-empty delta was seen
-
-
-async def test_a_stream_without_text_is_lost_even_with_done_and_usage() -> None:
-    """Every other check passes: 200, no error event, ``[DONE]`` last, ``max_tokens``
-    completion tokens in the usage chunk, but each content delta is empty."""
-    streamed, _ = await _one_of_each(_real_stream("", "", ""), GOOD_BODY)
-    assert streamed.lost
-    assert streamed.problem == "no text in the stream"
-    assert streamed.ttft_s is None
-    # Only the usage chunk and [DONE]: no choices at all.
-    streamed, _ = await _one_of_each(_sse(REAL_USAGE, "[DONE]"), GOOD_BODY)
-    assert streamed.problem == "no text in the stream"
-
-
-async def test_a_body_without_text_is_lost() -> None:
-    empty = {
-        "choices": [{"message": {"role": "assistant", "content": ""}}],
-        "usage": {"completion_tokens": TOKENS},
-    }
-    _, whole = await _one_of_each(GOOD_STREAM, empty)
-    assert whole.problem == "no text in the answer"
-
-
-async def test_a_refused_or_short_body_is_lost() -> None:
-    streamed, whole = await _one_of_each(b"", {"error": {"message": "busy"}}, status=503)
-    assert streamed.problem is not None
-    assert streamed.problem.startswith("HTTP 503")
-    assert whole.problem is not None
-    assert whole.problem.startswith("HTTP 503")
-    short = {"choices": [{"message": {"content": "a"}}], "usage": {"completion_tokens": 1}}
-    _, whole = await _one_of_each(GOOD_STREAM, short)
-    assert whole.problem == "1 completion tokens, not 3"
 
 
 def test_the_report_measures_growth_from_the_first_sample_under_load() -> None:

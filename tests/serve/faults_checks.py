@@ -1,11 +1,13 @@
 """What the fault tests (``test_peer_blackhole.py``, ``test_redis_outage.py``) read
-beside the answers :class:`~firstlight_bench.steady.SteadyLoad` checks: each request's
-response headers and times, recorded by a transport the load's clients share, and the
-routing decision the gateway explains in ``x-firstlight-decision``.
+beside the answers their :class:`~firstlight_bench.closed_loop.ClosedLoop` checks: each
+request's response headers and times, recorded by a transport the load's clients share
+(its :class:`~firstlight_bench.closed_loop.HttpxSender`'s), and the routing decision the
+gateway explains in ``x-firstlight-decision``.
 
-:class:`SteadyLoad` checks every answer's body (text, usage, ``[DONE]``, no error event)
-but keeps only a few headers; :class:`RecordingTransport` keeps the rest, keyed by the
-request number ``SteadyLoad`` writes into each prompt (``request N: ...``).
+The loop checks every answer's body (text, usage, ``[DONE]``, no error event) but keeps
+only a few headers; :class:`RecordingTransport` keeps the rest, keyed by the request
+number the loop writes into each prompt (``request N: ...``, the outcome's
+``request_id``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import NamedTuple
 import httpx
 
 from firstlight.quantiles import percentile
-from firstlight_bench.steady import Answer
+from firstlight_bench.closed_loop import Answer
 
 __all__ = [
     "Exchange",
@@ -34,7 +36,7 @@ _NUMBER = re.compile(rb'"request (\d+): ')
 
 
 def request_number(body: bytes) -> int | None:
-    """The number :class:`SteadyLoad` wrote into the prompt of a request ``body`` (the
+    """The number the closed loop wrote into the prompt of a request ``body`` (the
     client's JSON, or the gateway's forward of it), ``None`` when there is none."""
     found = _NUMBER.search(body)
     return int(found.group(1)) if found else None
@@ -174,7 +176,7 @@ def parse_decision(header: str | None) -> PricedDecision | None:
 
 def ttft_percentiles_ms(answers: list[Answer]) -> tuple[float, float, float]:
     """p50, p95 and p99 of the answers' times to first token (ms); ``nan`` without any."""
-    ttfts = sorted(a.ttft_s * 1000 for a in answers if a.ttft_s is not None)
+    ttfts = sorted(ms for a in answers if (ms := a.outcome.ttft_ms) is not None)
     p50, p95, p99 = (percentile(ttfts, q) for q in (0.5, 0.95, 0.99))
     if p50 is None or p95 is None or p99 is None:
         nan = float("nan")

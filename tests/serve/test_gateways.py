@@ -17,8 +17,8 @@ import pytest
 
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight.telemetry.gateways import LIVE_FOR_S
+from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
 from firstlight_bench.serving_gateways import served_by_gateway
-from firstlight_bench.steady import SteadyLoad
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 OPERATOR = {"authorization": f"Bearer {API_KEY}"}
@@ -71,7 +71,7 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
     region: LocalPlatform,
 ) -> None:
     endpoint = region.endpoints[REGION]
-    load = SteadyLoad(endpoint, MODEL, clients=4, max_tokens=16, api_key=API_KEY)
+    load = ClosedLoop(HttpxSender(endpoint, api_key=API_KEY), MODEL, clients=4, max_tokens=16)
     load.start()
     await load.wait_for(40)
     # Gateways publish every 2 s: poll until the scrape shows both with their requests.
@@ -101,20 +101,21 @@ async def test_two_gateways_share_the_region_and_losing_one_loses_only_its_reque
             await load.wait_for(len(load.answers) + 1)
     answers = await load.stop()
 
-    def inside_at_kill(started_s: float, total_s: float) -> bool:
+    def inside_at_kill(answer: Answer) -> bool:
         """In flight at some moment between the kill and Ray's confirmation of it, or
         sent while Ray's HAProxy still lists the dead gateway (it is told of the death
         and reloads within ``HAPROXY_UPDATE_S``): such a request can reach the client
         as a connection closed without a response, which the ingress cannot retry
         (docs/serving.md, "Several gateways"; the official client retries it)."""
-        return started_s <= killed_at + HAPROXY_UPDATE_S and killing_at <= started_s + total_s
+        sent_s = answer.outcome.arrival_s
+        return sent_s <= killed_at + HAPROXY_UPDATE_S and killing_at <= answer.ended_s
 
     lost = [a for a in answers if a.lost]
-    assert [a for a in lost if not inside_at_kill(a.started_s, a.total_s)] == [], [
-        (round(a.started_s - killed_at, 2), a.problem) for a in lost
+    assert [a for a in lost if not inside_at_kill(a)] == [], [
+        (round(a.outcome.arrival_s - killed_at, 2), a.outcome.error) for a in lost
     ]
     assert len(lost) <= 2 * load.clients, lost  # one in flight and one sent, per client
-    served_after = [a for a in answers if a.started_s > killed_at and not a.lost]
+    served_after = [a for a in answers if a.outcome.arrival_s > killed_at and not a.lost]
     assert len(served_after) >= 40
     print(
         f"\n{REGION}: 2 gateways, one killed under load ({load.clients} clients): "

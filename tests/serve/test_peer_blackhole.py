@@ -33,7 +33,7 @@ import pytest
 
 from firstlight._ports import free_port
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight_bench.steady import Answer, SteadyLoad
+from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 from tests.serve.faults_checks import RecordingTransport, request_number, ttft_percentiles_ms
 
@@ -60,7 +60,7 @@ class Forwarded:
     method: str
     target: str
     number: int | None = None
-    """The :class:`SteadyLoad` request it carries (``None``: a probe)."""
+    """The closed-loop request it carries (``None``: a probe)."""
     answered: bool = False
     """Some of the peer's answer was relayed back."""
 
@@ -309,11 +309,10 @@ async def _run(
 ) -> None:
     east = regions.endpoints[EAST]
     await _until_peer(east, up=True, within_s=60)  # the first probe through the relay
-    load = SteadyLoad(
-        east, MODEL, clients=2, max_tokens=8, prompt_words=40, api_key=API_KEY, transport=recorder
-    )
+    sender = HttpxSender(east, api_key=API_KEY, transport=recorder)
+    load = ClosedLoop(sender, MODEL, clients=2, max_tokens=8, prompt_words=40)
     load.start()
-    origin = time.monotonic() - load.now_s()  # the answers' time base, on the monotonic clock
+    origin = load.origin  # the answers' time base, on the monotonic clock
     await load.wait_for(PHASE_REQUESTS)
     relay.arm()
     try:
@@ -329,10 +328,10 @@ async def _run(
     answers = await load.stop()
 
     lost = [a for a in answers if a.lost]
-    assert lost == [], collections.Counter(a.problem for a in lost)
+    assert lost == [], collections.Counter(a.outcome.error for a in lost)
     assert relay.errors == []
-    healthy = [a for a in answers if a.started_s + a.total_s < dark_at]
-    dark = [a for a in answers if a.started_s >= detected_at]
+    healthy = [a for a in answers if a.ended_s < dark_at]
+    dark = [a for a in answers if a.outcome.arrival_s >= detected_at]
     healthy_p = ttft_percentiles_ms(healthy)
     dark_p = ttft_percentiles_ms(dark)
     spilled = sum(a.route == "spill_over" for a in healthy)
@@ -361,7 +360,7 @@ async def _run(
     caught = relay.caught()
     assert relay.caught_at_switch, "the relay went dark with no forward in flight"
     exchanges = recorder.by_number()
-    slowest_dark_s = max(a.total_s for a in dark)
+    slowest_dark_s = max(a.ended_s - a.outcome.arrival_s for a in dark)
     caught_s = []
     for forwarded in caught:
         assert forwarded.number is not None, forwarded

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight_bench.steady import Answer, SteadyLoad
+from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-region-down"
@@ -59,7 +59,8 @@ def _kill_every_replica(app: str) -> int:
 async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
     regions: LocalPlatform, record_property: Callable[[str, object], None]
 ) -> None:
-    load = SteadyLoad(regions.endpoints[EAST], MODEL, clients=4, max_tokens=16, api_key=API_KEY)
+    sender = HttpxSender(regions.endpoints[EAST], api_key=API_KEY)
+    load = ClosedLoop(sender, MODEL, clients=4, max_tokens=16)
     load.start()
     await load.wait_for(12)
     assert all(a.route == "local" for a in load.answers), "both regions up: all served here"
@@ -81,15 +82,15 @@ async def test_a_region_whose_replicas_all_die_fails_over_and_loses_nothing(
     answers = await load.stop()
 
     lost = [a for a in answers if a.lost]
-    assert lost == [], collections.Counter(a.problem for a in lost)
-    after = [a for a in answers if a.started_s >= killed_at]
+    assert lost == [], collections.Counter(a.outcome.error for a in lost)
+    after = [a for a in answers if a.outcome.arrival_s >= killed_at]
     failed_over = [a for a in after if a.route == "fail_over"]
     assert failed_over, collections.Counter(a.route for a in after)
     assert {a.region for a in failed_over} == {WEST}
-    detect_s = min(a.started_s + (a.ttft_s or 0.0) for a in failed_over) - killed_at
+    detect_s = min(_first_seen(a) for a in failed_over) - killed_at
     recovered_s = _back(answers, killed_at)
     assert recovered_s is not None
-    in_flight = [a for a in answers if a.started_s < killed_at < a.started_s + a.total_s]
+    in_flight = [a for a in answers if a.outcome.arrival_s < killed_at < a.ended_s]
     figures = {
         "requests": len(answers),
         "lost": len(lost),
@@ -115,13 +116,19 @@ def _diagnosis(answers: list[Answer], killed_at: float) -> str:
     from ray import serve
 
     status = serve.status().applications[EAST].deployments[f"model-{MODEL}"]
-    routes = collections.Counter(a.route for a in answers if a.started_s >= killed_at)
-    recent = [(round(a.started_s - killed_at, 1), a.route) for a in answers[-6:]]
+    routes = collections.Counter(a.route for a in answers if a.outcome.arrival_s >= killed_at)
+    recent = [(round(a.outcome.arrival_s - killed_at, 1), a.route) for a in answers[-6:]]
     return (
         f"deployment {status.status.value} {dict(status.replica_states)} "
         f"({status.message!r}); routes since the kill {dict(routes)}; "
         f"last answers (s after the kill, route) {recent}"
     )
+
+
+def _first_seen(answer: Answer) -> float:
+    """When its first token came (its whole body, not streamed), or it was sent."""
+    first = answer.outcome.first_token_s
+    return answer.outcome.arrival_s if first is None else first
 
 
 def _back(answers: list[Answer], killed_at: float) -> float | None:
@@ -130,11 +137,10 @@ def _back(answers: list[Answer], killed_at: float) -> float | None:
     the kill (a request already in flight at the kill can fail over too, and requests
     routed just before the kill can still be served here); ``None`` while there is
     none."""
-    failed_over = [
-        a.started_s for a in answers if a.route == "fail_over" and a.started_s >= killed_at
-    ]
+    sent = [(a.outcome.arrival_s, a.route) for a in answers]
+    failed_over = [at for at, route in sent if route == "fail_over" and at >= killed_at]
     if not failed_over:
         return None
     first = min(failed_over)
-    local = [a.started_s for a in answers if a.route == "local" and a.started_s > first]
+    local = [at for at, route in sent if route == "local" and at > first]
     return min(local) - killed_at if local else None
