@@ -88,7 +88,7 @@ def repo_root() -> Path:
 
 def prepare_with_cli(cache_dir: Path) -> subprocess.CompletedProcess[str]:
     """Run the installed ``firstlight prepare-model`` into ``cache_dir``."""
-    command = [VENV_BIN / "firstlight", "prepare-model", "--cache-dir", cache_dir]
+    command: list[str | Path] = [VENV_BIN / "firstlight", "prepare-model", "--cache-dir", cache_dir]
     return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 

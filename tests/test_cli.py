@@ -174,3 +174,25 @@ def test_up_names_a_model_whose_folder_is_missing_before_starting_anything(
     assert "model 'broken': no model folder at" in result.output
     assert str(missing) in result.output.replace("\n", "")
     assert "Traceback" not in result.output
+
+
+def test_up_names_a_misspelt_vllm_engine_argument_before_starting_anything(
+    tmp_path: Path,
+) -> None:
+    """A model folder that exists (a config.json is all the check reads), and an engine
+    argument vLLM does not have: refused naming the key, with vLLM's closest name."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    config = tmp_path / "misspelt.yaml"
+    config.write_text(
+        "regions: [{name: here}]\n"
+        f"models: [{{name: m, source: {model}, engine: vllm,"
+        " vllm: {engine_args: {max_logprob: 5}}}]\n"
+    )
+    result = runner.invoke(app, ["up", "--config", str(config)])
+    assert result.exit_code == 2, result.output
+    output = " ".join(result.output.split())
+    assert "vllm.engine_args.max_logprob = 5" in output
+    assert "did you mean max_logprobs" in output
+    assert "Traceback" not in result.output

@@ -72,7 +72,9 @@ def run_steps(
 def prepare_models(cfg: PlatformConfig) -> None:
     """Prepare the default model when a vLLM model of ``cfg`` needs it (``firstlight up``
     and ``firstlight bench live``), with a progress display; exits with an error naming the
-    model when a vLLM model's folder holds no model (before any Ray or engine starts)."""
+    model when a vLLM model's folder holds no model, or its ``vllm.engine_args`` name an
+    argument this vLLM lacks or a value of the wrong type (before any Ray or engine
+    starts)."""
     if any(m.engine == "vllm" and m.source == "default" for m in cfg.models):
         from firstlight.engine.default_model import STEPS, prepare_default_model
 
@@ -81,13 +83,14 @@ def prepare_models(cfg: PlatformConfig) -> None:
             STEPS,
             lambda on_step: prepare_default_model(cfg.default_model_dir, progress=on_step),
         )
-    from firstlight.engine.vllm_args import check_model_files
+    from firstlight.engine.vllm_args import check_engine_args, check_model_files
 
     try:
         for model in cfg.models:
             if model.engine == "vllm":
                 check_model_files(model, cfg.model_dir(model))
-    except ModelNotFoundError as exc:
+                check_engine_args(model)  # imports vLLM only when the model has some
+    except (ModelNotFoundError, ConfigError) as exc:
         fail(exc)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from firstlight.config import HintsConfig, ModelConfig
+from firstlight.config import HintsConfig, ModelConfig, VllmSettings
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, SamplingSettings
 from firstlight.engine.vllm_engine import VllmEngine
 from firstlight.errors import EngineDeadError
@@ -27,8 +27,15 @@ __all__ = ["MODEL", "VLLM_MODEL", "VLLM_SCHEME", "Prepared", "prepare_with_cli"]
 # float32: vLLM-CPU's bfloat16 path on CPUs with AMX answers this 135M model visibly worse
 # (see docs/engines.md), and these tests check what the model says. The hermes parser
 # matches the default model's chat template (its tool calls are <tool_call> blocks).
+# max_logprobs is an engine argument Firstlight does not name: it reaches vLLM through
+# vllm.engine_args (vLLM's default is 20).
 VLLM_MODEL = ModelConfig(
-    name="smollm2", dtype="float32", max_model_len=2048, kv_cache_gib=1, tool_call_parser="hermes"
+    name="smollm2",
+    dtype="float32",
+    max_model_len=2048,
+    kv_cache_gib=1,
+    tool_call_parser="hermes",
+    vllm=VllmSettings(engine_args={"max_logprobs": 11}),
 )
 VLLM_SCHEME = HashScheme.for_model(VLLM_MODEL, HintsConfig(hash_seed=0))
 

@@ -9,11 +9,22 @@ from typing import Any
 
 import pytest
 
-from firstlight.config import HintsConfig, ModelConfig
+from firstlight.config import (
+    RESERVED_ENGINE_ARGS,
+    HintsConfig,
+    LoraAdapter,
+    ModelConfig,
+    parse_config,
+)
 from firstlight.engine.capabilities import check_supported
-from firstlight.engine.vllm_args import check_model_files, engine_arguments, engine_environment
+from firstlight.engine.vllm_args import (
+    check_engine_args,
+    check_model_files,
+    engine_arguments,
+    engine_environment,
+)
 from firstlight.engine.vllm_openai import frontend_args, lora_requests
-from firstlight.errors import ModelNotFoundError, UnsupportedEngineConfigError
+from firstlight.errors import ConfigError, ModelNotFoundError, UnsupportedEngineConfigError
 from firstlight.prefix import HashScheme
 
 GPU_MODEL = ModelConfig.model_validate(
@@ -159,3 +170,70 @@ def test_an_embedding_model_runs_vllms_pooling_runner_without_prefix_caching() -
         None,
     )
     assert _engine_args(ModelConfig(name="m"), "cpu").runner == "auto"
+
+
+def _with_engine_args(engine_args: dict[str, Any]) -> ModelConfig:
+    return ModelConfig.model_validate({"name": "m", "vllm": {"engine_args": engine_args}})
+
+
+def test_an_engine_argument_firstlight_does_not_name_reaches_vllm() -> None:
+    model = _with_engine_args({"max_logprobs": "7", "async_scheduling": True})
+    args = _engine_args(model, "cpu")
+    assert args.max_logprobs == 7  # validated against vLLM's type: the string became 7
+    assert args.async_scheduling is True
+
+
+@pytest.mark.parametrize(
+    ("engine_args", "key", "fragment"),
+    [
+        ({"max_logprob": 5}, "max_logprob", "did you mean max_logprobs"),
+        ({"max_logprobs": "many"}, "max_logprobs", "vLLM's type for it refuses it"),
+        ({"async_scheduling": "sometimes"}, "async_scheduling", "vLLM's type for it refuses it"),
+    ],
+)
+def test_a_bad_engine_argument_is_refused_naming_its_key(
+    engine_args: dict[str, Any], key: str, fragment: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_engine_args(_with_engine_args(engine_args))
+    [problem] = caught.value.problems
+    assert problem.path == f"vllm.engine_args.{key}"
+    assert problem.value == engine_args[key]
+    assert fragment in problem.message
+    assert "model 'm'" in str(caught.value)
+
+
+def test_every_bad_engine_argument_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_engine_args(_with_engine_args({"max_logprob": 5, "seedd": 1, "max_logprobs": 2}))
+    assert [p.path for p in caught.value.problems] == [
+        "vllm.engine_args.max_logprob",
+        "vllm.engine_args.seedd",
+    ]
+
+
+@pytest.mark.parametrize("key", ["block_size", "max_num_seqs", "kv_events_config", "model"])
+def test_an_argument_firstlight_sets_is_refused_naming_its_setting(key: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"models": [{"name": "m", "vllm": {"engine_args": {key: 1}}}]}, "t")
+    [problem] = caught.value.problems
+    assert problem.path == f"models[0].vllm.engine_args.{key}"
+    assert RESERVED_ENGINE_ARGS[key] in problem.message
+
+
+def test_every_argument_firstlight_sets_is_reserved_and_is_vllms() -> None:
+    """The reserved table is the arguments ``engine_arguments`` sets, all of them (a
+    model with LoRA adapters, a speculative draft, tensor parallelism and every GPU
+    setting), and each is a real argument of the installed vLLM."""
+    import dataclasses
+
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    model = GPU_MODEL.model_copy(update={"lora_adapters": (LoraAdapter(name="a", path="/lora/a"),)})
+    scheme = HashScheme.for_model(model, HintsConfig(hash_seed=0))
+    kwargs = engine_arguments(model, Path("/models/m"), scheme, "bfloat16", "cuda", "ipc://x")
+    embed = ModelConfig(name="e", task="embed")
+    kwargs |= engine_arguments(embed, Path("/models/e"), scheme, "float32", "cpu", "ipc://x")
+    assert set(kwargs) <= set(RESERVED_ENGINE_ARGS)
+    vllms = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    assert set(RESERVED_ENGINE_ARGS) <= vllms

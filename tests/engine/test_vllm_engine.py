@@ -58,6 +58,15 @@ async def test_answers_the_capital_of_france(engine: VllmEngine, tokenizer: Any)
     assert "Paris" in answer
 
 
+async def test_an_engine_argument_firstlight_does_not_name_reaches_the_engine(
+    engine: VllmEngine,
+) -> None:
+    """``vllm.engine_args`` (here ``max_logprobs``, vLLM's default 20) is what the
+    running engine resolved, not only what its arguments said."""
+    assert MODEL.vllm.engine_args == {"max_logprobs": 11}
+    assert engine.vllm_config.model_config.max_logprobs == 11
+
+
 async def test_streams_several_chunks_and_ends_with_usage(
     engine: VllmEngine, tokenizer: Any
 ) -> None:

@@ -28,6 +28,7 @@ from firstlight.config.loading import (
 )
 from firstlight.config.model import (
     DEFAULT_MODEL_NAME,
+    RESERVED_ENGINE_ARGS,
     Dtype,
     DynamicContextSettings,
     EngineName,
@@ -53,6 +54,7 @@ from firstlight.config.sections import (
 __all__ = [
     "DEFAULT_MODEL_NAME",
     "ENV_PREFIX",
+    "RESERVED_ENGINE_ARGS",
     "ApiKeyRef",
     "AuthConfig",
     "Dtype",

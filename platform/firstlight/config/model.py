@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 
 from firstlight.config._base import FieldValueError, Section
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
+    "RESERVED_ENGINE_ARGS",
     "AutoscalingSettings",
     "Dtype",
     "DynamicContextSettings",
@@ -116,6 +117,61 @@ class VllmSettings(Section):
     max_loras: Annotated[int | None, Field(ge=1, le=256)] = None
     """Adapters one engine step may mix (vLLM's ``max_loras``); ``null``: every one of
     the model's ``lora_adapters``. Used only with adapters."""
+    engine_args: dict[str, JsonValue] = Field(default_factory=dict)
+    """Any other vLLM engine argument, by its ``AsyncEngineArgs`` name (vLLM's
+    ``--some-flag`` written ``some_flag``), passed to vLLM as given: the way to an option
+    this project does not name. Checked against the installed vLLM's own
+    ``AsyncEngineArgs`` (each name, and its value against the argument's type) before
+    the engine starts, by ``firstlight up`` and by each replica, so a misspelt name
+    fails naming the key. The arguments Firstlight sets itself are refused here, naming
+    the setting that sets them (:data:`RESERVED_ENGINE_ARGS`)."""
+
+    @model_validator(mode="after")
+    def _engine_args_are_not_reserved(self) -> Self:
+        for key, value in self.engine_args.items():
+            setting = RESERVED_ENGINE_ARGS.get(key)
+            if setting is not None:
+                raise FieldValueError(
+                    f"engine_args.{key}",
+                    value,
+                    f"Firstlight sets this vLLM argument itself, {setting}",
+                )
+        return self
+
+
+RESERVED_ENGINE_ARGS: dict[str, str] = {
+    "model": "from the model's source",
+    "served_model_name": "from the model's name",
+    "dtype": "from the model's dtype",
+    "quantization": "from the model's quantization",
+    "max_model_len": "from the model's max_model_len",
+    "enforce_eager": "from the model's enforce_eager",
+    "stream_interval": "from the model's stream_interval_tokens",
+    "speculative_config": "from the model's speculative section",
+    "enable_prefix_caching": "from the model's enable_prefix_caching",
+    "block_size": "from the model's block_size (the hints hash blocks as the engine does)",
+    "prefix_caching_hash_algo": "always: the gateway's hints hash as the engine does",
+    "kv_events_config": "always: the replica's hint feed reads the engine's KV events",
+    "disable_log_stats": "always: the replica's metrics read the engine's stats",
+    "runner": "from the model's task",
+    "enable_lora": "from the model's lora_adapters",
+    "kv_cache_memory_bytes": "from the model's kv_cache_gib",
+    "distributed_executor_backend": "from vllm.tensor_parallel_size / pipeline_parallel_size",
+    "tensor_parallel_size": "from vllm.tensor_parallel_size",
+    "pipeline_parallel_size": "from vllm.pipeline_parallel_size",
+    "gpu_memory_utilization": "from vllm.gpu_memory_utilization",
+    "max_num_seqs": "from vllm.max_num_seqs",
+    "max_num_batched_tokens": "from vllm.max_num_batched_tokens",
+    "enable_chunked_prefill": "from vllm.enable_chunked_prefill",
+    "kv_cache_dtype": "from vllm.kv_cache_dtype",
+    "trust_remote_code": "from vllm.trust_remote_code",
+    "kv_offloading_size": "from vllm.kv_offloading_gib",
+    "max_lora_rank": "from vllm.max_lora_rank",
+    "max_loras": "from vllm.max_loras",
+}
+"""vLLM engine arguments :func:`firstlight.engine.vllm_args.engine_arguments` sets
+itself, each with the setting it comes from (to use instead of ``vllm.engine_args``) or
+why it is always set."""
 
 
 class LoraAdapter(Section):

@@ -7,16 +7,27 @@ Called by :meth:`firstlight.engine.vllm_engine.VllmEngine.create` once per repli
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
 import math
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from firstlight.config import ModelConfig
 from firstlight.engine.capabilities import Device
-from firstlight.errors import ModelNotFoundError
+from firstlight.errors import ConfigError, ConfigProblem, ModelNotFoundError
 from firstlight.prefix import HashScheme
 
-__all__ = ["KV_EVENTS_REPLAY_STEPS", "check_model_files", "engine_arguments", "engine_environment"]
+__all__ = [
+    "KV_EVENTS_REPLAY_STEPS",
+    "check_engine_args",
+    "check_model_files",
+    "engine_arguments",
+    "engine_environment",
+]
 
 _GIB = 1 << 30
 
@@ -109,7 +120,65 @@ def engine_arguments(
         args["max_loras"] = settings.max_loras or len(model.lora_adapters)
     if model.kv_cache_gib is not None and device != "cpu":
         args["kv_cache_memory_bytes"] = int(model.kv_cache_gib * _GIB)
+    args.update(check_engine_args(model))
     return args
+
+
+def check_engine_args(model: ModelConfig) -> dict[str, Any]:
+    """The model's ``vllm.engine_args``, checked against the installed vLLM's own
+    ``AsyncEngineArgs``: each name must be one of its arguments, and each value must
+    validate against that argument's annotated type (the value returned is the validated
+    one: ``"4"`` for an ``int`` argument becomes ``4``). Called by ``firstlight up``
+    before anything starts and by :func:`engine_arguments` in each replica before its
+    engine starts. Raises :class:`~firstlight.errors.ConfigError` listing every bad key
+    (a misspelt name with vLLM's closest ones)."""
+    if not model.vllm.engine_args:
+        return {}
+    types = _engine_arg_types()
+    checked: dict[str, Any] = {}
+    problems = []
+    for key, value in model.vllm.engine_args.items():
+        path = f"vllm.engine_args.{key}"
+        if key not in types:
+            close = difflib.get_close_matches(key, types, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            message = f"not an argument of this vLLM's AsyncEngineArgs{hint}"
+            problems.append(ConfigProblem(path, message, value, True))
+            continue
+        adapter = types[key]
+        if adapter is None:  # an annotation pydantic cannot check: vLLM checks it
+            checked[key] = value
+            continue
+        try:
+            checked[key] = adapter.validate_python(value)
+        except ValidationError as exc:
+            first = exc.errors()[0]["msg"]
+            problems.append(
+                ConfigProblem(path, f"vLLM's type for it refuses it: {first}", value, True)
+            )
+    if problems:
+        raise ConfigError(problems, source=f"model {model.name!r}")
+    return checked
+
+
+@functools.cache
+def _engine_arg_types() -> dict[str, Any]:
+    """Each ``AsyncEngineArgs`` field's name and a pydantic ``TypeAdapter`` of its
+    annotation (``None`` where the annotation cannot be evaluated or checked)."""
+    import vllm.engine.arg_utils as arg_utils
+    from pydantic import TypeAdapter
+
+    namespace = vars(arg_utils)
+    types: dict[str, Any] = {}
+    for field in dataclasses.fields(arg_utils.AsyncEngineArgs):
+        try:
+            # What typing.get_type_hints does, one field at a time: for the class as a
+            # whole it fails on an annotation vLLM imports only for type checkers.
+            annotation = eval(field.type, namespace) if isinstance(field.type, str) else field.type
+            types[field.name] = TypeAdapter(annotation)
+        except Exception:  # a name vLLM imports only for type checkers, or a torch type
+            types[field.name] = None
+    return types
 
 
 def engine_environment(model: ModelConfig, device: Device) -> dict[str, str | None]:

@@ -178,6 +178,12 @@ class VllmEngine:
                          "num_gpu_blocks", None)  # fmt: skip
         self._kv_cache_blocks = blocks if isinstance(blocks, int) and blocks > 0 else None
 
+    @property
+    def vllm_config(self) -> Any:
+        """The configuration vLLM resolved from the engine arguments (its
+        ``VllmConfig``): what the engine really runs with, for checks and diagnostics."""
+        return self._llm.vllm_config
+
     @classmethod
     def create(
         cls,
