@@ -178,7 +178,7 @@ def up(
     from firstlight.telemetry.logs import configure_logging
 
     cfg = _load(config) if config is not None else LOCAL_DEFAULT
-    configure_logging(cfg.telemetry.log_level)
+    configure_logging(cfg.telemetry.log_level, log_format=cfg.telemetry.log_format)
     if engine is not None:
         cfg = with_engine(cfg, engine.value)
     prepare_models(cfg)
@@ -270,7 +270,7 @@ def serve(
     from firstlight.telemetry.logs import configure_logging
 
     cfg = _load(config)
-    configure_logging(cfg.telemetry.log_level)
+    configure_logging(cfg.telemetry.log_level, log_format=cfg.telemetry.log_format)
     name = region or cfg.region
     if name is None:
         _fail(ConfigError([ConfigProblem("region", "pass --region or set region", None)]))

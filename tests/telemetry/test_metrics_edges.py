@@ -94,6 +94,32 @@ def test_a_clients_traceparent_is_ignored_a_peers_is_followed(clock: FakeClock) 
     provider.shutdown()
 
 
+def test_a_requests_span_is_named_for_its_operation_and_model(clock: FakeClock) -> None:
+    """OpenTelemetry's GenAI conventions: "{gen_ai.operation.name} {gen_ai.request.model}"
+    once the model is known; a request refused before that keeps the operation alone."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry = GatewayTelemetry(
+        make_config(), "r1", lambda: {}, None, tracer=provider.get_tracer("t"), clock=clock
+    )
+    served = telemetry.start("chat")
+    served.admitted(group="g", model="m", request_id="chatcmpl-1", input_tokens=4)
+    telemetry.finish(served)
+    refused = telemetry.start("text")
+    refused.ended(401)
+    telemetry.finish(refused)
+    named, unnamed = exporter.get_finished_spans()
+    assert named.name == "chat m"
+    assert named.attributes is not None
+    assert named.attributes["gen_ai.response.model"] == "m"
+    assert unnamed.name == "text_completion"
+    assert unnamed.attributes is not None
+    assert "gen_ai.response.model" not in unnamed.attributes
+    telemetry.shutdown()
+    provider.shutdown()
+
+
 def test_genai_metrics_carry_the_conventions_attribute_names(telemetry: GatewayTelemetry) -> None:
     serve(telemetry, output_tokens=3)
     serve(telemetry, model="unknown", route=None, ttft_s=None, status=404)

@@ -415,7 +415,14 @@ def test_traces_cross_gateway_router_replica_and_engine(
         roots = [s for _, s in spans if attrs(s).get("gen_ai.response.id") == request_id]
         return [s for _, s in spans if roots and s.trace_id == roots[0].trace_id]
 
-    expected = {"chat", "firstlight.route", "firstlight.replica", "firstlight.engine.generate"}
+    # The request's span is named as OpenTelemetry's GenAI conventions say:
+    # "{gen_ai.operation.name} {gen_ai.request.model}".
+    expected = {
+        f"chat {MODEL}",
+        "firstlight.route",
+        "firstlight.replica",
+        "firstlight.engine.generate",
+    }
     spans = otlp.wait_for(lambda got: {s.name for s in of_request(got)} >= expected, 30)
     assert {s.name for s in of_request(spans)} >= expected, sorted(s.name for _, s in spans)
     by_id = {s.span_id: (resource, s) for resource, s in spans}
@@ -432,7 +439,8 @@ def test_traces_cross_gateway_router_replica_and_engine(
         assert f"firstlight.terms.{term}" in route_attrs
     assert route_attrs["firstlight.host_tier_tokens"] == 0  # no KV offloading here
     gateway_resource, request_span = by_id[route.parent_span_id]
-    assert request_span.name == "chat"
+    assert request_span.name == f"chat {MODEL}"
+    assert attrs(request_span)["gen_ai.response.model"] == MODEL
     assert gateway_resource["firstlight.role"] == "gateway"
     assert gateway_resource["cloud.region"] == WEST
     assert attrs(request_span)["gen_ai.request.model"] == MODEL

@@ -80,6 +80,7 @@ from firstlight.regions.peers import PeerTable
 from firstlight.regions.summary import HotPrefixes, ModelSummary, RegionSummary
 from firstlight.telemetry import GatewayTelemetry, RequestObservation
 from firstlight.telemetry.gateways import ExpositionShare
+from firstlight.telemetry.logs import bind_request
 
 __all__ = [  # HOP_HEADER: from .forward
     "HOP_HEADER",
@@ -222,12 +223,14 @@ class GatewayCore:
                     vocabulary,
                     self.config.gateway.max_prompt_tokens,
                 )
+            request_id = prepared.generation.response_id
             obs.admitted(
                 group=caller.group,
                 model=prepared.model.name,
-                request_id=prepared.generation.response_id,
+                request_id=request_id,
                 input_tokens=prepared.routing.prompt_tokens,
             )
+            bind_request(request_id, obs.span)  # its ids on every log record from here
             forwardable = HOP_HEADER not in request.headers
             response = await self._dispatcher.dispatch(
                 prepared, body, request, hop is not None, obs, forwardable=forwardable

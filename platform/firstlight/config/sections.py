@@ -213,6 +213,11 @@ class TelemetryConfig(Section):
     """OpenTelemetry ``service.name``."""
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     """Log level of Firstlight's own loggers."""
+    log_format: Literal["text", "json"] = "text"
+    """``text``: one line per record for a terminal; ``json``: one JSON object per line
+    for a log pipeline. Either way a record written while a request is handled carries
+    its ``request_id`` and, with traces on, its ``trace_id`` and ``span_id``
+    (docs/observability.md, "Logs")."""
     outlier_factor: Annotated[float, Field(gt=1, le=1000)] = 10.0
     """A successful request whose time to first token or end-to-end time exceeds this
     many times its model's rolling median is an outlier: logged in full on the

@@ -36,7 +36,13 @@ from firstlight.serve.model_server import (
 from firstlight.serve.placement import replica_placement
 from firstlight.serve.request_router import FirstlightRequestRouter, router_kwargs
 
-__all__ = ["ROUTING_STATS_PERIOD_S", "build_app", "deployment_name", "region_app"]
+__all__ = [
+    "ROUTING_STATS_PERIOD_S",
+    "build_app",
+    "deployment_name",
+    "region_app",
+    "serve_logging_options",
+]
 
 ROUTING_STATS_PERIOD_S = 0.5
 """How often each replica reports its load to the routers (through Ray's controller)."""
@@ -79,6 +85,7 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
             graceful_shutdown_timeout_s=30,
             request_router_config=_router_config(kwargs),
             **replica_placement(model).deployment_options(),
+            **serve_logging_options(config),
         )
         handles[model.name] = deployment.bind(
             config_json, region, model.name, hints_enabled, launcher
@@ -88,9 +95,21 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
         num_replicas=config.gateway.replicas,
         max_ongoing_requests=1024,
         ray_actor_options={"num_cpus": 0},
+        **serve_logging_options(config),
     )
     application: Application = gateway.bind(config_json, region, handles, launcher)
     return application
+
+
+def serve_logging_options(config: PlatformConfig) -> dict[str, Any]:
+    """Deployment options for Serve's own log format: ``telemetry.log_format: json``
+    asks Serve to write each replica's records as JSON, and Serve's JSON lines carry
+    every attribute a record has beyond the standard ones, so the request's ids
+    (:mod:`firstlight.telemetry.logs`) become fields of their own; ``text`` keeps
+    Serve's default."""
+    if config.telemetry.log_format != "json":
+        return {}
+    return {"logging_config": {"encoding": "JSON"}}
 
 
 def _router_config(kwargs: dict[str, Any]) -> RequestRouterConfig:

@@ -123,7 +123,11 @@ class Gateway:
         launcher: str | None = None,
     ) -> None:
         self._config = PlatformConfig.model_validate(config)
-        configure_logging(self._config.telemetry.log_level, sink="serve-replica")
+        configure_logging(
+            self._config.telemetry.log_level,
+            sink="serve-replica",
+            log_format=self._config.telemetry.log_format,
+        )
         self._region = region
         self._handles = handles
         for handle in handles.values():

@@ -55,7 +55,7 @@ from firstlight.routing import RequestView
 from firstlight.serve.keys import region_keys
 from firstlight.serve.replica_port import ReplicaPortServer
 from firstlight.telemetry.engine_metrics import publish_engine_metrics
-from firstlight.telemetry.logs import configure_logging
+from firstlight.telemetry.logs import bind_request, configure_logging
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
 __all__ = ["ModelServer", "build_engine", "hint_key_prefix"]
@@ -114,7 +114,11 @@ class ModelServer:
         launcher: str | None = None,
     ) -> None:
         self._config = PlatformConfig.model_validate(config)
-        configure_logging(self._config.telemetry.log_level, sink="serve-replica")
+        configure_logging(
+            self._config.telemetry.log_level,
+            sink="serve-replica",
+            log_format=self._config.telemetry.log_format,
+        )
         self._region = region
         self._model = next(m for m in self._config.models if m.name == model_name)
         self._replica_id = _own_replica_id()
@@ -175,6 +179,10 @@ class ModelServer:
                 "gen_ai.request.model": self._model.name,
                 "gen_ai.usage.input_tokens": input_tokens,
             },
+        )
+        bind_request(
+            request.response_id if isinstance(request, GenerationRequest) else request.request_id,
+            replica_span,
         )
         engine_span = self._tracer.start_span(
             "firstlight.engine.generate",

@@ -273,6 +273,11 @@ class GatewayTelemetry(DashboardData):
         span = obs.span
         if not span.is_recording():
             return
+        # OpenTelemetry's GenAI conventions (semantic conventions v1.37+): the span is
+        # named "{gen_ai.operation.name} {gen_ai.request.model}" once the model is known.
+        if obs.model != UNKNOWN_MODEL:
+            span.update_name(f"{obs.operation} {obs.model}")
+            span.set_attribute("gen_ai.response.model", obs.model)
         span.set_attribute("gen_ai.request.model", obs.model)
         if obs.request_id is not None:
             span.set_attribute("gen_ai.response.id", obs.request_id)
