@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from firstlight.errors import ConfigError, ConfigProblem
-from firstlight_bench.cluster import ARMS, CROSS_REGION_ARMS
-from firstlight_bench.day_report import day_tables
 from firstlight_bench.remeasure import remeasured_note
-from firstlight_bench.results import short_commit
-from firstlight_bench.spread import Spread, best_other, spreads, verdict
-from firstlight_bench.suite_goals import goals_table
-from firstlight_bench.warm import warm_table
+from firstlight_bench.reports.day_report import day_tables
+from firstlight_bench.reports.results import short_commit
+from firstlight_bench.reports.spread import Spread, best_other, spreads, verdict
+from firstlight_bench.reports.suite_goals import goals_table
+from firstlight_bench.simulator.cluster import ARMS, CROSS_REGION_ARMS
+from firstlight_bench.simulator.warm import warm_table
 
 __all__ = [
     "LOADS",
@@ -212,8 +212,8 @@ def run_suite(
     import tempfile
 
     from firstlight_bench.remeasure import merge_arms
-    from firstlight_bench.report import write_run
-    from firstlight_bench.sim import run_sim
+    from firstlight_bench.reports.report import write_run
+    from firstlight_bench.simulator.sim import run_sim
     from firstlight_bench.workloads.presets import resolve_preset
 
     if arms is not None:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from firstlight.telemetry.outliers import OutlierRecord
-from firstlight_bench.outliers import (
+from firstlight_bench.reports.results import Outcome
+from firstlight_bench.tools.outliers import (
     FIELDS,
     Asked,
     markers,
@@ -22,7 +23,6 @@ from firstlight_bench.outliers import (
     steady_messages,
     summarize,
 )
-from firstlight_bench.results import Outcome
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
