@@ -31,7 +31,8 @@ from firstlight_bench.simulator.sim_region import SimRegion
 from firstlight_bench.simulator.warm import WarmRecord
 
 if TYPE_CHECKING:
-    from firstlight_bench.simulator.des import _Flight, _Run
+    from firstlight_bench.simulator.des import _Run
+    from firstlight_bench.simulator.des_state import _Flight
 
 __all__ = ["fork", "measured_choices", "replay", "sampled", "start_pull", "warm_way"]
 
