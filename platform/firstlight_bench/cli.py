@@ -261,7 +261,8 @@ def bench_suite(
     from firstlight.errors import FirstlightError
     from firstlight_bench.reports.live_tables import render_live_sections
     from firstlight_bench.reports.report import replot
-    from firstlight_bench.suite import render_tables, replace_tables, run_suite
+    from firstlight_bench.reports.sections import replace_tables
+    from firstlight_bench.suite import render_tables, run_suite
 
     if not tables_only:
         try:

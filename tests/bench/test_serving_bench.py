@@ -11,15 +11,12 @@ from typing import Any
 
 import pytest
 
+from firstlight_bench.reports.serving_markdown import hops, markers, plot_hops, render_markdown
 from firstlight_bench.reports.serving_report import (
     added_latency,
     capacity,
-    hops,
-    markers,
     phase,
-    plot_hops,
     render,
-    render_markdown,
     summarize,
     target,
     throughput,

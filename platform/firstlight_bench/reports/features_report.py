@@ -199,5 +199,5 @@ def render_markdown(report: FeaturesReport, name: str) -> str:
 
 def render_stored(data: dict[str, Any], name: str) -> str:
     """:func:`render_markdown` of a stored ``results.json`` (the shape
-    :func:`firstlight_bench.suite.rewrite_sections` and ``store_section`` call)."""
+    :func:`firstlight_bench.reports.sections.rewrite_sections` and ``store_section`` call)."""
     return render_markdown(FeaturesReport.from_json(data), name)

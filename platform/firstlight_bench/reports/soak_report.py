@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from firstlight_bench.reports.results import short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 
 __all__ = [
     "SOAK_BEGIN",

@@ -54,7 +54,7 @@ from firstlight_bench.options import (
     rewrote_tables,
 )
 from firstlight_bench.reports.results import Outcome, run_header, short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.tools.engine import emit
 
 __all__ = ["ARMS", "Asked", "Engine", "app", "markers", "prompts", "render", "static_prompt"]

@@ -47,7 +47,7 @@ from firstlight_bench.options import (
     rewrote_tables,
 )
 from firstlight_bench.reports.results import run_header, short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.tools.engine import EngineKind, emit
 
 __all__ = ["PhaseSummary", "app", "markers", "render", "summarize"]

@@ -57,8 +57,8 @@ from firstlight_bench.options import (
     tables_page,
 )
 from firstlight_bench.reports.results import git_commit
+from firstlight_bench.reports.sections import rewrite_sections, store_section
 from firstlight_bench.reports.serving_report import Timing, phase
-from firstlight_bench.suite import rewrite_sections, store_section
 
 __all__ = ["app", "bare_app", "markers", "render_markdown"]
 

@@ -210,7 +210,7 @@ def render_table(report: dict[str, Any]) -> str:
 
 def replace_table(page: str, table: str) -> str:
     """``page`` with its decision section replaced; ``ValueError`` without markers."""
-    from firstlight_bench.suite import replace_tables
+    from firstlight_bench.reports.sections import replace_tables
 
     return replace_tables(page, table, begin=BEGIN, end=END)
 

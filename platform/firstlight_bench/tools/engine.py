@@ -49,7 +49,7 @@ from firstlight.prefix import HashScheme
 from firstlight.quantiles import percentile
 from firstlight_bench.options import PageOption, SeedOption, command_line, page_needs_out
 from firstlight_bench.reports.results import cpu_model, git_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 
 __all__ = ["IDLE_BEGIN", "IDLE_END", "EngineKind", "app", "emit", "render_idle"]
 

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from firstlight_bench.reports.results import short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 
 __all__ = [
     "COMPARE_BEGIN",

@@ -55,7 +55,7 @@ from firstlight.region import ReplicaStats, RouterState, with_shared_rates
 from firstlight.routing import RequestView, RoutingInput, build_policy
 from firstlight_bench import options
 from firstlight_bench.reports.results import run_header, short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.tools.engine import emit
 
 if TYPE_CHECKING:

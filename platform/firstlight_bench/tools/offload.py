@@ -47,10 +47,10 @@ from firstlight_bench.options import (
     rewrote_tables,
 )
 from firstlight_bench.reports.results import run_header, short_commit
+from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.simulator.cluster import ClusterSpec, block_hashes
 from firstlight_bench.simulator.des import simulate
 from firstlight_bench.simulator.sim import operator_params
-from firstlight_bench.suite import replace_tables
 from firstlight_bench.tools.engine import emit
 from firstlight_bench.workloads import Workload, generate
 

@@ -50,7 +50,7 @@ from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.quantiles import quantile
 from firstlight_bench import options
 from firstlight_bench.reports.results import Outcome, run_header, short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.tools.engine import emit
 
 __all__ = [

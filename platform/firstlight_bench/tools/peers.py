@@ -72,7 +72,7 @@ from firstlight_bench.reports.peers_report import (
     timed,
 )
 from firstlight_bench.reports.results import Outcome, cpu_model, git_commit
-from firstlight_bench.suite import rewrite_sections, store_section
+from firstlight_bench.reports.sections import rewrite_sections, store_section
 
 __all__ = ["MODEL", "OpenAIArm", "app", "platform_config", "ray_arms", "vllm_server"]
 

@@ -41,7 +41,7 @@ from firstlight_bench.options import (
     rewrote_tables,
 )
 from firstlight_bench.reports.results import Outcome, run_header, short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.tools.engine import emit
 from firstlight_bench.tools.rag_workload import RagCase, rag_cases
 

@@ -42,7 +42,7 @@ from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_pol
 from firstlight.serve.route_share import RouteShare, route_channel
 from firstlight_bench.options import PageOption, command_line, page_needs_out
 from firstlight_bench.reports.results import git_commit, short_commit
-from firstlight_bench.suite import replace_tables
+from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.tools.engine import emit
 
 __all__ = ["SHARE_BEGIN", "SHARE_END", "app", "measure", "render_share"]

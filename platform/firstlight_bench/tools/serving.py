@@ -31,7 +31,7 @@ the platform's own cost, and the report says ``"simulated_engine": true``.
    checks an earlier issue's goal, ``http_tokens - direct`` p50 ≤ 3 ms (the page shows
    the current goals); ``decision_mean_us`` is the gateways' mean policy time per
    decision, from their ``/metrics`` histogram. The page splits ``http_tokens``'s TTFT
-   p50 by hop (:func:`~firstlight_bench.reports.serving_report.hops`) and draws it (``hops.png``).
+   p50 by hop (:func:`~firstlight_bench.reports.serving_markdown.hops`) and draws it (``hops.png``).
 2. Capacity per gateway count (``--gateways 1,2``: ``gateway.replicas``), the region
    redeployed for each, in A B B A blocks: closed-loop clients at each ``--concurrency``
    for ``--duration`` s, and the cores each group of processes used meanwhile
@@ -48,7 +48,7 @@ two).
 before Ray starts (:mod:`firstlight.serve.data_plane`) and recorded in ``meta``. Prints a
 table; the JSON goes to ``OUT/results.json`` (else stdout), with the command and commit,
 and ``--page`` rewrites that page's section for the run (markers named after OUT's
-folder name: :func:`~firstlight_bench.reports.serving_report.markers`); ``--tables-only --page
+folder name: :func:`~firstlight_bench.reports.serving_markdown.markers`); ``--tables-only --page
 PAGE`` rewrites every section from the reports stored beside the page. A test holds
 ``docs/serving.md`` to the stored reports.
 """
@@ -90,18 +90,16 @@ from firstlight_bench.options import (
     tables_page,
 )
 from firstlight_bench.reports.results import git_commit
+from firstlight_bench.reports.sections import rewrite_sections, store_section
+from firstlight_bench.reports.serving_markdown import markers, plot_hops, render_markdown
 from firstlight_bench.reports.serving_report import (
     Timing,
     added_latency,
     capacity,
-    markers,
     phase,
-    plot_hops,
     render,
-    render_markdown,
     target,
 )
-from firstlight_bench.suite import rewrite_sections, store_section
 from firstlight_bench.tools.ray_floor import FLOOR_APP, deploy_floor
 from firstlight_bench.tools.serving_gateways import KILL_CLIENTS, capacity_block, kill_one_gateway
 
@@ -385,7 +383,7 @@ def _overhead(options: dict[str, Any], config: PlatformConfig, endpoint: str) ->
 
 def rewrite_page(page: Path) -> None:
     """Rewrite every ``serving:`` section of ``page`` from the report stored for it
-    (:func:`~firstlight_bench.suite.rewrite_sections`), and redraw its ``hops.png``."""
+    (:func:`~firstlight_bench.reports.sections.rewrite_sections`), and redraw its ``hops.png``."""
     rewrite_sections(page, "serving", markers, render_markdown)
     for name in re.findall(r"<!-- serving:([\w-]+):begin", page.read_text()):
         folder = page.parent / "benchmarks" / name

@@ -33,7 +33,7 @@ from firstlight.routing import build_policy
 from firstlight.telemetry import GatewayTelemetry
 from firstlight_bench.options import OutOption, PageOption, command_line, csv_ints
 from firstlight_bench.reports.results import cpu_model, git_commit, short_commit
-from firstlight_bench.suite import store_section
+from firstlight_bench.reports.sections import store_section
 
 __all__ = ["app", "markers", "per_request_us", "render_markdown", "render_ms"]
 
