@@ -6,7 +6,9 @@ parallel processes) into ``<out>/<name>/``, then rewrites the generated part of 
 benchmarks page from whatever run folders ``<out>`` holds (:func:`render_tables`), so no
 figure in it is typed by hand; ``tests/bench/test_benchmarks_doc.py`` holds the page to
 the stored ``results.json`` files. W7 needs the Mooncake trace (``--trace PATH``);
-without it that entry is skipped, said so.
+without it that entry is skipped, said so. One stored run's tables are
+:mod:`firstlight_bench.reports.suite_tables`'s, the page's markers
+:mod:`firstlight_bench.reports.sections`'.
 """
 
 from __future__ import annotations

@@ -21,11 +21,11 @@ from firstlight_bench.tools.index_faults import (
     INDEX_BEGIN,
     INDEX_END,
     FaultName,
-    measure,
     render,
     render_report,
     summarize,
 )
+from firstlight_bench.tools.index_faults_run import measure
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 

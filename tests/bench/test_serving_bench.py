@@ -21,7 +21,8 @@ from firstlight_bench.reports.serving_report import (
     target,
     throughput,
 )
-from firstlight_bench.tools.serving import MODEL, REGION, bench_config
+from firstlight_bench.tools.serving import bench_config
+from firstlight_bench.tools.serving_paths import MODEL, REGION
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 

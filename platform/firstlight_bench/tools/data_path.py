@@ -27,7 +27,8 @@ clients share the machine's 2 cores with the paths they drive, alike for every p
 The JSON goes to ``OUT/results.json`` (with the command and commit); ``--page`` rewrites
 that page's ``data-path:`` section (``docs/architecture.md``), and ``--tables-only --page
 PAGE`` rewrites it from the stored report. Who calls it: a maintainer choosing the data
-path (docs/architecture.md, "One hop for the tokens").
+path (docs/architecture.md, "One hop for the tokens"). The section itself is made by
+:mod:`firstlight_bench.reports.data_path_report`.
 """
 
 from __future__ import annotations
@@ -56,19 +57,13 @@ from firstlight_bench.options import (
     command_line,
     tables_page,
 )
+from firstlight_bench.reports.data_path_report import PATHS, markers, render_markdown
 from firstlight_bench.reports.results import git_commit
 from firstlight_bench.reports.sections import rewrite_sections, store_section
 from firstlight_bench.reports.serving_report import Timing, phase
 
-__all__ = ["app", "bare_app", "markers", "render_markdown"]
+__all__ = ["app", "bare_app"]
 
-PATHS = ("bare_asgi", "direct_ingress", "replica_port", "handle")
-_LABELS = {
-    "bare_asgi": "plain uvicorn app, no Ray (the floor)",
-    "direct_ingress": "HAProxy → the replica as its own ingress (Ray direct ingress)",
-    "replica_port": "HAProxy → ingress → the replica's own port",
-    "handle": "HAProxy → ingress → Ray handle → replica (the former path)",
-}
 WARM_UP = 30
 _FRAME = struct.Struct("!I")
 _APPS = {"direct_ingress": "dp-direct", "replica_port": "dp-port", "handle": "dp-handle"}
@@ -368,43 +363,3 @@ def data_path(
     typer.echo(render_markdown(report, "data-path"))
     if out is not None:
         store_section(report, out, page, markers, render_markdown)
-
-
-def markers(name: str) -> tuple[str, str]:
-    """The begin and end markers of run ``name``'s generated section on a page."""
-    return (
-        f"<!-- data-path:{name}:begin (generated from docs/benchmarks/{name}/results.json; "
-        "do not edit) -->",
-        f"<!-- data-path:{name}:end -->",
-    )
-
-
-def render_markdown(report: dict[str, Any], name: str) -> str:
-    """Run ``name``'s section: where it was measured, each path's latency and rate.
-    Called by ``--page`` and by the test that holds the page to the stored report."""
-    from firstlight_bench.reports.results import short_commit
-
-    meta, paths = report["meta"], report["paths"]
-    begin, end = markers(name)
-    options = meta["options"]
-    lines = [
-        begin,
-        "",
-        f"`{meta['command']}` at commit `{short_commit(meta['git_commit'])}`: "
-        f"{options['requests']} sequential streamed requests per path after {meta['warm_up']} "
-        f"warm-up, {options['items']} stream items each; then {options['concurrency']} "
-        f"closed-loop clients for {options['duration']} s per path and block; "
-        f"{meta['cpu_count']} cores, Ray {meta['ray']}. *No engine: transport only.*",
-        "",
-        "| path | TTFT p50 ms | p90 | p99 | end-to-end p50 | p99 | requests/s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    for path in PATHS:
-        t, e = paths[path]["ttft_ms"], paths[path]["e2e_ms"]
-        rate = report["requests_per_s"][path]["mean"]
-        lines.append(
-            f"| {_LABELS[path]} | {t['p50']:.2f} | {t['p90']:.2f} | {t['p99']:.2f} "
-            f"| {e['p50']:.2f} | {e['p99']:.2f} | {rate:.1f} |"
-        )
-    lines += ["", end]
-    return "\n".join(lines)

@@ -63,7 +63,7 @@ from firstlight_bench.reports.features_report import (
 from firstlight_bench.reports.results import cpu_model, git_commit
 from firstlight_bench.reports.sections import rewrite_sections, store_section
 from firstlight_bench.tools.features_checks import FEATURES, BiasToken, check_server
-from firstlight_bench.tools.peers import MODEL, platform_config, ray_arms, vllm_server
+from firstlight_bench.tools.peers_arms import MODEL, platform_config, ray_arms, vllm_server
 
 __all__ = ["ARMS", "app", "bias_token", "rewrite_page"]
 

@@ -25,7 +25,8 @@ that never ends shows as a difference.
 With ``--out`` the run is stored as ``results.json`` and ``report.md``; with ``--page``
 the generated section of that doc page is rewritten (``--tables-only``: from the stored
 ``results.json``, without running; :mod:`firstlight_bench.reports.soak_report`). Tests call
-:func:`soak` with a platform of their own for a short run.
+:func:`soak` with a platform of their own for a short run. What it reads of the replica
+processes and the gateways' tasks is :mod:`firstlight_bench.tools.soak_probes`'s.
 """
 
 from __future__ import annotations
@@ -33,9 +34,8 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
@@ -54,11 +54,11 @@ from firstlight_bench.reports.soak_report import (
     write_run,
 )
 from firstlight_bench.tools.soak_memory import GatewayMemory
+from firstlight_bench.tools.soak_probes import asyncio_tasks, gateway_pids, idle_tasks, rss_now
 
 __all__ = ["SoakReport", "app", "soak", "soak_config"]
 
 Report = Callable[[str], None]
-_TASKS_SERIES = "firstlight_gateway_asyncio_tasks"
 _MIB = 1024.0 * 1024.0
 REGIONS = ("soak-east", "soak-west")
 MODEL_REPLICAS = 2
@@ -182,68 +182,6 @@ def soak_config(port: int) -> PlatformConfig:
     )
 
 
-def _processes(regions: Sequence[str]) -> dict[str, int]:
-    """``<region>/<deployment>#<pid>`` → pid of every Serve replica of ``regions``."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            title = (entry / "cmdline").read_bytes().split(b"\0")[0].decode()
-        except OSError:
-            continue
-        prefix = "ray::ServeReplica:"
-        if not title.startswith(prefix):
-            continue
-        app, _, deployment = title.removeprefix(prefix).partition(":")
-        if app in regions:
-            found[f"{app}/{deployment.split('.')[0]}#{entry.name}"] = int(entry.name)
-    return found
-
-
-def _gateways(region: str) -> dict[str, int]:
-    """The gateway processes of ``region`` (process name → pid)."""
-    prefix = f"{region}/gateway#"
-    return {name: pid for name, pid in _processes([region]).items() if name.startswith(prefix)}
-
-
-def _rss_mib(pid: int) -> float | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return None
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024.0
-    return None
-
-
-def _rss_now(regions: Sequence[str]) -> dict[str, float]:
-    found = {process: _rss_mib(pid) for process, pid in _processes(regions).items()}
-    return {process: rss for process, rss in found.items() if rss is not None}
-
-
-async def _tasks(client: httpx.AsyncClient, endpoint: str) -> int:
-    """The gateway's asyncio tasks (the scrape's own handling included, the same for
-    every sample)."""
-    text = (await client.get(f"{endpoint}/metrics")).text
-    for line in text.splitlines():
-        if line.startswith(_TASKS_SERIES):
-            return int(float(line.rsplit(" ", 1)[1]))
-    raise RuntimeError(f"{endpoint}/metrics has no {_TASKS_SERIES}")
-
-
-async def _idle_tasks(client: httpx.AsyncClient, endpoints: Mapping[str, str]) -> dict[str, int]:
-    """Each gateway's fewest tasks over a few scrapes (background work comes and goes)."""
-    counts: dict[str, int] = {}
-    for _ in range(5):
-        for region, url in endpoints.items():
-            count = await _tasks(client, url)
-            counts[region] = min(counts.get(region, count), count)
-        await asyncio.sleep(0.2)
-    return counts
-
-
 def sample_times(duration_s: float, sample_s: float, warmup_s: float) -> list[float]:
     """When to sample, in seconds after the load started, besides the last sample at
     ``duration_s``: every ``sample_s`` and at the end of the warm-up."""
@@ -276,12 +214,12 @@ async def soak(
     regions = list(endpoints)
     memory: GatewayMemory | None = None
     if tracemalloc_frames > 0:
-        memory = GatewayMemory(regions, _gateways)
+        memory = GatewayMemory(regions, gateway_pids)
         started_tracing = await _ask(result, memory, "memory_start", tracemalloc_frames)
         result.tracemalloc_frames = max((s.frames for s in started_tracing.values()), default=0)
         report(f"  tracemalloc on in {len(started_tracing)} gateways")
     async with httpx.AsyncClient(timeout=30, trust_env=False) as client:
-        result.tasks_idle_before = await _idle_tasks(client, endpoints)
+        result.tasks_idle_before = await idle_tasks(client, endpoints)
         loads = {
             region: ClosedLoop(HttpxSender(url), model, clients, max_tokens=16, prompt_words=60)
             for region, url in endpoints.items()
@@ -296,7 +234,7 @@ async def soak(
                 result.rss_mib_at_warmup = rss
                 if memory is not None:
                     await _ask(result, memory, "memory_baseline", "warm-up end")
-                    result.rss_mib_after_baseline = _rss_now(regions)
+                    result.rss_mib_after_baseline = rss_now(regions)
             served = sum(len(load.answers) for load in loads.values())
             report(f"  {result.sample_at_s[-1]:6.0f} s: {served} requests answered")
         await asyncio.sleep(max(started + duration_s - time.monotonic(), 0.0))
@@ -306,7 +244,7 @@ async def soak(
             grown = await _ask(result, memory, "memory_growth", "end", top_owners)
             result.memory = {process: asdict(g) for process, g in sorted(grown.items())}
         answers = {region: await load.stop() for region, load in loads.items()}
-        result.tasks_idle_after = await _idle_tasks(client, endpoints)
+        result.tasks_idle_after = await idle_tasks(client, endpoints)
     _count(result, answers, end_s)
     return result
 
@@ -345,11 +283,11 @@ async def _sample(
     """Read every process's RSS first (before anything the gateways do for the sample),
     then the gateways' tasks, hint mirrors and traced bytes; returns the RSS read."""
     result.sample_at_s.append(at_s)
-    rss = _rss_now(list(endpoints))
+    rss = rss_now(list(endpoints))
     for process, mib in rss.items():
         result.rss_mib.setdefault(process, []).append(mib)
     for region, url in endpoints.items():
-        result.tasks_under_load.setdefault(region, []).append(await _tasks(client, url))
+        result.tasks_under_load.setdefault(region, []).append(await asyncio_tasks(client, url))
         hints = (await client.get(f"{url}/readyz")).json()["hints"]
         blocks = sum(int(model["blocks"]) for model in hints.values())
         result.hint_blocks.setdefault(region, []).append(blocks)
