@@ -3,7 +3,7 @@ per test that ran, its outcome, duration and the figures it recorded with pytest
 ``record_property(name, value)``, as JSON.
 
 Registered for the whole tree by the root ``conftest.py``; without the option it does
-nothing. ``firstlight bench faults`` (:mod:`firstlight_bench.faults`) runs the fault tests
+nothing. ``firstlight bench faults`` (:mod:`firstlight_bench.tools.faults`) runs the fault tests
 with it and builds the stored report and the tables of ``docs/reliability.md`` from that
 file, so the doc's figures are the tests' own measurements, never copied by hand.
 """

@@ -19,7 +19,7 @@ from firstlight_bench.options import (
     parse_params,
     parse_route_share_ms,
 )
-from firstlight_bench.tools import BenchGroup
+from firstlight_bench.registry import BenchGroup
 
 __all__ = ["bench_app"]
 
@@ -120,7 +120,7 @@ def bench_sim(
     """Run every arm on the same simulated trace at each load (simulated: labelled so)."""
     from firstlight._console import fail as _fail
     from firstlight.errors import FirstlightError
-    from firstlight_bench.sim import run_sim
+    from firstlight_bench.simulator.sim import run_sim
     from firstlight_bench.workloads import describe as describe_workload
     from firstlight_bench.workloads.presets import resolve_preset
 
@@ -200,7 +200,7 @@ def bench_run(
 ) -> None:
     """Replay a workload open loop against running region gateways (live: measured from
     the client; one client region per --target)."""
-    from firstlight_bench.live import run_live
+    from firstlight_bench.clients.live import run_live
 
     command = command_line()
     targets = _targets(target)
@@ -259,9 +259,10 @@ def bench_suite(
     every figure from a stored results.json)."""
     from firstlight._console import fail as _fail
     from firstlight.errors import FirstlightError
-    from firstlight_bench.live_tables import render_live_sections
-    from firstlight_bench.report import replot
-    from firstlight_bench.suite import render_tables, replace_tables, run_suite
+    from firstlight_bench.reports.live_tables import render_live_sections
+    from firstlight_bench.reports.report import replot
+    from firstlight_bench.reports.sections import replace_tables
+    from firstlight_bench.suite import render_tables, run_suite
 
     if not tables_only:
         try:
@@ -338,7 +339,7 @@ def bench_live(
     from firstlight._console import load as _load
     from firstlight._console import prepare_models
     from firstlight.serve.local_mode import LOCAL_DEFAULT, with_engine
-    from firstlight_bench.live import run_live_arms
+    from firstlight_bench.clients.live import run_live_arms
 
     command = command_line()
     cfg = _load(config) if config is not None else LOCAL_DEFAULT

@@ -114,7 +114,7 @@ def rewrote_tables(
     """With ``--tables-only``: ``rewrite`` the page from the report stored in ``--out``
     (the command then stops); without it, ``False``. Refuses ``--tables-only`` without
     both ``--out`` and ``--page`` (:class:`typer.BadParameter`)."""
-    from firstlight_bench.results import read_report
+    from firstlight_bench.reports.results import read_report
 
     if not tables_only:
         return False
@@ -181,7 +181,7 @@ def csv_seeds(text: str) -> list[int]:
 
 def csv_arms(text: str) -> list[str]:
     """``--arms``: distinct names of the simulator's arms, at least one."""
-    from firstlight_bench.cluster import ARMS
+    from firstlight_bench.simulator.cluster import ARMS
 
     arms = [a.strip() for a in text.split(",") if a.strip()]
     unknown = [a for a in arms if a not in ARMS]

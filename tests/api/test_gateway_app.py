@@ -930,7 +930,7 @@ async def test_an_adapter_is_listed_served_under_its_name_and_cached_apart(
 
 
 async def test_documents_are_cut_to_the_budget_before_routing(make_gateway: MakeGateway) -> None:
-    from firstlight_bench.rag_workload import rag_cases
+    from firstlight_bench.tools.rag_workload import rag_cases
 
     gw = await make_gateway(gateway_config(replicas=1, model={"dynamic_context": {}}))
     [case] = rag_cases(seed=5, questions=1, filler=3)
@@ -951,7 +951,7 @@ async def test_documents_are_cut_to_the_budget_before_routing(make_gateway: Make
 async def test_a_key_opted_in_to_dynamic_context_has_it_where_others_are_refused(
     make_gateway: MakeGateway, tmp_path: Path
 ) -> None:
-    from firstlight_bench.rag_workload import rag_cases
+    from firstlight_bench.tools.rag_workload import rag_cases
 
     keys = {"rag": "sk-rag-0123456789abcdef", "plain": "sk-plain-0123456789abcdef"}
     refs: list[dict[str, Any]] = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from firstlight.api.ranker import EmbeddingRanker
 from firstlight.config.sections import DEFAULT_EMBEDDING_PACKAGE, packaged_model_dir
-from firstlight_bench.rag_workload import rag_cases
+from firstlight_bench.tools.rag_workload import rag_cases
 
 
 async def test_the_document_holding_the_answer_ranks_first() -> None:

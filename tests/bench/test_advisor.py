@@ -1,4 +1,4 @@
-"""The advisor benchmark (``firstlight_bench.advisor``): its workload, its comparison of
+"""The advisor benchmark (``firstlight_bench.tools.advisor``): its workload, its comparison of
 the predicted and the measured saving, and the stored run the docs show."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.advisor import Asked, markers, prompts, render, static_prompt, summarize
-from firstlight_bench.results import Outcome
+from firstlight_bench.reports.results import Outcome
+from firstlight_bench.tools.advisor import Asked, markers, prompts, render, static_prompt, summarize
 from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.autoscale import markers, render, summarize
-from firstlight_bench.closed_loop import Answer
-from firstlight_bench.results import Outcome
+from firstlight_bench.clients.closed_loop import Answer
+from firstlight_bench.reports.results import Outcome
+from firstlight_bench.tools.autoscale import markers, render, summarize
 from tests.bench.bench_cli import run_bench
 
 AUTOSCALE_BEGIN, AUTOSCALE_END = markers(simulated=True)

@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from firstlight.cli import app
-from firstlight_bench.results import validate_results
+from firstlight_bench.reports.results import validate_results
 
 runner = CliRunner()
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -213,7 +213,7 @@ def test_an_unknown_preset_is_named() -> None:
 def test_listing_the_bench_commands_imports_no_measurement_tool() -> None:
     """``firstlight bench --help`` names every tool from its one-line help; a tool's
     module (and what it imports) loads only when that tool runs."""
-    from firstlight_bench.tools import TOOLS
+    from firstlight_bench.registry import TOOLS
 
     script = (
         "import json, sys\n"
@@ -230,5 +230,5 @@ def test_listing_the_bench_commands_imports_no_measurement_tool() -> None:
     help_text, loaded = done.stdout.rsplit("LOADED", 1)
     for name in TOOLS:
         assert f" {name} " in help_text, name
-    tools = {f"firstlight_bench.{name.replace('-', '_')}" for name in TOOLS}
+    tools = {f"firstlight_bench.tools.{name.replace('-', '_')}" for name in TOOLS}
     assert not tools & set(json.loads(loaded)), loaded

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.live_tables import live_table, live_vs_sim_table, render_live_sections
-from firstlight_bench.results import short_commit
-from firstlight_bench.suite import BEGIN, END, render_tables, replace_tables, run_suite
+from firstlight_bench.reports.live_tables import live_table, live_vs_sim_table, render_live_sections
+from firstlight_bench.reports.results import short_commit
+from firstlight_bench.reports.sections import BEGIN, END, replace_tables
+from firstlight_bench.suite import render_tables, run_suite
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]

@@ -1,4 +1,4 @@
-"""The closed loop (``firstlight_bench.closed_loop``), offline: the loop through a scripted
+"""The closed loop (``firstlight_bench.clients.closed_loop``), offline: the loop through a scripted
 sender (numbering, streamed and not in turn, times on its clock, the deadline), then its
 plain httpx sender against a scripted server (``httpx.MockTransport``): every answer
 checked, nothing retried. The official client's sender: ``test_closed_loop_openai.py``."""
@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from firstlight_bench.closed_loop import (
+from firstlight_bench.clients.closed_loop import (
     HUNG,
     Answer,
     ChatRequest,

@@ -1,4 +1,4 @@
-"""The closed loop's official-client sender (``firstlight_bench.closed_loop_openai``),
+"""The closed loop's official-client sender (``firstlight_bench.clients.closed_loop_openai``),
 offline against a scripted server (``httpx2.MockTransport``: the official client is built
 on ``httpx2``): an answer counts only when whole, a connection dropped once is retried by
 the client (its default), and one that keeps failing is lost with the client's own error."""
@@ -9,8 +9,8 @@ import json
 
 import httpx2
 
-from firstlight_bench.closed_loop import ClosedLoop
-from firstlight_bench.closed_loop_openai import OpenAISender
+from firstlight_bench.clients.closed_loop import ClosedLoop
+from firstlight_bench.clients.closed_loop_openai import OpenAISender
 
 TOKENS = 4
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from firstlight_bench.cpu_share import GROUPS, cores_used, group_of, snapshot
+from firstlight_bench.tools.cpu_share import GROUPS, cores_used, group_of, snapshot
 
 
 @pytest.mark.parametrize(

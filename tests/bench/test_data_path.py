@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.data_path import PATHS, markers, render_markdown
+from firstlight_bench.reports.data_path_report import PATHS, markers, render_markdown
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 from tests.bench.test_serving_bench import REPO

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.day import BYTES_PER_TOKEN, day_metrics, in_peak
-from firstlight_bench.day_plot import plot_run
-from firstlight_bench.day_report import day_tables
-from firstlight_bench.results import Outcome
-from firstlight_bench.sim import run_sim
+from firstlight_bench.reports.day_plot import plot_run
+from firstlight_bench.reports.day_report import day_tables
+from firstlight_bench.reports.results import Outcome
+from firstlight_bench.simulator.day import BYTES_PER_TOKEN, day_metrics, in_peak
+from firstlight_bench.simulator.sim import run_sim
 from firstlight_bench.workloads import FleetEvent
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.decision import BEGIN, END, render_table, replace_table
+from firstlight_bench.tools.decision import BEGIN, END, render_table, replace_table
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 

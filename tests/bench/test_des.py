@@ -13,16 +13,16 @@ from firstlight.engine.sim import profiles
 from firstlight.engine.sim.profiles import SimProfile
 from firstlight.errors import ConfigError
 from firstlight.routing import RequestView
-from firstlight_bench.cluster import (
+from firstlight_bench.reports.results import Outcome, summarize
+from firstlight_bench.simulator.cluster import (
     ARMS,
     CROSS_REGION_ARMS,
     ClusterSpec,
     block_hashes,
     kv_blocks_for,
 )
-from firstlight_bench.des import SimRun, simulate
-from firstlight_bench.results import Outcome, summarize
-from firstlight_bench.sim import default_rtt_ms
+from firstlight_bench.simulator.des import SimRun, simulate
+from firstlight_bench.simulator.sim import default_rtt_ms
 from firstlight_bench.workloads import FleetEvent, TraceRequest, Workload, generate
 from tests.conftest import FakeClock
 
@@ -287,7 +287,7 @@ def test_every_arm_completes_a_two_region_trace(arm: str) -> None:
 
 
 def test_gateways_take_requests_in_turn_and_each_reserves_only_its_own() -> None:
-    from firstlight_bench.sim_region import SimRegion
+    from firstlight_bench.simulator.sim_region import SimRegion
 
     clock = FakeClock(0.0)
     cluster = ClusterSpec(1, 2, kv_cache_blocks=2_000, gateways=3)
@@ -308,7 +308,7 @@ def test_gateways_take_requests_in_turn_and_each_reserves_only_its_own() -> None
 
 @pytest.mark.parametrize("share_ms", [1.0, None])
 def test_gateways_hear_each_others_routes_after_the_share_delay(share_ms: float | None) -> None:
-    from firstlight_bench.sim_region import SimRegion
+    from firstlight_bench.simulator.sim_region import SimRegion
 
     clock = FakeClock(0.0)
     cluster = ClusterSpec(1, 2, kv_cache_blocks=2_000, gateways=2, route_share_ms=share_ms)
@@ -511,7 +511,7 @@ def test_the_cost_model_arm_records_the_ttft_it_predicted_for_its_route() -> Non
 
 
 def test_a_request_served_where_it_arrived_executes_its_admitted_estimate() -> None:
-    from firstlight_bench.sim_region import SimRegion
+    from firstlight_bench.simulator.sim_region import SimRegion
 
     clock = FakeClock(0.0)
     region = SimRegion.build(0, ClusterSpec(1, 4, kv_cache_blocks=2_000), "firstlight", 0, clock)
@@ -532,8 +532,8 @@ def test_the_simulator_runs_the_policy_once_per_request(arm: str) -> None:
     """The region decision's estimate is the route: the simulator, like the gateway,
     ranks the replicas once per request (it used to rank them again after the
     estimate). Counted by wrapping each gateway's policy object."""
-    import firstlight_bench.des as des
-    from firstlight_bench.sim_region import SimRegion
+    import firstlight_bench.simulator.des as des
+    from firstlight_bench.simulator.sim_region import SimRegion
 
     calls: list[str] = []
     build = SimRegion.build

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight_bench.driver import region_index, replay
-from firstlight_bench.live import run_live
-from firstlight_bench.results import Outcome, validate_results
+from firstlight_bench.clients.driver import region_index, replay
+from firstlight_bench.clients.live import run_live
+from firstlight_bench.reports.results import Outcome, validate_results
 from firstlight_bench.workloads import TraceRequest, Workload
 from tests.serve.cluster import platform_config, sim_model
 

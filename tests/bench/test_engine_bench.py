@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.engine import IDLE_BEGIN, IDLE_END, emit, render_idle
-from firstlight_bench.engine_table import (
+from firstlight_bench.tools.engine import IDLE_BEGIN, IDLE_END, emit, render_idle
+from firstlight_bench.tools.engine_table import (
     COMPARE_BEGIN,
     COMPARE_END,
     QUANT_BEGIN,

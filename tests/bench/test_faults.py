@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.faults import BEGIN, END, SCENARIOS, Scenario, fill, render, summarize
+from firstlight_bench.tools.faults import BEGIN, END, SCENARIOS, Scenario, fill, render, summarize
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 from tests.conftest import REPO_ROOT

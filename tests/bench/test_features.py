@@ -17,12 +17,22 @@ from hypothesis import strategies as st
 from openai.types import Completion, Model
 from openai.types.chat import ChatCompletion
 
-from firstlight_bench.features_checks import (
+from firstlight_bench.reports.features_report import (
+    FEATURE_TITLES,
+    FeatureResult,
+    FeaturesMeta,
+    FeaturesReport,
+    ServerFeatures,
+    markers,
+    render_markdown,
+    render_stored,
+)
+from firstlight_bench.tools.features_checks import (
     CITY_SCHEMA,
     FEATURES,
     WEATHER_PARAMETERS,
 )
-from firstlight_bench.features_judges import (
+from firstlight_bench.tools.features_judges import (
     is_json_prefix,
     judge_echo,
     judge_json_object,
@@ -37,16 +47,6 @@ from firstlight_bench.features_judges import (
     judge_seed,
     judge_stop,
     pick_stop_word,
-)
-from firstlight_bench.features_report import (
-    FEATURE_TITLES,
-    FeatureResult,
-    FeaturesMeta,
-    FeaturesReport,
-    ServerFeatures,
-    markers,
-    render_markdown,
-    render_stored,
 )
 from tests.bench.bench_cli import run_bench
 from tests.conftest import VENV_BIN, Prepared

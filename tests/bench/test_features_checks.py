@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx2
 
-from firstlight_bench.features_checks import FEATURES, BiasToken, check_server
-from firstlight_bench.features_report import FeatureResult
+from firstlight_bench.reports.features_report import FeatureResult
+from firstlight_bench.tools.features_checks import FEATURES, BiasToken, check_server
 from tests.bench.test_features import choice, completion_body, token_logprobs, tool_call
 
 _BASIC_FIELDS = frozenset({"model", "messages", "max_tokens", "temperature", "stream", "prompt"})

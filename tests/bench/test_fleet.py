@@ -6,10 +6,10 @@ import pytest
 
 from firstlight.engine.sim import PROFILES
 from firstlight.errors import ConfigError
-from firstlight_bench.cluster import ClusterSpec, block_hashes, parse_fleet
-from firstlight_bench.des import simulate
-from firstlight_bench.floor import floor_ttfts_ms
-from firstlight_bench.sim import region_profiles
+from firstlight_bench.simulator.cluster import ClusterSpec, block_hashes, parse_fleet
+from firstlight_bench.simulator.des import simulate
+from firstlight_bench.simulator.floor import floor_ttfts_ms
+from firstlight_bench.simulator.sim import region_profiles
 from firstlight_bench.workloads import WORKLOADS, generate
 
 H100, A100, L4 = (PROFILES[n] for n in ("h100-llama-8b", "a100-llama-8b", "l4-llama-8b"))

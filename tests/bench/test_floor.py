@@ -6,7 +6,7 @@ import pytest
 
 from firstlight.engine.sim import PROFILES
 from firstlight.prefix import HashScheme, hint_hashes
-from firstlight_bench.floor import floor_ttfts_ms
+from firstlight_bench.simulator.floor import floor_ttfts_ms
 from firstlight_bench.workloads import TraceRequest, Workload
 
 H100 = PROFILES["h100-llama-8b"]

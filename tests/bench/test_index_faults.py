@@ -15,17 +15,17 @@ import pytest
 
 from firstlight.config import HintsConfig
 from firstlight.hints import redis_client
-from firstlight_bench.index_faults import (
+from firstlight_bench.reports.results import read_report
+from firstlight_bench.tools.index_faults import (
     FAULTS,
     INDEX_BEGIN,
     INDEX_END,
     FaultName,
-    measure,
     render,
     render_report,
     summarize,
 )
-from firstlight_bench.results import read_report
+from firstlight_bench.tools.index_faults_run import measure
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 

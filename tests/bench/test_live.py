@@ -11,8 +11,8 @@ import pytest
 
 from firstlight.config import PlatformConfig
 from firstlight.errors import ConfigError
-from firstlight_bench.live import run_live_arms, with_policy
-from firstlight_bench.results import validate_results
+from firstlight_bench.clients.live import run_live_arms, with_policy
+from firstlight_bench.reports.results import validate_results
 from tests.serve.cluster import platform_config, sim_model
 
 MODEL = "sim-live"

@@ -1,4 +1,4 @@
-"""The KV offload study (``firstlight_bench.offload``): its arms, its report, and the
+"""The KV offload study (``firstlight_bench.tools.offload``): its arms, its report, and the
 stored run docs/routing.md shows."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from firstlight.engine.sim import get_profile
-from firstlight_bench.offload import (
+from firstlight_bench.tools.offload import (
     ARMS,
     OFFLOAD_BEGIN,
     OFFLOAD_END,

@@ -19,7 +19,7 @@ from firstlight_bench.options import (
     rewrote_tables,
     tables_page,
 )
-from firstlight_bench.results import run_header
+from firstlight_bench.reports.results import run_header
 
 
 def test_tables_only_rewrites_the_page_from_the_stored_report(tmp_path: Path) -> None:

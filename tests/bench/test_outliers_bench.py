@@ -13,16 +13,9 @@ from typing import Any
 import pytest
 
 from firstlight.telemetry.outliers import OutlierRecord
-from firstlight_bench.outliers import (
-    FIELDS,
-    Asked,
-    markers,
-    planted_messages,
-    render,
-    steady_messages,
-    summarize,
-)
-from firstlight_bench.results import Outcome
+from firstlight_bench.reports.results import Outcome
+from firstlight_bench.tools.outliers import FIELDS, markers, render, summarize
+from firstlight_bench.tools.outliers_run import Asked, planted_messages, steady_messages
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import typer
 
-from firstlight_bench.peers import app
-from firstlight_bench.peers_report import ARMS, PHASES, markers, render_markdown
+from firstlight_bench.reports.peers_report import ARMS, PHASES, markers, render_markdown
+from firstlight_bench.tools.peers import app
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 from tests.conftest import VENV_BIN, Prepared

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.peers_report import (
+from firstlight_bench.reports.peers_report import (
     ARM_LABELS,
     ARMS,
     abba,

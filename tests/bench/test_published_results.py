@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.results import validate_results
+from firstlight_bench.reports.results import validate_results
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 BENCHMARKS = DOCS / "benchmarks"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from firstlight_bench.quantization import ReferenceDtype, app
+from firstlight_bench.tools.quantization import ReferenceDtype, app
 from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).parents[2]

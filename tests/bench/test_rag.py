@@ -1,5 +1,5 @@
-"""The RAG benchmark's workload and report (``firstlight_bench.rag``,
-``firstlight_bench.rag_workload``), and the stored run the docs show."""
+"""The RAG benchmark's workload and report (``firstlight_bench.tools.rag``,
+``firstlight_bench.tools.rag_workload``), and the stored run the docs show."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.rag import RAG_BEGIN, RAG_END, Asked, render, summarize
-from firstlight_bench.rag_workload import rag_cases
-from firstlight_bench.results import Outcome
+from firstlight_bench.reports.results import Outcome
+from firstlight_bench.tools.rag import RAG_BEGIN, RAG_END, Asked, render, summarize
+from firstlight_bench.tools.rag_workload import rag_cases
 from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from firstlight.routing import RequestView
-from firstlight_bench.region_arms import (
+from firstlight_bench.simulator.region_arms import (
     GORGO_W_QUEUE,
     GORGO_W_RTT,
     Gorgo,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.report import replot, write_run
-from firstlight_bench.results import Outcome, summarize, validate_results
+from firstlight_bench.reports.report import replot, write_run
+from firstlight_bench.reports.results import Outcome, summarize, validate_results
 
 PLOT_KEYS = ("ttft_vs_load", "hit_rate_vs_load", "goodput_vs_load")
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.results import (
+from firstlight_bench.reports.results import (
     DEFAULT_SLOS,
     Outcome,
     Slo,

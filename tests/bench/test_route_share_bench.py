@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight_bench.route_share import SHARE_BEGIN, SHARE_END, render_share
+from firstlight_bench.tools.route_share import SHARE_BEGIN, SHARE_END, render_share
 from tests.bench.bench_cli import run_bench
 
 REPO = Path(__file__).parents[2]

@@ -11,20 +11,18 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.serving import MODEL, REGION, bench_config
-from firstlight_bench.serving_report import (
+from firstlight_bench.reports.serving_markdown import hops, markers, plot_hops, render_markdown
+from firstlight_bench.reports.serving_report import (
     added_latency,
     capacity,
-    hops,
-    markers,
     phase,
-    plot_hops,
     render,
-    render_markdown,
     summarize,
     target,
     throughput,
 )
+from firstlight_bench.tools.serving import bench_config
+from firstlight_bench.tools.serving_paths import MODEL, REGION
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 
@@ -32,7 +30,7 @@ REPO = Path(__file__).parents[2]
 
 
 def _row(gateways: int, block: int, concurrency: int, per_s: float, cores: float) -> dict[str, Any]:
-    """A capacity row as :func:`~firstlight_bench.serving_gateways.capacity_block` makes
+    """A capacity row as :func:`~firstlight_bench.tools.serving_gateways.capacity_block` makes
     it: ``per_s`` requests/s over 1 s, ``cores`` split between gateways and clients."""
     row = throughput([10.0] * int(per_s), 1.0, 0, concurrency)
     split = {"gateways": cores / 2, "clients": cores / 2}

@@ -6,10 +6,10 @@ import pytest
 
 from firstlight.errors import ConfigError
 from firstlight.quantiles import percentile
-from firstlight_bench.cluster import ClusterSpec, block_hashes
-from firstlight_bench.des import simulate
-from firstlight_bench.floor import floor_ttfts_ms
-from firstlight_bench.sim import PUBLISHED_RTT_MS, default_rtt_ms, measure_capacity_rps
+from firstlight_bench.simulator.cluster import ClusterSpec, block_hashes
+from firstlight_bench.simulator.des import simulate
+from firstlight_bench.simulator.floor import floor_ttfts_ms
+from firstlight_bench.simulator.sim import PUBLISHED_RTT_MS, default_rtt_ms, measure_capacity_rps
 from firstlight_bench.workloads import generate
 
 

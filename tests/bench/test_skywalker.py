@@ -4,7 +4,7 @@ tree's 0.5 rule, and pushing across regions only when nothing local is free."""
 from __future__ import annotations
 
 from firstlight.routing import RequestView
-from firstlight_bench.skywalker import MAX_PEER_QUEUE, PeerStatus, SkyLb
+from firstlight_bench.simulator.skywalker import MAX_PEER_QUEUE, PeerStatus, SkyLb
 
 
 def view(request_id: str, blocks: tuple[int, ...]) -> RequestView:

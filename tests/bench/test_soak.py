@@ -11,7 +11,7 @@ import pytest
 
 from firstlight.config import PlatformConfig
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight_bench.soak import SoakReport, soak
+from firstlight_bench.tools.soak import SoakReport, soak
 from tests.bench.bench_cli import run_bench
 from tests.serve.cluster import platform_config, sim_model
 
@@ -60,7 +60,7 @@ def test_the_exit_status_says_whether_a_request_was_lost(
     async def fake_soak(*args: Any, **kwargs: Any) -> SoakReport:
         return SoakReport(60.0, kwargs["clients"], requests=10, lost=lost)
 
-    monkeypatch.setattr("firstlight_bench.soak.soak", fake_soak)
+    monkeypatch.setattr("firstlight_bench.tools.soak.soak", fake_soak)
     result = run_bench("soak", "--minutes", "1", "--clients", "2", "--no-tracemalloc")
     assert result.exit_code == status, result.output
     assert deployed == ["stopped", "ray down"]

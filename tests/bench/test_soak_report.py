@@ -1,6 +1,6 @@
-"""The soak run's stored record and its markdown (``firstlight_bench.soak_report``), its
+"""The soak run's stored record and its markdown (``firstlight_bench.reports.soak_report``), its
 sampling schedule and options, and how it reaches every gateway of a region through a
-handle that picks one (``firstlight_bench.soak_memory.each_gateway``) — all without Ray."""
+handle that picks one (``firstlight_bench.tools.soak_memory.each_gateway``) — all without Ray."""
 
 from __future__ import annotations
 
@@ -13,9 +13,7 @@ from typing import Any
 import pytest
 
 from firstlight.telemetry.memory import MemoryGrowth, MemoryOwner
-from firstlight_bench.soak import SoakReport, sample_times
-from firstlight_bench.soak_memory import each_gateway
-from firstlight_bench.soak_report import (
+from firstlight_bench.reports.soak_report import (
     SOAK_BEGIN,
     SOAK_END,
     gateway_rows,
@@ -23,6 +21,8 @@ from firstlight_bench.soak_report import (
     rewrite_page,
     write_run,
 )
+from firstlight_bench.tools.soak import SoakReport, sample_times
+from firstlight_bench.tools.soak_memory import each_gateway
 from tests.bench.bench_cli import run_bench
 from tests.bench.pages import shown_section
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from firstlight_bench.spread import (
+from firstlight_bench.reports.spread import (
     Spread,
     best_other,
     mean_points,

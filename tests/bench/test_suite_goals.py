@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from firstlight_bench.suite_goals import goals_table
+from firstlight_bench.reports.suite_goals import goals_table
 
 LOADS = (0.5, 0.75, 0.9, 1.0, 1.2)
 

@@ -17,8 +17,8 @@ import pytest
 
 from firstlight.telemetry import GatewayTelemetry
 from firstlight.telemetry.metrics import RequestObservation
-from firstlight_bench import telemetry as bench
-from firstlight_bench.telemetry import per_request_us, render_ms
+from firstlight_bench.tools import telemetry as bench
+from firstlight_bench.tools.telemetry import per_request_us, render_ms
 from tests.bench.bench_cli import run_bench
 
 FINISH_COST_S = {True: 3e-6, False: 1e-6}

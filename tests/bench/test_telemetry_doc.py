@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from firstlight_bench.telemetry import markers, render_markdown
+from firstlight_bench.tools.telemetry import markers, render_markdown
 from tests.bench.pages import shown_section
 
 REPO = Path(__file__).parents[2]

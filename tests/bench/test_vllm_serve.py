@@ -9,8 +9,8 @@ import argparse
 
 import pytest
 
-from firstlight_bench import vllm_serve
-from firstlight_bench.vllm_serve import build_args
+from firstlight_bench.tools import vllm_serve
+from firstlight_bench.tools.vllm_serve import build_args
 from tests.bench.bench_cli import run_bench
 
 

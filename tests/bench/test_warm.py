@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from firstlight.errors import ConfigError
-from firstlight_bench.cluster import ClusterSpec, block_hashes
-from firstlight_bench.des import _Run, simulate
-from firstlight_bench.sim import default_rtt_ms
-from firstlight_bench.warm import WarmRecord, warm_metrics, warm_table
+from firstlight_bench.simulator.cluster import ClusterSpec, block_hashes
+from firstlight_bench.simulator.des import _Run, simulate
+from firstlight_bench.simulator.sim import default_rtt_ms
+from firstlight_bench.simulator.warm import WarmRecord, warm_metrics, warm_table
 from firstlight_bench.workloads import Workload, generate
 
 TRACE = str(Path(__file__).parent / "data" / "mooncake-synthetic.jsonl")

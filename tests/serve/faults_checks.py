@@ -1,7 +1,7 @@
 """What the fault tests (``test_peer_blackhole.py``, ``test_redis_outage.py``) read
-beside the answers their :class:`~firstlight_bench.closed_loop.ClosedLoop` checks: each
+beside the answers their :class:`~firstlight_bench.clients.closed_loop.ClosedLoop` checks: each
 request's response headers and times, recorded by a transport the load's clients share
-(its :class:`~firstlight_bench.closed_loop.HttpxSender`'s), and the routing decision the
+(its :class:`~firstlight_bench.clients.closed_loop.HttpxSender`'s), and the routing decision the
 gateway explains in ``x-firstlight-decision``.
 
 The loop checks every answer's body (text, usage, ``[DONE]``, no error event) but keeps
@@ -21,7 +21,7 @@ from typing import NamedTuple
 import httpx
 
 from firstlight.quantiles import percentile
-from firstlight_bench.closed_loop import Answer
+from firstlight_bench.clients.closed_loop import Answer
 
 __all__ = [
     "Exchange",

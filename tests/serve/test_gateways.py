@@ -17,8 +17,8 @@ import pytest
 
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
 from firstlight.telemetry.gateways import LIVE_FOR_S
-from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
-from firstlight_bench.serving_gateways import served_by_gateway
+from firstlight_bench.clients.closed_loop import Answer, ClosedLoop, HttpxSender
+from firstlight_bench.tools.serving_gateways import served_by_gateway
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 OPERATOR = {"authorization": f"Bearer {API_KEY}"}

@@ -33,7 +33,7 @@ import pytest
 
 from firstlight._ports import free_port
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
+from firstlight_bench.clients.closed_loop import Answer, ClosedLoop, HttpxSender
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 from tests.serve.faults_checks import RecordingTransport, request_number, ttft_percentiles_ms
 

@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from firstlight.serve.local_mode import start_local, stop_local
-from firstlight_bench.closed_loop import ClosedLoop, HttpxSender
+from firstlight_bench.clients.closed_loop import ClosedLoop, HttpxSender
 from tests.hints.conftest import RedisServer
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 from tests.serve.faults_checks import PricedDecision, RecordingTransport, parse_decision

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from firstlight.serve.local_mode import LocalPlatform, start_local, stop_local
-from firstlight_bench.closed_loop import Answer, ClosedLoop, HttpxSender
+from firstlight_bench.clients.closed_loop import Answer, ClosedLoop, HttpxSender
 from tests.serve.cluster import API_KEY, platform_config, sim_model
 
 MODEL = "sim-region-down"

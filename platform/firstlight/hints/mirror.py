@@ -86,7 +86,7 @@ class HintMirror:
         self._host: HintMirror | None = None
 
     def __deepcopy__(self, memo: dict[int, Any]) -> HintMirror:
-        """A copy for the benchmark's hindsight forks (``firstlight_bench.des``), table
+        """A copy for the benchmark's hindsight forks (``firstlight_bench.simulator.des``), table
         by table: block hashes, replica ids and times are immutable, so this is a
         hundred times faster than a generic deep copy of a large index. The clock is
         copied through ``memo``: a copied simulation's mirror reads that copy's clock."""

@@ -19,7 +19,7 @@ uncorrected service time, does not depend on who predicted).
 This module is the pure part: the record and its wire form (:func:`encode_routes`,
 :func:`decode_routes`). The Redis pub/sub adapter is
 :class:`firstlight.serve.route_share.RouteShare`; the benchmark's simulator delivers the
-same events after a configured delay (:mod:`firstlight_bench.sim_region`).
+same events after a configured delay (:mod:`firstlight_bench.simulator.sim_region`).
 """
 
 from __future__ import annotations

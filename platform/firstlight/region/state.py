@@ -145,7 +145,7 @@ class RouterState:
 
         Called by :meth:`FirstlightRequestRouter.update_replicas
         <firstlight.serve.request_router.FirstlightRequestRouter.update_replicas>` and by
-        the index-faults benchmark's router (``firstlight_bench.index_faults``)."""
+        the index-faults benchmark's router (``firstlight_bench.tools.index_faults``)."""
         present = frozenset(replica_ids)
         dropped = {}
         for gone in sorted(self.present - present):
@@ -319,7 +319,7 @@ class RouterState:
         """The request's ticket in this region: the cost model's estimate now (for the
         region decision), to be committed if the request is served here. Called by the
         gateway once per request and once per retry (:mod:`firstlight.api.gateway`), and
-        by the benchmark's simulator (:mod:`firstlight_bench.sim_region`), which passes
+        by the benchmark's simulator (:mod:`firstlight_bench.simulator.sim_region`), which passes
         ``estimate=False`` where no region decision is taken: the ticket then holds no
         estimate and :meth:`Ticket.commit` runs the policy."""
         if not estimate:

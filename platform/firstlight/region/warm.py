@@ -18,7 +18,7 @@ cost model's own terms:
 :func:`price_warm` prices the three; :func:`choose_warm` picks between them as the
 region decision would: the pull is taken when it beats both serving here and the peer
 the decision would spill to, otherwise the decision stands. Pure; called only by the
-benchmark's simulator (:mod:`firstlight_bench.des`) when its cluster states a WAN
+benchmark's simulator (:mod:`firstlight_bench.simulator.des`) when its cluster states a WAN
 bandwidth: the gateway has no KV transport between regions, so the serving path never
 pulls (see docs/benchmarks.md, "The warm region").
 """

@@ -4,7 +4,7 @@ Ray builds it with the platform config, the region and one deployment handle per
 (:func:`firstlight.serve.app.region_app`), then asks it for its ASGI app
 (``__serve_build_asgi_app__``, after the constructor). It adapts Ray to the gateway's
 :class:`~firstlight.api.gateway.LocalBackend` (handles and their routers' state) and owns
-the gateway's HTTP client and peer-probe task. The soak run (``firstlight_bench.soak``)
+the gateway's HTTP client and peer-probe task. The soak run (``firstlight_bench.tools.soak``)
 calls its ``memory_*`` methods through a deployment handle: ``tracemalloc`` in this
 process, off until asked, then on until the process ends
 (:mod:`firstlight.telemetry.memory`).

@@ -1,6 +1,6 @@
 """Where a process's memory grows: ``tracemalloc`` snapshots compared, grouped by owner.
 
-Who calls what: the soak run (:mod:`firstlight_bench.soak`) reaches every gateway through
+Who calls what: the soak run (:mod:`firstlight_bench.tools.soak`) reaches every gateway through
 its Ray Serve deployment handle (``Gateway.memory_*``, which delegate to a
 :class:`MemoryProbe`): it starts tracing before the load, takes a baseline when its
 warm-up ends, and asks for the growth since the baseline at the end. Tracing is off

@@ -56,7 +56,7 @@ class WorkloadSpec:
     """Client regions when ``generate`` is not given ``regions``."""
     min_regions: int = 1
     fleet: str | None = None
-    """The simulated fleet it is meant for (a ``firstlight_bench.cluster.parse_fleet``
+    """The simulated fleet it is meant for (a ``firstlight_bench.simulator.cluster.parse_fleet``
     text): the benchmark's default for it; ``None``: a uniform fleet."""
     capacity_arm: str = "least_queue"
     """The arm whose sustainable rate is the benchmark's load 1.0: cache-blind

@@ -149,7 +149,7 @@ class SimProfile:
         ``(prompt_tokens - 1) // block_size`` blocks, as in vLLM) in chunks of
         ``max_num_batched_tokens``, one step each; the first token comes with the last.
 
-        The benchmark's ``floor`` reference (:mod:`firstlight_bench.floor`). Raises
+        The benchmark's ``floor`` reference (:mod:`firstlight_bench.simulator.floor`). Raises
         ``ValueError`` for a prompt of no tokens or a cached count outside it."""
         if prompt_tokens < 1 or not 0 <= cached_tokens <= prompt_tokens:
             raise ValueError(f"{cached_tokens} cached of a {prompt_tokens}-token prompt")
