@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,6 +20,7 @@ import typer
 import yaml
 
 __all__ = [
+    "EngineKind",
     "OutOption",
     "PageOption",
     "PageTablesOnlyOption",
@@ -35,6 +37,15 @@ __all__ = [
     "rewrote_tables",
     "tables_page",
 ]
+
+
+class EngineKind(StrEnum):
+    """What serves the model in a tool's run (``--engine``): vLLM (CPU or GPU), or the
+    simulator in real time (its runs are labelled simulated)."""
+
+    VLLM = "vllm"
+    SIM = "sim"
+
 
 OutOption = Annotated[
     Path | None,

