@@ -56,6 +56,7 @@ from fastapi import FastAPI
 from firstlight.api.gateway import GatewayCore
 from firstlight.api.prompts import build_encoder
 from firstlight.api.routes import build_fastapi
+from firstlight.api.token_quota import TokenQuota
 from firstlight.config import ModelConfig, PlatformConfig, parse_config
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest
 from firstlight.engine.sim import SimCore, SimEngine, Sleep, TrueCacheView
@@ -371,12 +372,13 @@ async def fake_gateway(
     hints: bool = True,
     peers: Sequence[FakeGateway] = (),
     peer_key: str = TEST_PEER_KEY,
+    tokens: TokenQuota | None = None,
 ) -> AsyncIterator[FakeGateway]:
     """The gateway the Ray ingress deployment would build
     (``Gateway.__init__``), over a :class:`FakeRegion` instead of Ray handles, with
-    per-key limits local to it and ``peers`` as its peer regions (other fake gateways,
-    reached in process at ``http://<region>``, each probed once for its summary; no
-    probe loop runs). Its hops are signed with ``peer_key`` (every fake region shares
+    per-key limits local to it (``tokens``: a token quota of the test's instead) and
+    ``peers`` as its peer regions (other fake gateways, reached in process at
+    ``http://<region>``, each probed once for its summary; no probe loop runs). Its hops are signed with ``peer_key`` (every fake region shares
     :data:`TEST_PEER_KEY` unless a test gives one another). Closes the HTTP clients, the
     telemetry and the engines on exit."""
     region = config.region or config.regions[0].name
@@ -401,7 +403,9 @@ async def fake_gateway(
         )
         stack.callback(telemetry.shutdown)
         encoders = {m.name: build_encoder(config, m) for m in config.models}
-        core = GatewayCore(config, region, backend, encoders, peers_table, peer_client, telemetry)
+        core = GatewayCore(
+            config, region, backend, encoders, peers_table, peer_client, telemetry, tokens=tokens
+        )
         app = build_fastapi(core)
         client = await stack.enter_async_context(
             httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")

@@ -8,7 +8,6 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
-from uuid import uuid4
 
 import pytest
 from redis.asyncio import Redis
@@ -16,8 +15,7 @@ from redis.asyncio import Redis
 from firstlight.api import limits as limits_module
 from firstlight.api.limits import KeyLimits
 from firstlight.errors import RateLimitedError
-
-REDIS_URL = "redis://127.0.0.1:6379/0"
+from tests.api.conftest import REDIS_URL
 
 
 class Clock:
@@ -26,19 +24,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    name = f"fltest:limits:{uuid4().hex[:8]}:"
-    yield name
-    client = Redis.from_url(REDIS_URL)
-    try:
-        keys = [k async for k in client.scan_iter(match=f"{name}*")]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
 
 
 @pytest.fixture

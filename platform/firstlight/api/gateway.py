@@ -21,7 +21,8 @@ metrics, the request's trace and the dashboard.
 
 Admission: more than ``gateway.max_in_flight`` requests at this gateway, or more than
 ``gateway.max_concurrent_per_key`` for one key, are refused at once (503 / 429 with
-``Retry-After``).
+``Retry-After``); once tokenized, a client's request reserves its tokens of the key's
+token quota (:mod:`firstlight.api.token_quota`), settled when its response ends.
 
 The region decision: a forwarded request (hop header) is served here unless the region
 is overloaded; with no healthy local replica the request **fails over** to the usable
@@ -61,19 +62,13 @@ from firstlight.api.plumbing import ClosingStream, closed_after, once, read_body
 from firstlight.api.prepare import RequestPreparer
 from firstlight.api.prompts import PromptEncoder
 from firstlight.api.ranker import EmbeddingRanker
-from firstlight.api.responses import (
-    Kind,
-    error_response,
-)
+from firstlight.api.responses import Kind, error_response
 from firstlight.api.resume import adopt_stream_id, resumed, take_resume
+from firstlight.api.token_quota import Reservation, TokenQuota, tokens_used
 from firstlight.config import PlatformConfig
 from firstlight.config.sections import DEFAULT_EMBEDDING_PACKAGE, packaged_model_dir
 from firstlight.dashboard import dashboard_state
-from firstlight.errors import (
-    ApiError,
-    ModelNotServedError,
-    NoCapacityError,
-)
+from firstlight.errors import ApiError, ModelNotServedError, NoCapacityError
 from firstlight.prefix import HashScheme
 from firstlight.regions.hop import CallerClaim, PeerHop
 from firstlight.regions.peers import PeerTable
@@ -112,6 +107,7 @@ class GatewayCore:
         telemetry: GatewayTelemetry,
         limits: KeyLimits | None = None,
         ranker: Ranker | None = None,
+        tokens: TokenQuota | None = None,
     ) -> None:
         self.config = config
         self.telemetry = telemetry
@@ -145,6 +141,7 @@ class GatewayCore:
         self._limits = limits or KeyLimits(
             gateway.max_concurrent_per_key, gateway.max_requests_per_minute_per_key
         )
+        self._tokens = tokens or TokenQuota.from_config(gateway)
         self._total_inflight = 0
         self.exposition_share: ExpositionShare | None = None
         """Set by the Ray gateway deployment: ``/metrics`` then shows every gateway of
@@ -198,6 +195,7 @@ class GatewayCore:
                 return self._refused(obs, exc)
             raise
         response: Response | None = None
+        reservation: Reservation | None = None
         try:
             if early is not None:
                 body = early
@@ -231,6 +229,9 @@ class GatewayCore:
                 input_tokens=prepared.routing.prompt_tokens,
             )
             bind_request(request_id, obs.span)  # its ids on every log record from here
+            if hop is None:  # a peer's forward was reserved in its own region
+                tokens = (prepared.routing.prompt_tokens, prepared.generation.sampling.max_tokens)
+                reservation = await self._tokens.reserve(caller.identity, *tokens)
             forwardable = HOP_HEADER not in request.headers
             response = await self._dispatcher.dispatch(
                 prepared, body, request, hop is not None, obs, forwardable=forwardable
@@ -251,16 +252,16 @@ class GatewayCore:
             response = error_response(ApiError("internal error; it has been logged"))
         finally:
             if response is None or not isinstance(response, StreamingResponse):
-                self._release(lease)
                 if response is not None:
                     obs.ended(response.status_code)
                 elif obs.status == 200:
                     obs.ended(500)
+                self._release(lease, reservation, obs)
                 self.telemetry.finish(obs)
         if isinstance(response, StreamingResponse):
 
             def release() -> None:
-                self._release(lease)
+                self._release(lease, reservation, obs)
                 self.telemetry.finish(obs)
 
             done = once(release)
@@ -272,9 +273,12 @@ class GatewayCore:
         self.telemetry.finish(obs)
         return error_response(exc)
 
-    def _release(self, lease: Lease) -> None:
+    def _release(
+        self, lease: Lease, reservation: Reservation | None, obs: RequestObservation
+    ) -> None:
         self._total_inflight -= 1
         self._limits.release(lease)
+        self._tokens.settle(reservation, tokens_used(obs, self.region))
 
     def models(self, request: Request) -> Response:
         """``GET /v1/models``: every served model, then each LoRA adapter (its ``parent``

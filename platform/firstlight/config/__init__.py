@@ -38,6 +38,7 @@ from firstlight.config.model import (
     SpeculativeConfig,
     VllmSettings,
 )
+from firstlight.config.quota import TokenQuotaConfig
 from firstlight.config.sections import (
     ENV_PREFIX,
     HintsConfig,
@@ -75,6 +76,7 @@ __all__ = [
     "SloConfig",
     "SpeculativeConfig",
     "TelemetryConfig",
+    "TokenQuotaConfig",
     "VllmSettings",
     "default_cache_dir",
     "load_config",

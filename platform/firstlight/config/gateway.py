@@ -1,15 +1,17 @@
 """The gateway's section: its listener, bounds on what a request may ask, timeouts, per-key
-limits and the data path (:class:`GatewayConfig`). Part of
-:class:`~firstlight.config.PlatformConfig`; import through :mod:`firstlight.config`.
+limits (the token quota's own settings: :mod:`firstlight.config.quota`) and the data path
+(:class:`GatewayConfig`). Part of :class:`~firstlight.config.PlatformConfig`; import
+through :mod:`firstlight.config`.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from firstlight.config._base import Section
+from firstlight.config._base import FieldValueError, Section
+from firstlight.config.quota import TokenQuotaConfig
 
 __all__ = ["GatewayConfig"]
 
@@ -61,6 +63,14 @@ class GatewayConfig(Section):
     """Requests one API key may start per minute, across all gateways of the region
     (shared through the hints Redis); more are refused with 429 and ``Retry-After``.
     ``null``: no rate limit."""
+    max_tokens_per_minute_per_key: Annotated[int | None, Field(ge=1, le=1_000_000_000_000)] = None
+    """Tokens (prompt and output) one API key may use per minute, shared as
+    ``token_quota.scope`` says. A request reserves its prompt and its ``max_tokens`` at
+    admission and is settled to what it used when it ends; one that does not fit is
+    refused with 429 and ``Retry-After``. ``null``: no token quota."""
+    token_quota: TokenQuotaConfig = TokenQuotaConfig()
+    """How the token quota is reserved and shared (only with
+    ``max_tokens_per_minute_per_key``)."""
     max_in_flight: Annotated[int, Field(ge=1, le=1_000_000)] = 4096
     """Requests one gateway holds at once, all keys together (its queue bound); more
     are refused at once with 503 and ``Retry-After``."""
@@ -88,3 +98,14 @@ class GatewayConfig(Section):
     """Resume a stream whose replica failed mid-way on another replica (the prompt plus
     the tokens already sent), so the client sees one uninterrupted answer. Off: the
     stream ends with an error event."""
+
+    @model_validator(mode="after")
+    def _lease_within_the_quota(self) -> Self:
+        quota, lease = self.max_tokens_per_minute_per_key, self.token_quota.lease_tokens
+        if quota is not None and lease is not None and lease > quota:
+            raise FieldValueError(
+                "token_quota.lease_tokens",
+                lease,
+                f"more than the whole quota (max_tokens_per_minute_per_key = {quota})",
+            )
+        return self

@@ -28,7 +28,8 @@ from firstlight.api.gateway import GatewayCore
 from firstlight.api.limits import KeyLimits
 from firstlight.api.prompts import build_encoder
 from firstlight.api.routes import build_fastapi
-from firstlight.config import PlatformConfig
+from firstlight.api.token_quota import TokenQuota, TokenStore
+from firstlight.config import HintsConfig, PlatformConfig
 from firstlight.engine.protocol import GenerationChunk, GenerationRequest, OpenAICall, RenderedChunk
 from firstlight.errors import FirstlightError
 from firstlight.hints._redis import redis_client
@@ -105,6 +106,36 @@ def _shared_limits(config: PlatformConfig, region: str) -> KeyLimits:
     )
 
 
+def _token_quota(config: PlatformConfig, region: str) -> TokenQuota:
+    """The per-key token quota, shared with the region's other gateways through the
+    hints Redis (``scope: region``) or with every region's through
+    ``gateway.token_quota.redis_url`` (``scope: global``); this gateway's alone when that
+    Redis's password reference cannot be resolved (logged)."""
+    gateway = config.gateway
+    settings = gateway.token_quota
+    if gateway.max_tokens_per_minute_per_key is None:
+        return TokenQuota.from_config(gateway)
+    if settings.scope == "region":
+        client = _region_redis(config, region, "token quotas")
+        prefix = hint_key_prefix(config, region)
+    else:
+        assert settings.redis_url is not None  # the config requires it for global
+        # The quota's own Redis, connected as the hints' is (only these fields are read).
+        endpoint = HintsConfig(
+            redis_url=settings.redis_url,
+            password=settings.password,
+            tls_ca_file=settings.tls_ca_file,
+        )
+        try:
+            client = redis_client(endpoint, connect_timeout_s=settings.deadline_ms / 1000)
+        except FirstlightError as exc:
+            _log.warning("region %s: token quotas stay local: %s", region, exc)
+            client = None
+        prefix = f"{config.hints.key_prefix}global:"
+    store = None if client is None else TokenStore(client, prefix)
+    return TokenQuota.from_config(gateway, store)
+
+
 def _gateway_id() -> str:
     """This gateway replica's Ray replica id (its ``gateway`` label in metrics)."""
     from ray import serve
@@ -159,6 +190,7 @@ class Gateway:
             self._client,
             self._telemetry,
             _shared_limits(self._config, region),
+            tokens=_token_quota(self._config, region),
         )
         self._metrics = ExpositionShare(
             _gateway_id(),
