@@ -22,12 +22,13 @@ class TokenQuotaConfig(Section):
     """How the per-key token quota is reserved, shared and enforced while its Redis is
     unreachable (docs/reliability.md, "Token quota")."""
 
-    reserve_output_tokens: Annotated[int | None, Field(ge=1, le=1_048_576)] = None
+    reserve_output_tokens: Annotated[int | None, Field(ge=1, le=1_048_576)] = 1024
     """Output tokens a request reserves at admission, at most (its prompt is always
-    reserved whole). ``null``: the request's whole ``max_tokens`` (or, when it sets none,
-    all it may be given), so the quota is never exceeded. A number admits more requests
-    at once; what a request uses beyond its reservation is charged when it ends, so the
-    quota may then be exceeded by that much."""
+    reserved whole); what it uses beyond is charged when it ends, so the quota may be
+    exceeded by one request's overrun. Bounded by default because a request that sets no
+    ``max_tokens`` may be given the whole context, and reserving that would refuse every
+    such request on a quota smaller than the model's context. ``null``: the request's
+    whole ``max_tokens`` (or all it may be given), so the quota is never exceeded."""
     scope: Literal["region", "global"] = "region"
     """Who shares the quota: ``region``, every gateway of the region through the hints
     Redis (as the request limits); ``global``, every gateway of every region through the
