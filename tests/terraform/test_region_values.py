@@ -148,7 +148,7 @@ def test_extra_values_are_deep_merged(tmp_path: Path) -> None:
     """The hole: extra_values was merged at the top level only, so setting one nested
     value dropped every computed setting beside it (here the head's requests and the
     GPU worker group under rayCluster, and the Ingress's hosts)."""
-    extra = {
+    extra: dict[str, Any] = {
         "rayCluster": {"head": {"resources": {"limits": {"memory": "16Gi"}}}},
         "ingress": {"annotations": {"traefik.ingress.kubernetes.io/router.priority": "10"}},
         "router": {"spill_over": {"enabled": False}},
