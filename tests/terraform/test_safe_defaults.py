@@ -60,10 +60,11 @@ def test_the_api_endpoint_cidrs_are_required_and_empty_means_private() -> None:
 
 
 def _variables_root(tmp_path: Path, tfvars: dict[str, Any]) -> Path:
-    """The region module's variables.tf alone, to let Terraform judge inputs."""
+    """The region module's variables alone, to let Terraform judge inputs."""
     root = tmp_path / "variables"
     root.mkdir()
-    (root / "variables.tf").write_text((REGION / "variables.tf").read_text(encoding="utf-8"))
+    for name in ("variables.tf", "firstlight_variables.tf"):
+        (root / name).write_text((REGION / name).read_text(encoding="utf-8"))
     (root / "out.tf").write_text(
         'output "public" {\n  value = length(var.endpoint_public_access_cidrs) > 0\n}\n'
     )
@@ -82,6 +83,8 @@ REQUIRED = {
         "kuberay": "https://charts.example.com/kuberay",
         "traefik": "https://charts.example.com/traefik",
         "nvidia_device_plugin": "https://charts.example.com/nvidia",
+        "cluster_autoscaler": "https://charts.example.com/autoscaler",
+        "aws_load_balancer_controller": "https://charts.example.com/eks",
     },
 }
 

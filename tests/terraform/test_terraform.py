@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import hcl2
 import pytest
-import yaml
 
-from tests.chart.chart import render
 from tests.terraform.terraform import (
     EXAMPLES,
     MODULES,
@@ -170,14 +167,19 @@ def test_secrets_never_leave_in_outputs() -> None:
     assert not any("redis_auth" in str(o.get("value")) for o in outputs.values())
 
 
+def _resources(module: str, kind: str) -> dict[str, dict[str, Any]]:
+    """A module's resources of one type, by name (hcl2's shape flattened)."""
+    found: dict[str, Any] = {}
+    for block in parse_dir(TERRAFORM / "modules" / module)["resource"]:
+        for block_kind, body in block.items():
+            if literal(block_kind) == kind:
+                found.update(named([body]))
+    return found
+
+
 def _ingress_service_annotations() -> dict[str, str]:
     """The annotations of the ingress controller's Service (its load balancer)."""
-    releases: dict[str, Any] = {}
-    for block in parse_dir(TERRAFORM / "modules/region-aws")["resource"]:
-        for kind, body in block.items():
-            if literal(kind) == "helm_release":
-                releases.update(named([body]))
-    values = str(releases["ingress"]["values"])
+    values = str(_resources("region-aws", "helm_release")["ingress"]["values"])
     pairs = re.findall(r'"(service\.beta\.kubernetes\.io/[\w.-]+)"\s*=\s*"([^"]*)"', values)
     return dict(pairs)
 
@@ -251,74 +253,3 @@ def test_checkov_passes_with_justified_skips() -> None:
             reason = skipped["check_result"].get("suppress_comment", "")
             assert len(reason) > 30, f"{skipped['check_id']} on {skipped['resource']}: {reason!r}"
     assert run.returncode == 0, run.stderr[-2000:]
-
-
-def _region_defaults_root(tmp_path: Path, tfvars: dict[str, Any]) -> Path:
-    """A root module made of the region module's own variables.tf, locals.tf and
-    values.tf, with the Redis endpoint (a resource attribute) stubbed."""
-    module = TERRAFORM / "modules/region-aws"
-    root = tmp_path / "region-values"
-    root.mkdir()
-    for name in ("variables.tf", "locals.tf", "values.tf"):
-        shutil.copy(module / name, root / name)
-    values_tf = root / "values.tf"
-    values_tf.write_text(
-        values_tf.read_text().replace(
-            '"../firstlight-values"', json.dumps(str(TERRAFORM / "modules/firstlight-values"))
-        )
-    )
-    (root / "stub.tf").write_text(
-        'locals {\n  redis_url = "rediss://master.hints.example.internal:6379/0"\n}\n'
-        'output "values" {\n  value = module.values.values\n}\n'
-    )
-    (root / "terraform.tfvars.json").write_text(json.dumps(tfvars))
-    return root
-
-
-REQUIRED_INPUTS = {
-    "region_name": "us-east",
-    "domain": "llm.example.com",
-    "zone_id": "Z0000000000000EXAMPLE",
-    "vpc_id": "vpc-0123456789abcdef0",
-    "private_subnet_ids": ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"],
-    "image": {"repository": "registry.example.com/firstlight/firstlight", "tag": "0.1.0"},
-    "endpoint_public_access_cidrs": ["203.0.113.0/24"],
-    "helm_repositories": {
-        "kuberay": "https://charts.example.com/kuberay",
-        "traefik": "https://charts.example.com/traefik",
-        "nvidia_device_plugin": "https://charts.example.com/nvidia",
-    },
-}
-
-
-def test_region_module_values_pass_the_chart_schema(tmp_path: Path) -> None:
-    variables = named(parse_dir(TERRAFORM / "modules/region-aws")["variable"])
-    assert {v for v, spec in variables.items() if "default" not in spec} == set(REQUIRED_INPUTS)
-    root = _region_defaults_root(
-        tmp_path, {**REQUIRED_INPUTS, "peers": [{"region": "eu-west", "rtt_ms": 75}]}
-    )
-    init = terraform(root, "init", backend=False, input=False)
-    assert init.retcode == 0, init.stderr
-    apply = terraform(root, "apply", auto_approve=True, input=False)
-    assert apply.retcode == 0, apply.stderr
-    output = terraform(root, "output", json=True)
-    values = json.loads(output.stdout)["values"]["value"]
-    rendered = render(values)  # validates against values.schema.json first
-    config = yaml.safe_load(rendered.one("RayService")["spec"]["serveConfigV2"])
-    args = config["applications"][0]["args"]
-    assert args["config"]["regions"][0]["peers"] == [
-        {"region": "eu-west", "url": "https://eu-west.llm.example.com", "rtt_ms": 75}
-    ]
-    assert args["config"]["hints"]["redis_url"] == "rediss://master.hints.example.internal:6379/0"
-    ingress = rendered.one("Ingress")
-    assert [r["host"] for r in ingress["spec"]["rules"]] == [
-        "us-east.llm.example.com",
-        "llm.example.com",
-    ]
-    group = rendered.one("RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
-    assert group["template"]["spec"]["nodeSelector"] == {"firstlight/pool": "gpu"}
-    # The API keys are a reference to a Secret made outside Terraform, never values.
-    assert values["auth"]["apiKeys"] == {
-        "existingSecret": "firstlight-api-keys",
-        "keys": ["api-key-0"],
-    }

@@ -237,10 +237,6 @@ module "dns" {
   zone_id = data.aws_route53_zone.domain.zone_id
   domain  = var.domain
   regions = {
-    for region in [module.us_east, module.eu_west, module.ap_southeast] : region.region_name => {
-      aws_region             = region.aws_region
-      load_balancer_hostname = region.load_balancer_hostname
-      load_balancer_zone_id  = region.load_balancer_zone_id
-    }
+    for region in [module.us_east, module.eu_west, module.ap_southeast] : region.region_name => region.dns_target
   }
 }

@@ -28,11 +28,13 @@ variable "image" {
 }
 
 variable "helm_repositories" {
-  description = "Helm repository URLs of KubeRay, Traefik and NVIDIA's device plugin (from each project's installation guide)."
+  description = "Helm repository URLs of KubeRay, Traefik, NVIDIA's device plugin, the Cluster Autoscaler and AWS's EKS charts (from each project's installation guide)."
   type = object({
-    kuberay              = string
-    traefik              = string
-    nvidia_device_plugin = string
+    kuberay                      = string
+    traefik                      = string
+    nvidia_device_plugin         = string
+    cluster_autoscaler           = string
+    aws_load_balancer_controller = string
   })
 }
 

@@ -1,8 +1,9 @@
 # The Firstlight chart's values for one region, from typed inputs. Pure: no providers,
-# no resources. TLS terminates at the network load balancer in front of the ingress
-# controller, so the Ingress itself serves plain HTTP (ingress.tls.enabled = false).
+# no resources. TLS terminates at the load balancer in front of the cluster, so the
+# Ingress (or, with a gateway, the HTTPRoute) serves plain HTTP (ingress.tls.enabled =
+# false). extra_values is deep-merged over these (merge.tf).
 locals {
-  values = merge({
+  computed = {
     region = {
       name  = var.region_name
       peers = var.peers
@@ -56,17 +57,26 @@ locals {
       existingSecret = var.redis_secret_name
       passwordKey    = "password"
     }
+    # The Ingress behind the region's ingress controller, or, with a gateway, an
+    # HTTPRoute attached to it (the same host names either way).
     ingress = {
-      enabled    = true
+      enabled    = var.gateway == null
       className  = var.ingress_class_name
       host       = var.public_hostname
-      extraHosts = var.global_hostname == null ? [] : [var.global_hostname]
+      extraHosts = local.extra_hosts
       tls        = { enabled = false }
+    }
+    httpRoute = {
+      enabled    = var.gateway != null
+      parentRefs = [for gateway in local.gateways : { name = gateway.name, namespace = gateway.namespace }]
+      hostnames  = var.gateway == null ? [] : concat([var.public_hostname], local.extra_hosts)
     }
     monitoring = {
       serviceMonitor    = { enabled = var.monitoring_enabled }
       prometheusRule    = { enabled = var.monitoring_enabled }
       grafanaDashboards = { enabled = var.monitoring_enabled }
     }
-  }, var.extra_values)
+  }
+  extra_hosts = var.global_hostname == null ? [] : [var.global_hostname]
+  gateways    = var.gateway == null ? [] : [var.gateway]
 }

@@ -113,8 +113,22 @@ variable "monitoring_enabled" {
   default     = false
 }
 
+variable "gateway" {
+  description = "A Gateway (Gateway API) in front of the region instead of an ingress controller: the chart then renders an HTTPRoute attached to it for the same host names, and no Ingress. Null for the Ingress."
+  type = object({
+    name      = string
+    namespace = string
+  })
+  default = null
+}
+
 variable "extra_values" {
-  description = "More chart values, merged over the computed ones at the top level (e.g. router, telemetry)."
+  description = "More chart values (e.g. router, telemetry), deep-merged over the computed ones as Helm merges values files: objects key by key, anything else replaced."
   type        = any
   default     = {}
+
+  validation {
+    condition     = can(keys(var.extra_values))
+    error_message = "extra_values must be an object of chart values (e.g. { router = { ... } })."
+  }
 }

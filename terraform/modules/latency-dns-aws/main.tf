@@ -1,6 +1,12 @@
 # Latency-based DNS over the regions: <domain> answers with the lowest-latency region
 # whose /readyz health check passes; <region>.<domain> always names one region (peers
-# and the health checks use those).
+# and the health checks use those). A region on AWS is an alias of its network load
+# balancer; a region elsewhere (region-gke) is an A record of its load balancer's
+# address, keyed for latency by the AWS region nearest it.
+
+locals {
+  address_ttl = 60 # seconds, for A records of addresses (an alias takes its target's)
+}
 
 resource "aws_route53_health_check" "readyz" {
   for_each = var.regions
@@ -16,22 +22,27 @@ resource "aws_route53_health_check" "readyz" {
 }
 
 resource "aws_route53_record" "region" {
-  #checkov:skip=CKV2_AWS_23:The alias target is the network load balancer the region's ingress controller creates inside its cluster, so it is not a Terraform resource.
+  #checkov:skip=CKV2_AWS_23:The target is the region's load balancer, made inside its cluster (an NLB by the AWS Load Balancer Controller) or on another cloud (an IP), so it is not a Terraform resource here.
   for_each = var.regions
 
   zone_id = var.zone_id
   name    = "${each.key}.${var.domain}"
   type    = "A"
+  records = each.value.load_balancer_ip == null ? null : [each.value.load_balancer_ip]
+  ttl     = each.value.load_balancer_ip == null ? null : local.address_ttl
 
-  alias {
-    name                   = each.value.load_balancer_hostname
-    zone_id                = each.value.load_balancer_zone_id
-    evaluate_target_health = false
+  dynamic "alias" {
+    for_each = each.value.load_balancer_ip == null ? [each.value] : []
+    content {
+      name                   = alias.value.load_balancer_hostname
+      zone_id                = alias.value.load_balancer_zone_id
+      evaluate_target_health = false
+    }
   }
 }
 
 resource "aws_route53_record" "latency" {
-  #checkov:skip=CKV2_AWS_23:The alias target is the network load balancer the region's ingress controller creates inside its cluster, so it is not a Terraform resource.
+  #checkov:skip=CKV2_AWS_23:The target is the region's load balancer, made inside its cluster (an NLB by the AWS Load Balancer Controller) or on another cloud (an IP), so it is not a Terraform resource here.
   for_each = var.regions
 
   zone_id         = var.zone_id
@@ -39,14 +50,19 @@ resource "aws_route53_record" "latency" {
   type            = "A"
   set_identifier  = each.key
   health_check_id = aws_route53_health_check.readyz[each.key].id
+  records         = each.value.load_balancer_ip == null ? null : [each.value.load_balancer_ip]
+  ttl             = each.value.load_balancer_ip == null ? null : local.address_ttl
 
   latency_routing_policy {
-    region = each.value.aws_region
+    region = each.value.latency_region
   }
 
-  alias {
-    name                   = each.value.load_balancer_hostname
-    zone_id                = each.value.load_balancer_zone_id
-    evaluate_target_health = true
+  dynamic "alias" {
+    for_each = each.value.load_balancer_ip == null ? [each.value] : []
+    content {
+      name                   = alias.value.load_balancer_hostname
+      zone_id                = alias.value.load_balancer_zone_id
+      evaluate_target_health = true
+    }
   }
 }

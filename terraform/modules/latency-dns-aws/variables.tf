@@ -14,11 +14,12 @@ variable "domain" {
 }
 
 variable "regions" {
-  description = "Regions by Firstlight region name: their AWS region (the latency key), and the network load balancer in front of their ingress (region-aws outputs load_balancer_hostname and load_balancer_zone_id)."
+  description = "Regions by Firstlight region name, each the dns_target output of its region module: the AWS region keying its latency record (for a region on another cloud, the AWS region nearest it), and its load balancer: a hostname and Route 53 zone id (an AWS network load balancer, made an alias) or an IP address (a Google Cloud load balancer, an A record)."
   type = map(object({
-    aws_region             = string
-    load_balancer_hostname = string
-    load_balancer_zone_id  = string
+    latency_region         = string
+    load_balancer_hostname = optional(string)
+    load_balancer_zone_id  = optional(string)
+    load_balancer_ip       = optional(string)
   }))
 
   validation {
@@ -27,8 +28,15 @@ variable "regions" {
   }
 
   validation {
-    condition     = length(distinct([for r in values(var.regions) : r.aws_region])) == length(var.regions)
-    error_message = "Latency routing needs a different AWS region per entry."
+    condition     = length(distinct([for r in values(var.regions) : r.latency_region])) == length(var.regions)
+    error_message = "Latency routing needs a different latency_region (AWS region) per entry."
+  }
+
+  validation {
+    condition = alltrue([for r in values(var.regions) : (
+      r.load_balancer_ip == null ? (r.load_balancer_hostname != null && r.load_balancer_zone_id != null) : (r.load_balancer_hostname == null && r.load_balancer_zone_id == null && can(cidrhost("${r.load_balancer_ip}/32", 0)))
+    )])
+    error_message = "Each region needs either load_balancer_hostname and load_balancer_zone_id (an alias) or load_balancer_ip (an IPv4 address), not both."
   }
 }
 

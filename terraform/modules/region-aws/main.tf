@@ -1,7 +1,8 @@
-# One Firstlight region on AWS: an EKS cluster with a system and a GPU node group, an
-# ElastiCache Redis for prefix-cache hints (redis.tf), a TLS certificate for the region's
-# names (tls.tf), and the ingress controller, NVIDIA device plugin, KubeRay operator and
-# Firstlight chart (platform.tf) with values from values.tf.
+# One Firstlight region on AWS: an EKS cluster with a system and a GPU node group, the
+# Cluster Autoscaler for them (autoscaling.tf), an ElastiCache Redis for prefix-cache
+# hints (redis.tf), a TLS certificate for the region's names (tls.tf), the AWS Load
+# Balancer Controller (load_balancer.tf), and the ingress controller, NVIDIA device
+# plugin, KubeRay operator and Firstlight chart (platform.tf) with values from values.tf.
 #
 # Providers come from the caller (aws, and kubernetes/helm configured from this module's
 # cluster outputs), so several regions can live in one configuration with aliases.
@@ -53,10 +54,10 @@ module "eks" {
       max_size       = var.gpu_node_group.max_size
       desired_size   = var.gpu_node_group.desired_size
       disk_size      = var.gpu_node_group.disk_size_gib
-      labels         = local.gpu_node_labels
+      labels         = merge(local.gpu_node_labels, local.gpu_accelerator_label)
       # Only pods that tolerate it (the Ray workers, the device plugin) land on GPUs.
       taints = {
-        gpu = { key = "nvidia.com/gpu", value = "true", effect = "NO_SCHEDULE" }
+        gpu = { key = local.gpu_node_taint.key, value = local.gpu_node_taint.value, effect = "NO_SCHEDULE" }
       }
     }
   }

@@ -52,3 +52,13 @@ output "chart_values" {
   description = "The values given to the Firstlight chart (no secrets: those are Secret references)."
   value       = module.values.values
 }
+
+output "dns_target" {
+  description = "What latency-dns-aws needs of the region, the same shape from every region module: the AWS region keying its latency record, and its load balancer (here an alias target: hostname and zone; load_balancer_ip is null)."
+  value = {
+    latency_region         = data.aws_region.current.region
+    load_balancer_hostname = data.kubernetes_service_v1.ingress.status[0].load_balancer[0].ingress[0].hostname
+    load_balancer_zone_id  = data.aws_lb_hosted_zone_id.network.id
+    load_balancer_ip       = null
+  }
+}

@@ -1,11 +1,7 @@
 # What runs in the cluster: the NVIDIA device plugin, the ingress controller (Traefik)
-# behind a TLS-terminating network load balancer, the KubeRay operator, the Redis token's
-# Secret, and the Firstlight chart itself.
-
-locals {
-  chart_path     = coalesce(var.chart_path, "${path.module}/../../../helm/firstlight")
-  gpu_toleration = { key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }
-}
+# behind a TLS-terminating network load balancer (made by the AWS Load Balancer
+# Controller, load_balancer.tf), the KubeRay operator, the Redis token's Secret, and the
+# Firstlight chart itself.
 
 resource "kubernetes_namespace_v1" "firstlight" {
   metadata {
@@ -56,9 +52,13 @@ resource "helm_release" "ingress" {
       # TLS ends at the load balancer: the websecure entry point receives plain HTTP.
       websecure = { tls = { enabled = false } }
     }
+    # Annotations the AWS Load Balancer Controller reads (load_balancer.tf); the in-tree
+    # provider leaves a Service of type "external" alone.
     service = {
       annotations = {
-        "service.beta.kubernetes.io/aws-load-balancer-type"             = "nlb"
+        "service.beta.kubernetes.io/aws-load-balancer-type"             = "external"
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"  = "ip"
+        "service.beta.kubernetes.io/aws-load-balancer-scheme"           = "internet-facing"
         "service.beta.kubernetes.io/aws-load-balancer-ssl-cert"         = aws_acm_certificate_validation.public.certificate_arn
         "service.beta.kubernetes.io/aws-load-balancer-ssl-ports"        = "443"
         "service.beta.kubernetes.io/aws-load-balancer-backend-protocol" = "tcp"
@@ -67,6 +67,10 @@ resource "helm_release" "ingress" {
       }
     }
   })]
+
+  # The controller makes the load balancer, and on destroy must outlive this release to
+  # delete it (else the NLB is orphaned and blocks the VPC's deletion).
+  depends_on = [helm_release.aws_load_balancer_controller]
 }
 
 resource "helm_release" "kuberay_operator" {

@@ -1,7 +1,9 @@
 # The Firstlight chart's values for this region, computed by the pure firstlight-values
-# module. The tests evaluate this file with variables.tf, locals.tf and the module's
-# defaults, and check the result against the chart's values.schema.json; so it may only
-# reference variables, the locals of locals.tf, and local.redis_url (redis.tf).
+# module; the same in every region module (region-aws holds this file, region-gke links
+# to it). The tests evaluate it with the variables, locals.tf, firstlight_locals.tf and
+# the module's defaults, and check the result against the chart's values.schema.json;
+# so it may only reference variables, those locals, and local.redis_url (the module's
+# Redis).
 
 module "values" {
   source = "../firstlight-values"
@@ -27,6 +29,7 @@ module "values" {
   api_key_names        = local.api_key_names
   monitoring_enabled   = var.monitoring_enabled
   extra_values         = var.extra_values
+  gateway              = local.gateway
   gpu_worker_group = {
     gpus         = var.gpu_node_group.gpus_per_node
     min_replicas = var.gpu_node_group.min_size

@@ -1,0 +1,1 @@
+../region-aws/firstlight_variables.tf

@@ -1,0 +1,1 @@
+../region-aws/values.tf
