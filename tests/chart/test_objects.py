@@ -529,3 +529,15 @@ def test_the_in_chart_store_is_valkey_and_still_runs_a_redis_image() -> None:
         "StatefulSet"
     )
     assert other["spec"]["template"]["spec"]["containers"][0]["image"] == "redis:7.4.2-alpine"
+
+
+def test_an_image_pinned_by_digest_runs_that_digest_in_every_ray_pod() -> None:
+    digest = "sha256:" + "ab" * 32
+    spec = render(
+        {"image": {"repository": "registry.example/fl", "tag": "0.1.0", "digest": digest}}
+    )
+    cluster = spec.one("RayService")["spec"]["rayClusterConfig"]
+    pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
+    images = {c["image"] for pod in pods for c in pod["template"]["spec"]["containers"]}
+    assert images == {f"registry.example/fl@{digest}"}
+

@@ -240,3 +240,7 @@ def test_an_umbrella_charts_global_values_pass_the_schema() -> None:
     with helm.Chart.load(str(CHART_DIR)) as chart:
         chart.validate_schema(_with(**{"global": {"imageRegistry": "registry.example"}}))
     assert "globals" in _rejection(_with(**{"globals": {}})), "other unknown keys still fail"
+
+
+def test_an_image_digest_that_is_not_sha256_is_refused_naming_it() -> None:
+    assert "/image/digest" in _rejection(_with(image={"repository": "fl", "digest": "latest"}))

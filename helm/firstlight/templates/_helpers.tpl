@@ -31,7 +31,11 @@ firstlight/region: {{ .Values.region.name }}
 {{- end -}}
 
 {{- define "firstlight.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
 {{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Where Secrets are mounted in Ray pods; the config names files under it. */}}

@@ -105,6 +105,11 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         ("repository",),
         repository=_str("Image repository.", minLength=1),
         tag=_str("Image tag; empty: the chart's appVersion (GPU build)."),
+        digest=_str(
+            "Image digest (sha256:...); set, the pods run repository@digest and the tag "
+            "is ignored: the exact image, whatever the tag points to later.",
+            pattern="^(sha256:[a-f0-9]{64})?$",
+        ),
         pullPolicy={"enum": ["Always", "IfNotPresent", "Never"], "description": "Pull policy."},
     ),
     "imagePullSecrets": _k8s("Secrets for pulling the image ([{name: ...}]).", "array"),
