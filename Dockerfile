@@ -28,7 +28,9 @@ ENV PIP_EXTRA_INDEX_URL=${TORCH_INDEX_URL}
 FROM base-${VARIANT}
 ARG VARIANT
 
-# Nothing is downloaded at run time: models are prepared in the image or mounted. No
+# Nothing is downloaded at run time unless a model's source is on the Hugging Face Hub or
+# in S3 (the platform fetches it; the chart sets HF_HUB_OFFLINE=0 for a hub model);
+# otherwise models are prepared in the image or mounted. No
 # PYTHONHASHSEED here: the chart sets it per deployment from the configuration.
 ENV HF_HUB_OFFLINE=1 \
     PYTHONUNBUFFERED=1

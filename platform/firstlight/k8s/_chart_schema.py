@@ -16,6 +16,7 @@ __all__ = ["CHART_SECTIONS"]
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _DURATION = "^[0-9]+(ms|s|m|h)$"
+_ENV = "^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 def _obj(description: str, required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]:
@@ -150,6 +151,34 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
         "A volume with model folders (models[].source paths point into it).",
         existingClaim=_str("PersistentVolumeClaim to mount read-only; empty: none."),
         mountPath=_str("Where it is mounted.", pattern="^/"),
+    ),
+    "modelSources": _obj(
+        "Models whose source is hf:// or s3://: the Secrets their credentials come from "
+        "and the node cache they are fetched into.",
+        secretEnv={
+            "type": "array",
+            "items": _obj(
+                "An environment variable of every Ray container, from a key of a Secret.",
+                ("name", "existingSecret", "key"),
+                name=_str("The variable (HF_TOKEN, AWS_ACCESS_KEY_ID, ...).", pattern=_ENV),
+                existingSecret=_str("Secret holding the value.", pattern=_DNS_NAME),
+                key=_SECRET_KEY,
+            ),
+            "description": "The hub token (the variable models[].fetch.token_env names) "
+            "and S3 credentials, each from a Secret you create.",
+        },
+        cache=_obj(
+            "Where remote models are fetched to (models[].fetch.cache_dir, set by the "
+            "chart for a remote model that names none).",
+            mountPath=_str("Where every Ray container mounts the cache.", pattern="^/"),
+            hostPath=_str(
+                "A folder on the node, shared by its Ray pods so the node fetches each "
+                "model once (writable by podSecurityContext's user); empty: an emptyDir "
+                "per pod.",
+                pattern="^(/.*)?$",
+            ),
+            sizeLimit=_str("The emptyDir's size limit (a quantity, e.g. 100Gi); empty: none."),
+        ),
     ),
     "auth.operatorKey": _obj(
         "The key that opens /metrics and the dashboard's state (client keys do not), from "

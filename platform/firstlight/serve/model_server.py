@@ -87,9 +87,11 @@ def hint_key_prefix(config: PlatformConfig, region: str) -> str:
 
 
 def build_engine(config: PlatformConfig, model: ModelConfig, *, seed: int = 0) -> Engine:
-    """Start the engine ``model`` names (blocking for vLLM: tens of seconds).
+    """Start the engine ``model`` names (blocking for vLLM: tens of seconds), its
+    ``hf://`` or ``s3://`` source fetched first (once per node).
 
-    Raises ``ModelNotFoundError``, ``UnsupportedEngineConfigError`` or ``EngineError``.
+    Raises ``ModelNotFoundError`` (``ModelSourceError`` when the source cannot be
+    fetched), ``UnsupportedEngineConfigError`` or ``EngineError``.
     """
     if model.engine == "sim":
         from firstlight.engine.sim import SimEngine
@@ -97,9 +99,10 @@ def build_engine(config: PlatformConfig, model: ModelConfig, *, seed: int = 0) -
         return SimEngine.for_model(model, config.hints, profile=model.sim_profile, seed=seed)
     from firstlight.engine.vllm_engine import VllmEngine
     from firstlight.prefix import HashScheme
+    from firstlight.sources import ensure_model_dir
 
     scheme = HashScheme.for_model(model, config.hints)
-    return VllmEngine.create(model, config.model_dir(model), scheme)
+    return VllmEngine.create(model, ensure_model_dir(config, model), scheme)
 
 
 class ModelServer:
