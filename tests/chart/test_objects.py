@@ -356,6 +356,26 @@ def test_network_policies_open_only_the_gateway_port_to_everyone() -> None:
     }
 
 
+def _metrics_rules(values: dict[str, Any]) -> list[dict[str, Any]]:
+    ray = next(
+        p["spec"]
+        for p in render(values).of_kind("NetworkPolicy")
+        if p["metadata"]["name"].endswith("-ray")
+    )
+    return [r for r in ray["ingress"] if {"port": 8080, "protocol": "TCP"} in r.get("ports", [])]
+
+
+def test_rays_metrics_port_is_open_to_the_scraper_while_a_pod_monitor_reads_it() -> None:
+    """vLLM's metrics are scraped from Ray's metrics agent (the engine PodMonitor, on by
+    default): Prometheus must reach port 8080, and nobody else when no monitor reads it."""
+    (rule,) = _metrics_rules({})
+    assert rule["from"] == [{"namespaceSelector": {}}]  # networkPolicy.metricsFrom
+    off = {"enginePodMonitor": {"enabled": False}, "rayPodMonitor": {"enabled": False}}
+    assert _metrics_rules({"monitoring": off}) == []
+    ray_only = {"enginePodMonitor": {"enabled": False}, "rayPodMonitor": {"enabled": True}}
+    assert len(_metrics_rules({"monitoring": ray_only})) == 1
+
+
 def _operator_rule(ray: dict[str, Any]) -> dict[str, Any]:
     (rule,) = [r for r in ray["ingress"] if {"port": 8265, "protocol": "TCP"} in r.get("ports", [])]
     return rule

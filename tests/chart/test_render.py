@@ -167,13 +167,55 @@ def test_every_template_is_used_by_some_case() -> None:
     assert templates - produced == set()
 
 
-def test_ray_pod_monitor_validates_when_enabled() -> None:
+def _pod_monitors(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    return {m["metadata"]["name"]: m for m in rendered.of_kind("PodMonitor")}
+
+
+def test_ray_pod_monitor_validates_when_enabled_and_leaves_vllm_to_the_engines() -> None:
     rendered = render(
         {"monitoring": {"rayPodMonitor": {"enabled": True}}}, api_versions=MONITORING_APIS
     )
-    monitor = rendered.one("PodMonitor")
-    assert not list(crd_validator("PodMonitor").iter_errors(monitor))
-    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "ray-metrics"
+    monitor = _pod_monitors(rendered)["firstlight-ray"]
+    assert not list(crd_validator("PodMonitor", strict=True).iter_errors(monitor))
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "ray-metrics"
+    # vLLM's series are the engine PodMonitor's, under vLLM's names: not stored twice.
+    assert endpoint["metricRelabelings"] == [
+        {"sourceLabels": ["__name__"], "regex": "ray_vllm_.+", "action": "drop"}
+    ]
+
+
+def test_engine_pod_monitor_is_on_by_default_and_scrapes_every_ray_pods_metrics_port() -> None:
+    """vLLM's metrics reach Prometheus without Redis: from Ray's metrics agent on the
+    Ray pods (whose containers name the port), relabelled to vLLM's names with this
+    region's name (tests/serve/test_engine_metrics_ray.py runs the rules in Prometheus)."""
+    rendered = render({"region": {"name": "eu-west"}}, api_versions=MONITORING_APIS)
+    monitors = _pod_monitors(rendered)
+    assert set(monitors) == {"firstlight-engines"}  # Ray's own stays off by default
+    monitor = monitors["firstlight-engines"]
+    assert not list(crd_validator("PodMonitor", strict=True).iter_errors(monitor))
+    selector = monitor["spec"]["selector"]
+    assert selector["matchExpressions"] == [
+        {
+            "key": "app.kubernetes.io/component",
+            "operator": "In",
+            "values": ["ray-head", "ray-worker"],
+        }
+    ]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "ray-metrics"
+    for name, spec in pod_specs(rendered):
+        if name.startswith("ray-"):
+            ports = {p["name"] for c in spec["containers"] for p in c.get("ports", [])}
+            assert "ray-metrics" in ports, name
+    rules = endpoint["metricRelabelings"]
+    assert rules[0] == {"sourceLabels": ["__name__"], "regex": "ray_vllm_.+", "action": "keep"}
+    assert {"targetLabel": "region", "replacement": "eu-west", "action": "replace"} in rules
+    assert "vllm:$1" in [r.get("replacement") for r in rules]
+    off = render(
+        {"monitoring": {"enginePodMonitor": {"enabled": False}}}, api_versions=MONITORING_APIS
+    )
+    assert _pod_monitors(off) == {}
 
 
 @pytest.mark.parametrize(

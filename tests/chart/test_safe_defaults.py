@@ -31,6 +31,7 @@ MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule")
 ALL_MONITORING_ON = {
     "serviceMonitor": {"enabled": True},
     "prometheusRule": {"enabled": True},
+    "enginePodMonitor": {"enabled": True},
     "rayPodMonitor": {"enabled": True},
 }
 
@@ -139,10 +140,12 @@ def test_without_the_api_no_prometheus_operator_object_is_rendered(
 def test_with_the_api_every_enabled_kind_renders_and_validates() -> None:
     rendered = render({"monitoring": ALL_MONITORING_ON}, api_versions=MONITORING_APIS)
     for kind in MONITORING_KINDS:
-        doc = rendered.one(kind)
-        assert doc["apiVersion"] == "monitoring.coreos.com/v1"
-        errors = list(crd_validator(kind, strict=True).iter_errors(doc))
-        assert not errors, (kind, [e.message for e in errors])
+        docs = rendered.of_kind(kind)
+        assert len(docs) == (2 if kind == "PodMonitor" else 1), kind  # engines' and Ray's
+        for doc in docs:
+            assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+            errors = list(crd_validator(kind, strict=True).iter_errors(doc))
+            assert not errors, (kind, [e.message for e in errors])
     assert "Not created" not in rendered.notes
 
 
@@ -163,7 +166,7 @@ def test_the_force_value_renders_them_offline() -> None:
     forced = {"monitoring": {**ALL_MONITORING_ON, "assumePrometheusOperator": True}}
     rendered = render(forced)
     assert sorted(m.kind for m in rendered.manifests if "coreos" in m.doc["apiVersion"]) == sorted(
-        MONITORING_KINDS
+        [*MONITORING_KINDS, "PodMonitor"]  # the engines' and Ray's
     )
     off = {"monitoring": {"assumePrometheusOperator": True, "serviceMonitor": {"enabled": False}}}
     assert render(off).of_kind("ServiceMonitor") == []  # enabled still decides

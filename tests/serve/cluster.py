@@ -58,6 +58,22 @@ def sim_model(name: str, replicas: int = 1) -> dict[str, Any]:
     }
 
 
+def vllm_model(name: str) -> dict[str, Any]:
+    """A ``vllm`` model entry of the default model that fits the test machine (float32,
+    a 1 GiB KV cache, no CPUs reserved); the test adds ``cache_dir`` (its ``prepared``
+    cache) to the config."""
+    return {
+        "name": name,
+        "source": "default",
+        "engine": "vllm",
+        "dtype": "float32",
+        "max_model_len": 2048,
+        "kv_cache_gib": 1,
+        "replicas": 1,
+        "resources": {"num_cpus": 0},
+    }
+
+
 def platform_config(
     port: int,
     regions: list[dict[str, Any]],

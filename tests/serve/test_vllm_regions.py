@@ -23,7 +23,7 @@ from prometheus_client.samples import Sample
 from firstlight.config import load_config
 from firstlight.serve.local_mode import LOCAL_DEFAULT, LocalPlatform, start_local, stop_local
 from tests.conftest import MODEL, REPO_ROOT, Prepared
-from tests.serve.cluster import platform_config
+from tests.serve.cluster import platform_config, vllm_model
 from tests.serve.hostile import Hostile, assert_openai_4xx, hostile_cases
 
 pytestmark = pytest.mark.slow
@@ -34,17 +34,7 @@ EMBEDDER = "minilm"
 @pytest.fixture(scope="module")
 def platform(serve_port: int, prepared: Prepared) -> Iterator[LocalPlatform]:
     folder, _ = prepared
-    model = {
-        "name": MODEL,
-        "source": "default",
-        "engine": "vllm",
-        "dtype": "float32",
-        "max_model_len": 2048,
-        "kv_cache_gib": 1,
-        "tool_call_parser": "hermes",
-        "replicas": 1,
-        "resources": {"num_cpus": 0},
-    }
+    model = {**vllm_model(MODEL), "tool_call_parser": "hermes"}
     embedder = {
         "name": EMBEDDER,
         "source": "default-embedding",

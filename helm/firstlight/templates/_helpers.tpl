@@ -406,3 +406,15 @@ RayCluster's UID) and no credentials. Empty when GCS fault tolerance is off. */}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The engine PodMonitor's metric relabelings: keep only vLLM's series at Ray's metrics
+agent and give them back vLLM's names and the labels of the local relay
+(platform/firstlight/telemetry/engine_metrics.py). tests/serve/test_engine_metrics_ray.py
+runs these rules in a real Prometheus against a real replica's Ray metrics agent. */}}
+{{- define "firstlight.engineMetricRelabelings" -}}
+- {sourceLabels: [__name__], regex: "ray_vllm_.+", action: keep}
+- {sourceLabels: [__name__], regex: "ray_vllm_(.+)", targetLabel: __name__, replacement: "vllm:$1", action: replace}
+- {sourceLabels: [ReplicaId], regex: "(.+)", targetLabel: replica, replacement: "$1", action: replace}
+- {targetLabel: region, replacement: {{ .Values.region.name | quote }}, action: replace}
+- {regex: "ReplicaId|Component|NodeAddress|SessionName|Version|WorkerId|otel_scope_.+", action: labeldrop}
+{{- end -}}

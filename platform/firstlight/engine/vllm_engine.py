@@ -193,6 +193,8 @@ class VllmEngine:
         *,
         device: Device | None = None,
         refuse_known_bad_dtype: bool = True,
+        registry_metrics: bool = True,
+        ray_metrics: bool = False,
     ) -> VllmEngine:
         """Check the configuration against the device, then load the model (blocking).
 
@@ -202,6 +204,10 @@ class VllmEngine:
         wrong included: :func:`~firstlight.engine.capabilities.engine_dtype`) — both
         before anything is loaded. ``refuse_known_bad_dtype=False`` starts such an engine
         anyway: only for ``firstlight bench int8-dtypes``, which measures them.
+
+        vLLM's ``vllm:*`` metrics go to this process's ``prometheus_client`` registry
+        (``registry_metrics``) and to Ray's metrics agent (``ray_metrics``: in a Serve
+        replica only), as :mod:`firstlight.telemetry.engine_metrics` describes.
         """
         check_model_files(model, model_dir)
         device = device or detect_device()
@@ -215,7 +221,7 @@ class VllmEngine:
             dtype = model.dtype
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
-        from vllm.v1.metrics.loggers import PrometheusStatLogger
+        from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerFactory
 
         # The engine core is a child process: it inherits these at spawn time. The seed
         # decides vLLM's first parent hash, so it must equal the gateway's.
@@ -233,15 +239,23 @@ class VllmEngine:
             **engine_arguments(model, model_dir, scheme, dtype, device, endpoint, replay)
         )
         recorder = _StatsRecorder()
+        loggers: list[StatLoggerFactory] = [recorder.factory]
+        if ray_metrics:
+            from vllm.v1.metrics.ray_wrappers import RayPrometheusStatLogger
+
+            # Before the registry's logger: every PrometheusStatLogger constructor, Ray's
+            # subclass too (vLLM 0.32 calls the module's unregister_vllm_metrics, not the
+            # method Ray's overrides), drops the vllm: collectors of the process registry.
+            loggers.append(RayPrometheusStatLogger)
+        if registry_metrics:
+            loggers.append(PrometheusStatLogger)
         # Subscribe before the engine exists, so no event is published unseen.
         context = zmq.asyncio.Context()
         events = context.socket(zmq.SUB)
         events.setsockopt(zmq.SUBSCRIBE, b"kv")
         events.connect(endpoint)
         try:
-            llm = AsyncLLM.from_engine_args(
-                args, stat_loggers=[recorder.factory, PrometheusStatLogger]
-            )
+            llm = AsyncLLM.from_engine_args(args, stat_loggers=loggers)
         except BaseException as exc:
             events.close(linger=0)
             context.term()

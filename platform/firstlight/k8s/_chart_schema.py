@@ -57,6 +57,15 @@ def _k8s(description: str, kind: str = "object") -> dict[str, Any]:
     return {"type": kind, "description": description}
 
 
+def _pod_monitor(description: str) -> dict[str, Any]:
+    return _obj(
+        description,
+        enabled=_bool("Create the PodMonitor where the cluster serves its kind."),
+        interval=_str("Scrape interval.", pattern=_DURATION),
+        labels=_map("Labels your Prometheus selects PodMonitors by."),
+    )
+
+
 def _placement(what: str) -> dict[str, Any]:
     return {
         "resources": _k8s(f"Container resources of {what} (requests/limits)."),
@@ -316,11 +325,13 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             labels=_map("Labels the sidecar watches (grafana_dashboard: '1')."),
             annotations=_map("Annotations, e.g. the sidecar's folder annotation."),
         ),
-        rayPodMonitor=_obj(
-            "Scrape Ray's own metrics (port 8080 of every Ray pod).",
-            enabled=_bool("Create the PodMonitor."),
-            interval=_str("Scrape interval.", pattern=_DURATION),
-            labels=_map("Labels your Prometheus selects PodMonitors by."),
+        enginePodMonitor=_pod_monitor(
+            "Scrape vLLM's own metrics (vllm:*) of every model replica from Ray's metrics "
+            "agent (port 8080 of every Ray pod), renamed to vLLM's names."
+        ),
+        rayPodMonitor=_pod_monitor(
+            "Scrape Ray's own metrics (port 8080 of every Ray pod; vLLM's are the engine "
+            "PodMonitor's)."
         ),
     ),
     "networkPolicy": _obj(

@@ -22,8 +22,9 @@ In the background the replica publishes its prefix-cache blocks to Redis with it
 replica id and epoch: the engine's own cache events, plus the blocks of every prompt it
 prefilled (vLLM announces a block only when first stored, so a hot prefix would
 otherwise expire from Redis while still resident). Redis being down costs hints, never
-requests. A vLLM replica also publishes vLLM's own ``vllm:*`` metrics to the same Redis
-for the region's ``/metrics`` (:mod:`firstlight.telemetry.engine_metrics`).
+requests. A vLLM replica exports vLLM's own ``vllm:*`` metrics through Ray's metrics
+agent and, in local mode, also relays them through the same Redis to the region's
+``/metrics`` (:mod:`firstlight.telemetry.engine_metrics`).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from firstlight.region import ReplicaStats, ServedBy
 from firstlight.routing import RequestView
 from firstlight.serve.keys import region_keys
 from firstlight.serve.replica_port import ReplicaPortServer
-from firstlight.telemetry.engine_metrics import publish_engine_metrics
+from firstlight.telemetry.engine_metrics import publish_engine_metrics, relays_engine_metrics
 from firstlight.telemetry.logs import bind_request, configure_logging
 from firstlight.telemetry.tracing import build_tracer, extract, shutdown_tracer
 
@@ -86,9 +87,14 @@ def hint_key_prefix(config: PlatformConfig, region: str) -> str:
     return f"{config.hints.key_prefix}{region}:"
 
 
-def build_engine(config: PlatformConfig, model: ModelConfig, *, seed: int = 0) -> Engine:
+def build_engine(
+    config: PlatformConfig, model: ModelConfig, *, seed: int = 0, replica: bool = False
+) -> Engine:
     """Start the engine ``model`` names (blocking for vLLM: tens of seconds), its
-    ``hf://`` or ``s3://`` source fetched first (once per node).
+    ``hf://`` or ``s3://`` source fetched first (once per node). With ``replica`` (the
+    :class:`ModelServer`'s call) vLLM's metrics go to Ray's metrics agent, and to the
+    process registry only where the replica relays them
+    (:func:`~firstlight.telemetry.engine_metrics.relays_engine_metrics`).
 
     Raises ``ModelNotFoundError`` (``ModelSourceError`` when the source cannot be
     fetched), ``UnsupportedEngineConfigError`` or ``EngineError``.
@@ -102,7 +108,13 @@ def build_engine(config: PlatformConfig, model: ModelConfig, *, seed: int = 0) -
     from firstlight.sources import ensure_model_dir
 
     scheme = HashScheme.for_model(model, config.hints)
-    return VllmEngine.create(model, ensure_model_dir(config, model), scheme)
+    return VllmEngine.create(
+        model,
+        ensure_model_dir(config, model),
+        scheme,
+        registry_metrics=not replica or relays_engine_metrics(config),
+        ray_metrics=replica,
+    )
 
 
 class ModelServer:
@@ -126,7 +138,7 @@ class ModelServer:
         self._model = next(m for m in self._config.models if m.name == model_name)
         self._replica_id = _own_replica_id()
         self._epoch = time.time_ns() // 1_000_000
-        self._engine = build_engine(self._config, self._model)
+        self._engine = build_engine(self._config, self._model, replica=True)
         self._hints_enabled = hints_enabled
         self._announce: set[int] = set()
         self._tasks: list[asyncio.Task[None]] = []
@@ -289,7 +301,8 @@ class ModelServer:
             return
         if self._port is not None:
             self._tasks.append(asyncio.get_running_loop().create_task(self._open_port()))
-        if not self._engine.simulated:  # vLLM's own metrics, into the region's /metrics
+        if not self._engine.simulated and relays_engine_metrics(self._config):
+            # vLLM's own metrics into the region's /metrics (Ray's agent has them anyway)
             self._tasks.append(asyncio.get_running_loop().create_task(self._publish_metrics()))
         if self._hints_enabled:
             self._tasks.append(asyncio.get_running_loop().create_task(self._publish_hints()))
@@ -303,7 +316,8 @@ class ModelServer:
         _log.info("replica %s serves its tokens on %s", self._replica_id, address)
 
     async def _publish_metrics(self) -> None:
-        """vLLM's ``vllm:*`` metrics to Redis: :mod:`firstlight.telemetry.engine_metrics`."""
+        """vLLM's ``vllm:*`` metrics to Redis (local mode):
+        :mod:`firstlight.telemetry.engine_metrics`."""
         prefix = hint_key_prefix(self._config, self._region)
         await publish_engine_metrics(self._config.hints, prefix, self._region, self._replica_id)
 

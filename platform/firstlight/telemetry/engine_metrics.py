@@ -1,21 +1,35 @@
-"""vLLM's own metrics (``vllm:*``) from every model replica, in the region's scrape.
+"""vLLM's own metrics (``vllm:*``) from every model replica: two ways out.
 
-A Ray Serve replica has no HTTP port of its own, yet vLLM's
-``PrometheusStatLogger`` (which :class:`~firstlight.engine.vllm_engine.VllmEngine`
-passes to ``AsyncLLM``) keeps its gauges, counters and histograms in the replica
-process's ``prometheus_client`` registry. Every :data:`PUBLISH_INTERVAL_S` each
-replica renders the ``vllm:`` families of that registry, **labels every sample with**
-``region`` **and** ``replica="<Ray replica id>"``, and publishes the text to the region's
-hints Redis under a key that expires after :data:`LIVE_FOR_S` (its id in a sorted set
-scored by the time) — the same mechanism the gateways use for their own expositions
-(:mod:`firstlight.telemetry.gateways`). Whichever gateway answers ``GET /metrics`` adds
-the last exposition of every live replica (``ExpositionShare.collect`` reads them), once
-and without a ``gateway`` label. A replica that dies leaves the scrape within
-:data:`LIVE_FOR_S`; Redis being down costs these series, never a request.
+**Ray's metrics agent (every mode).** A replica's engine is built with vLLM's
+``RayPrometheusStatLogger`` (:class:`~firstlight.engine.vllm_engine.VllmEngine`,
+``ray_metrics``), which re-creates every ``vllm:*`` series as a ``ray.util.metrics``
+metric labelled ``ReplicaId`` (the Ray replica id). Ray's per-node metrics agent serves
+them at the node's metrics export port (``ray-metrics`` in the chart) as
+``ray_vllm_<name>`` (:data:`RAY_VLLM_PREFIX`; vLLM replaces the ``:``, Ray adds ``ray_``)
+with Ray's labels beside vLLM's. The chart's engine ``PodMonitor`` scrapes that port on
+every Ray pod and relabels the series back to what the relay below shows: ``vllm:<name>``,
+``replica`` from ``ReplicaId``, ``region`` added, Ray's labels dropped — so the dashboards
+and alerts read one set of names. Nothing here touches Redis: the series outlive a Redis
+outage.
+
+**The Redis relay (local mode only, :func:`relays_engine_metrics`).** Nothing scrapes
+Ray's agent in ``make up``, and the region's ``/metrics`` is the one target a local
+Prometheus or the dashboards know. There vLLM's ``PrometheusStatLogger`` also keeps the
+series in the replica process's ``prometheus_client`` registry; every
+:data:`PUBLISH_INTERVAL_S` each replica renders the ``vllm:`` families of that registry,
+**labels every sample with** ``region`` **and** ``replica="<Ray replica id>"``, and
+publishes the text to the region's hints Redis under a key that expires after
+:data:`LIVE_FOR_S` (its id in a sorted set scored by the time) — the same mechanism the
+gateways use for their own expositions (:mod:`firstlight.telemetry.gateways`). Whichever
+gateway answers ``GET /metrics`` adds the last exposition of every live replica
+(``ExpositionShare.collect`` reads them), once and without a ``gateway`` label. A replica
+that dies leaves the scrape within :data:`LIVE_FOR_S`; Redis being down costs the relayed
+series, never a request (Ray's agent still has them). In ``kubernetes`` mode the relay is
+off: the same series through both paths would be counted twice by every ``sum``.
 
 Started by :class:`~firstlight.serve.model_server.ModelServer` as a background task
-(:func:`publish_engine_metrics`) for every non-simulated engine; the ``sim`` engine has
-no vLLM registry and publishes nothing.
+(:func:`publish_engine_metrics`) for every non-simulated engine in local mode; the
+``sim`` engine has no vLLM metrics and exports nothing either way.
 """
 
 from __future__ import annotations
@@ -43,15 +57,18 @@ from firstlight.telemetry.gateways import (
 if TYPE_CHECKING:
     from redis.asyncio import Redis
 
-    from firstlight.config import HintsConfig
+    from firstlight.config import HintsConfig, PlatformConfig
 
 __all__ = [
+    "RAY_REPLICA_LABEL",
+    "RAY_VLLM_PREFIX",
     "REPLICA_LABEL",
     "VLLM_LABELS",
     "VLLM_PREFIX",
     "VLLM_SERIES",
     "ReplicaMetricsPublisher",
     "publish_engine_metrics",
+    "relays_engine_metrics",
     "render_vllm_metrics",
 ]
 
@@ -61,6 +78,12 @@ VLLM_PREFIX = "vllm:"
 """Only families whose name starts with this leave the replica (not Ray's or Python's)."""
 REPLICA_LABEL = "replica"
 """The label naming the Ray replica a ``vllm:*`` sample came from."""
+RAY_VLLM_PREFIX = "ray_vllm_"
+"""How ``vllm:<name>`` is called at Ray's metrics agent (the chart's engine PodMonitor
+renames it back)."""
+RAY_REPLICA_LABEL = "ReplicaId"
+"""The label vLLM's Ray stat logger names the Serve replica with (the chart's engine
+PodMonitor copies it to :data:`REPLICA_LABEL`)."""
 VLLM_LABELS = ("model_name", "engine", "region", REPLICA_LABEL)
 """The labels of every ``vllm:*`` series in the scrape: vLLM's own (``model_name`` is
 the served model name, ``engine`` the data-parallel rank) and the two added here."""
@@ -84,6 +107,15 @@ VLLM_SERIES: tuple[str, ...] = (
 offline dashboard tests accept exactly these, and the vLLM scrape test checks that a real
 engine exports each)."""
 _REDIS_DEADLINE_S = 0.5
+
+
+def relays_engine_metrics(config: PlatformConfig) -> bool:
+    """Whether replicas relay their ``vllm:*`` series through Redis to the region's
+    ``/metrics``: in ``local`` mode only, where nothing scrapes Ray's metrics agent.
+    Called by :class:`~firstlight.serve.model_server.ModelServer` (whether to start
+    :func:`publish_engine_metrics`) and :func:`~firstlight.serve.model_server.build_engine`
+    (whether vLLM keeps a process registry to relay)."""
+    return config.mode == "local"
 
 
 def render_vllm_metrics(region: str, replica: str, registry: CollectorRegistry = REGISTRY) -> str:
