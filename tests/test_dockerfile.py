@@ -309,6 +309,36 @@ def test_each_variant_installs_its_engine_extra_and_never_dev(variant: str) -> N
     assert "dev" not in installed_project_extras(variant)
 
 
+def _constraints_of_project_installs(calls: list[tuple[str, list[str]]]) -> list[str | None]:
+    """For each install of this project that resolves dependencies (not ``--no-deps``):
+    the constraints file it passes (None: none)."""
+    found: list[str | None] = []
+    for subcommand, arguments in calls:
+        if (
+            subcommand != "install"
+            or "--no-deps" in arguments
+            or not any(project_extras(r) is not None for r in requirements_of(arguments))
+        ):
+            continue
+        flags = [i for i, a in enumerate(arguments) if a in {"-c", "--constraint"}]
+        found.append(arguments[flags[0] + 1] if flags else None)
+    return found
+
+
+@pytest.mark.parametrize("variant", ["cpu", "gpu"])
+def test_the_image_and_the_bootstrap_install_at_the_locked_versions(variant: str) -> None:
+    """Both install the project's dependencies under its engine's lock (tests/lock.py), and
+    the image's build context holds the lock before the dependency layer reads it."""
+    assert _constraints_of_project_installs(final_stage_pip_calls(variant)) == [
+        f"platform/lock/{variant}.txt"
+    ]
+    assert (REPO_ROOT / "platform" / "lock" / f"{variant}.txt").is_file()
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "LOCK := platform/lock/$(ENGINE_EXTRA).txt" in makefile
+    makefile_calls = [call for line in bootstrap_recipe() for call in pip_calls(line)]
+    assert _constraints_of_project_installs(makefile_calls) == ["$(LOCK)"]
+
+
 def test_only_the_cpu_variant_takes_torch_from_the_pytorch_cpu_index() -> None:
     cpu, gpu = dockerfile().stage("base-cpu"), dockerfile().stage("base-gpu")
     # The index is a build argument without a default (the repository names package
