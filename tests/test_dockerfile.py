@@ -330,11 +330,11 @@ def test_the_image_and_the_bootstrap_install_at_the_locked_versions(variant: str
     """Both install the project's dependencies under its engine's lock (tests/lock.py), and
     the image's build context holds the lock before the dependency layer reads it."""
     assert _constraints_of_project_installs(final_stage_pip_calls(variant)) == [
-        f"platform/lock/{variant}.txt"
+        f"lock/{variant}.txt"
     ]
-    assert (REPO_ROOT / "platform" / "lock" / f"{variant}.txt").is_file()
+    assert (REPO_ROOT / "lock" / f"{variant}.txt").is_file()
     makefile = (REPO_ROOT / "Makefile").read_text()
-    assert "LOCK := platform/lock/$(ENGINE_EXTRA).txt" in makefile
+    assert "LOCK := lock/$(ENGINE_EXTRA).txt" in makefile
     makefile_calls = [call for line in bootstrap_recipe() for call in pip_calls(line)]
     assert _constraints_of_project_installs(makefile_calls) == ["$(LOCK)"]
 
