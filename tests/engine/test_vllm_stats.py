@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
-from firstlight.engine.vllm_engine import _StatsRecorder
+from firstlight.engine.vllm_stats import StatsRecorder
 
 
 def _iteration(at: float, computed: int, ttfts: list[float], itls: list[float]) -> IterationStats:
@@ -27,7 +27,7 @@ def _scheduler(running: int, waiting: int = 0) -> SchedulerStats:
 
 
 def test_single_token_requests_on_an_idle_engine_measure_the_prefill_rate() -> None:
-    recorder = _StatsRecorder()
+    recorder = StatsRecorder()
     at = 1000.0
     for _ in range(3):  # sequential one-token requests: each wakes an idle engine
         at += 5.0
@@ -37,7 +37,7 @@ def test_single_token_requests_on_an_idle_engine_measure_the_prefill_rate() -> N
 
 
 def test_while_busy_an_iteration_lasts_from_the_previous_one() -> None:
-    recorder = _StatsRecorder()
+    recorder = StatsRecorder()
     recorder.record(_scheduler(running=1), _iteration(10.0, 64, [0.2], []))
     recorder.record(_scheduler(running=1), _iteration(10.05, 0, [], [0.05]))
     recorder.record(_scheduler(running=2), _iteration(10.15, 300, [0.1], [0.1]))
@@ -47,7 +47,7 @@ def test_while_busy_an_iteration_lasts_from_the_previous_one() -> None:
 
 
 def test_an_idle_gap_is_not_a_step() -> None:
-    recorder = _StatsRecorder()
+    recorder = StatsRecorder()
     recorder.record(_scheduler(running=1), _iteration(10.0, 0, [], [0.05]))
     recorder.record(_scheduler(running=0), _iteration(10.05, 0, [], [0.05]))
     # Idle for a minute, then a decode-only iteration (no first token): nothing measured.
