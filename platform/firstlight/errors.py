@@ -179,9 +179,12 @@ class ModelNotFoundError(EngineError):
 class ModelSourceError(ModelNotFoundError):
     """A model's ``hf://`` or ``s3://`` source could not be fetched into the node's
     cache: the hub refused the token, the repository, revision, bucket or objects are
-    missing, access is denied, or the cache's file system has no room. Raised by
-    :func:`firstlight.sources.ensure_model_dir`; the message names the model, the source
-    and what to fix (the token's variable, the URL, the folder and the bytes needed)."""
+    missing, access is denied, the cache's file system has no room, or (for the
+    gateway's tokenizer) the source lacks tokenizer files. Raised by
+    :func:`firstlight.sources.ensure_model_dir` and
+    :func:`~firstlight.sources.ensure_tokenizer_dir`; the message names the model, the
+    source and what to fix (the token's variable, the URL, the folder and the bytes
+    needed, the missing files)."""
 
 
 class InvalidRequestError(EngineError):

@@ -1,8 +1,8 @@
-"""End to end with the default model: named by hub id, it is fetched from the hub
-stand-in by the gateway's encoder and the replica's engine builder (the calls a region
-makes), and the real vLLM-CPU engine answers from the fetched folder after the stand-in
-has stopped; named by ``s3://`` URL, it arrives from the S3 stand-in (moto) byte for byte
-the same folder."""
+"""End to end with the default model: named by hub id, the gateway's encoder fetches its
+tokenizer's files only from the hub stand-in and tokenizes as the local folder's
+tokenizer does, the replica's fetch brings the whole folder, and the real vLLM-CPU
+engine answers from it after the stand-in has stopped; named by ``s3://`` URL, it
+arrives from the S3 stand-in (moto) byte for byte the same folder."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from firstlight.api.prompts import build_encoder
+from firstlight.api.prompts import HfPromptEncoder, build_encoder
 from firstlight.api.schemas import ChatMessage
 from firstlight.config import ModelConfig, PlatformConfig
 from firstlight.engine.protocol import GenerationRequest, SamplingSettings
@@ -35,13 +35,19 @@ async def test_a_model_named_by_hub_id_serves_a_chat_answer(
     with running_hub(repos) as hub:
         model = _default_model_from("hf://acme/smollm2", hub_endpoint=hub.url, token_env=TOKEN_ENV)
         config = PlatformConfig(cache_dir=tmp_path, models=(model,))
-        encoder = build_encoder(config, model)  # the gateway fetches first
+        encoder = build_encoder(config, model)  # the gateway: the tokenizer's files only
+        served = [path for _, path, _ in hub.requests if "/resolve/" in path]
+        assert any(path.endswith("/tokenizer.json") for path in served)
+        assert not any(path.endswith(".safetensors") for path in served)
+        ensure_model_dir(config, model)  # a replica's fetch, as build_engine makes it
     folder = config.model_dir(model)
     assert folder_bytes(folder) == folder_bytes(prepared[0])
+    messages = [ChatMessage(role="user", content="What is the capital of France?")]
+    ids = encoder.chat(messages)
+    assert ids == HfPromptEncoder(prepared[0]).chat(messages)
     # The stand-in is gone: the replica finds the node's folder complete and loads it.
     engine = build_engine(config, model)
     try:
-        ids = encoder.chat([ChatMessage(role="user", content="What is the capital of France?")])
         request = GenerationRequest("hub", ids, SamplingSettings(max_tokens=16))
         answer = "".join([chunk.text async for chunk in engine.generate(request)])
     finally:

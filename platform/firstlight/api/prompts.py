@@ -116,11 +116,12 @@ class SimPromptEncoder:
 
 
 def build_encoder(config: PlatformConfig, model: ModelConfig) -> PromptEncoder:
-    """The encoder for ``model``, its ``hf://`` or ``s3://`` source fetched first (once
-    per node); raises ``ModelNotFoundError`` when a ``vllm`` model's folder has no usable
-    tokenizer (``ModelSourceError`` when its source cannot be fetched)."""
+    """The encoder for ``model``, the tokenizer's files of its ``hf://`` or ``s3://``
+    source fetched first (once per node, never the weights); raises
+    ``ModelNotFoundError`` when a ``vllm`` model's folder has no usable tokenizer
+    (``ModelSourceError`` when its source cannot be fetched or lacks tokenizer files)."""
     if model.engine == "sim":
         return SimPromptEncoder()
-    from firstlight.sources import ensure_model_dir
+    from firstlight.sources import ensure_tokenizer_dir
 
-    return HfPromptEncoder(ensure_model_dir(config, model), chat=model.task == "generate")
+    return HfPromptEncoder(ensure_tokenizer_dir(config, model), chat=model.task == "generate")

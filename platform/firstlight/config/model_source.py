@@ -142,9 +142,10 @@ class FetchSettings(Section):
     for a local source."""
 
     cache_dir: Path | None = None
-    """Folder the model is fetched into (one sub-folder per source), shared by every
-    process on the node that serves it: the first fetches under a file lock, the others
-    wait and reuse it. ``null``: ``<cache_dir>/models/fetched``. A folder already
+    """Folder the model is fetched into (one sub-folder per source, and one beside it
+    with the tokenizer's files only, which the gateway fetches), shared by every process
+    on the node that serves it: the first fetches under a file lock, the others wait and
+    reuse it. ``null``: ``<cache_dir>/models/fetched``. A folder already
     fetched is reused without asking the source again, so pin a hub source's revision
     (``@<commit>``) to know what runs."""
     token_env: Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")] = "HF_TOKEN"

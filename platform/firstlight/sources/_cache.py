@@ -1,9 +1,10 @@
-"""The node's model cache: one folder per source, fetched once under a file lock, staged
-in a hidden sibling and renamed into place only when every listed file is there at its
-listed size, so a crash or a full disk never leaves a half-fetched model that looks done.
+"""The node's model cache: one folder per source (and one per subset of it, such as the
+tokenizer's files), fetched once under a file lock, staged in a hidden sibling and
+renamed into place only when every listed file is there at its listed size, so a crash
+or a full disk never leaves a half-fetched model that looks done.
 
 Private to :mod:`firstlight.sources`; the hub and S3 fetchers plug in through
-:class:`Fetcher`.
+:class:`Fetcher`, subsets through :class:`firstlight.sources._subset.Subset`.
 """
 
 from __future__ import annotations
@@ -18,17 +19,22 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from firstlight.errors import ModelSourceError
 
-__all__ = ["MARKER_FILE", "Fetcher", "Listing", "fetch_once", "free_bytes"]
+if TYPE_CHECKING:
+    from firstlight.sources._subset import Subset
+
+__all__ = ["MARKER_FILE", "Fetcher", "Listing", "fetch_once", "free_bytes", "holds_fetch"]
 
 _log = logging.getLogger(__name__)
 
 MARKER_FILE = ".firstlight-source.json"
-"""Written last into a fetched folder: the source, its resolved revision and every file
-with its size. A folder without it (or whose files differ from it) is fetched again."""
+"""Written last into a fetched folder: the source, its resolved revision, every file with
+its size, and the subset's name when only part of the source was fetched. A folder
+without it (or whose files differ from it, or fetched as another subset) is fetched
+again."""
 _MARKER_FORMAT = 1
 _GIB = 1024**3
 
@@ -73,16 +79,19 @@ def fetch_once(
     fetcher: Fetcher,
     *,
     min_free_gib: float,
+    subset: Subset | None = None,
     free: Callable[[Path], int] = free_bytes,
 ) -> Path:
-    """Return ``target`` holding ``fetcher``'s files, fetching them unless a complete
-    fetch of the same source is already there. Every process of the node that serves
-    the model calls this before loading it (replicas and gateways); the file lock makes
-    the first fetch and the others wait for it, then reuse it.
+    """Return ``target`` holding ``fetcher``'s files (only ``subset``'s, when given),
+    fetching them unless a complete fetch of the same source (and subset) is already
+    there. Every process of the node that loads the model calls this first (replicas
+    for the whole source, gateways for the tokenizer's subset); the file lock makes the
+    first fetch and the others wait for it, then reuse it.
 
-    Raises :class:`ModelSourceError`: the fetcher's own errors, no room for the listed
-    files plus ``min_free_gib`` in ``target``'s file system (checked before the first
-    byte), the disk filling up anyway, or files missing after the download.
+    Raises :class:`ModelSourceError`: the fetcher's own errors, a subset's required
+    files missing from the source, no room for the listed files plus ``min_free_gib`` in
+    ``target``'s file system (checked before the first byte), the disk filling up
+    anyway, or files missing after the download.
     """
     parent = target.parent
     try:
@@ -92,45 +101,62 @@ def fetch_once(
             f"model {model!r}: cannot create the model cache folder {parent}: {exc} "
             "(set fetch.cache_dir to a writable folder)"
         ) from exc
+    subset_name = subset.name if subset is not None else None
     with _locked(parent / f".{target.name}.lock", model, fetcher.label):
-        if _complete(target, fetcher.label):
+        if _complete(target, fetcher.label, subset_name):
             _log.info("model %s: reusing %s fetched from %s", model, target, fetcher.label)
             return target
         for stale in parent.glob(f".{target.name}.partial-*"):
             shutil.rmtree(stale, ignore_errors=True)  # a fetch that died; the lock is ours
         listing = fetcher.listing()
+        if subset is not None:
+            listing = subset.select(model, fetcher.label, listing)
+        files = f"{subset_name} files" if subset_name else "files"
         needed = listing.total_bytes + int(min_free_gib * _GIB)
         available = free(parent)
         if needed > available:
             raise ModelSourceError(
-                f"model {model!r}: no space in {parent} for {fetcher.label}: its files take "
+                f"model {model!r}: no space in {parent} for {fetcher.label}: its {files} take "
                 f"{listing.total_bytes} bytes and fetch.min_free_gib keeps {min_free_gib} GiB "
                 f"free ({needed} bytes needed), but {available} bytes are free; free space "
                 "there or point fetch.cache_dir at a larger volume"
             )
         _log.info(
-            "model %s: fetching %s (%d files, %d bytes) into %s",
+            "model %s: fetching %s (%d %s, %d bytes) into %s",
             model,
             fetcher.label,
             len(listing.files),
+            files,
             listing.total_bytes,
             target,
         )
-        _stage(model, target, fetcher, listing)
+        _stage(model, target, fetcher, listing, subset_name)
     return target
 
 
-def _stage(model: str, target: Path, fetcher: Fetcher, listing: Listing) -> None:
+def holds_fetch(target: Path, label: str) -> bool:
+    """True when ``target`` holds a finished fetch of every file of the source ``label``
+    names. Called without the lock by :func:`firstlight.sources.ensure_tokenizer_dir`:
+    a finished folder is only ever renamed into place whole, so a gateway can load its
+    tokenizer from the replicas' full fetch instead of fetching the tokenizer again."""
+    return _complete(target, label, None)
+
+
+def _stage(
+    model: str, target: Path, fetcher: Fetcher, listing: Listing, subset: str | None
+) -> None:
     staging = target.with_name(f".{target.name}.partial-{os.getpid()}")
     try:
         fetcher.download(listing, staging)
         _check_sizes(model, fetcher.label, staging, listing)
-        marker = {
+        marker: dict[str, object] = {
             "format": _MARKER_FORMAT,
             "source": fetcher.label,
             "revision": listing.revision,
             "files": dict(sorted(listing.files.items())),
         }
+        if subset is not None:
+            marker["subset"] = subset  # a full fetch's marker has none, as before subsets
         (staging / MARKER_FILE).write_text(json.dumps(marker, indent=1) + "\n")
         if target.exists():
             shutil.rmtree(target)
@@ -160,13 +186,16 @@ def _check_sizes(model: str, label: str, folder: Path, listing: Listing) -> None
             )
 
 
-def _complete(target: Path, label: str) -> bool:
-    """True when ``target`` holds a finished fetch of ``label`` with every file intact."""
+def _complete(target: Path, label: str, subset: str | None) -> bool:
+    """True when ``target`` holds a finished fetch of ``label`` (of ``subset``'s files
+    only, or of all when ``None``) with every file intact."""
     try:
         marker = json.loads((target / MARKER_FILE).read_text())
     except (OSError, ValueError):
         return False
     if not isinstance(marker, dict) or marker.get("source") != label:
+        return False
+    if marker.get("subset") != subset:
         return False
     files = marker.get("files")
     if marker.get("format") != _MARKER_FORMAT or not isinstance(files, dict):
