@@ -560,4 +560,3 @@ def test_an_image_pinned_by_digest_runs_that_digest_in_every_ray_pod() -> None:
     pods = [cluster["headGroupSpec"], *cluster["workerGroupSpecs"]]
     images = {c["image"] for pod in pods for c in pod["template"]["spec"]["containers"]}
     assert images == {f"registry.example/fl@{digest}"}
-
