@@ -418,3 +418,31 @@ runs these rules in a real Prometheus against a real replica's Ray metrics agent
 - {targetLabel: region, replacement: {{ .Values.region.name | quote }}, action: replace}
 - {regex: "ReplicaId|Component|NodeAddress|SessionName|Version|WorkerId|otel_scope_.+", action: labeldrop}
 {{- end -}}
+
+{{/* The head's custom Ray resources as rayStartParams.resources takes them: a JSON object
+inside quotes, its own quotes escaped (the form KubeRay passes to `ray start` and Ray's
+autoscaler parses). One unit of firstlight_gateway (firstlight.serve.placement's
+GATEWAY_RESOURCE): the mark of the node the gateways run on. */}}
+{{- define "firstlight.headRayResources" -}}
+"{\"firstlight_gateway\": 1}"
+{{- end -}}
+
+{{/* The head container's resources: rayCluster.head.resources when set, as they are;
+otherwise computed from what the head runs (rayCluster.head.sizing): a CPU request of
+the fixed part plus a part per gateway replica, no CPU limit (a CFS quota throttles the
+request path in bursts), memory requested and limited alike. */}}
+{{- define "firstlight.headResources" -}}
+{{- $head := .Values.rayCluster.head -}}
+{{- if $head.resources -}}
+{{- toYaml $head.resources -}}
+{{- else -}}
+{{- $sizing := $head.sizing -}}
+{{- $millis := add (int $sizing.fixedCpuMillis) (mul (int $sizing.cpuPerGatewayMillis) (int .Values.gateway.replicas)) -}}
+{{- $cpu := ternary (printf "%d" (div $millis 1000)) (printf "%dm" $millis) (eq (mod $millis 1000) 0) -}}
+requests:
+  cpu: {{ $cpu | quote }}
+  memory: {{ $sizing.memory | quote }}
+limits:
+  memory: {{ $sizing.memory | quote }}
+{{- end -}}
+{{- end -}}

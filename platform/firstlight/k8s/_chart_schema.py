@@ -17,6 +17,7 @@ _DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _DURATION = "^[0-9]+(ms|s|m|h)$"
 _ENV = "^[A-Za-z_][A-Za-z0-9_]*$"
+_QUANTITY = "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m|[eE][0-9]+)?$"
 
 
 def _obj(description: str, required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]:
@@ -146,8 +147,31 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             idleTimeoutSeconds=_int("Seconds an idle worker lives before removal.", 1, 86400),
         ),
         head=_obj(
-            "The head pod (runs the Serve controller and proxy, no models).",
-            **_placement("the head pod"),
+            "The head pod (Ray's core, the Serve controller and proxy, HAProxy and every "
+            "gateway replica; no models).",
+            **{
+                **_placement("the head pod"),
+                "resources": _k8s(
+                    "Container resources of the head pod (requests/limits), used as they "
+                    "are; empty: computed by sizing."
+                ),
+            },
+            sizing=_obj(
+                "The head's computed size, used while resources is empty: a CPU request "
+                "of fixedCpuMillis plus cpuPerGatewayMillis per gateway replica, no CPU "
+                "limit, memory requested and limited alike.",
+                ("fixedCpuMillis", "cpuPerGatewayMillis", "memory"),
+                fixedCpuMillis=_int(
+                    "Millicores for Ray's core, the Serve controller and proxy, HAProxy.",
+                    100,
+                    64_000,
+                ),
+                cpuPerGatewayMillis=_int("Millicores per gateway replica.", 100, 16_000),
+                memory=_str(
+                    "Memory of the head container (a Kubernetes quantity, e.g. 8Gi).",
+                    pattern=_QUANTITY,
+                ),
+            ),
         ),
         workerGroups={
             "type": "array",
