@@ -28,13 +28,9 @@ locals {
       repository = var.image.repository
       tag        = var.image.tag
     }
+    # No head resources: the chart computes them from gateway.replicas (docs/deploy.md,
+    # "Sizing the head"); extra_values may set rayCluster.head.resources or .sizing.
     rayCluster = {
-      head = {
-        resources = {
-          requests = { cpu = "2", memory = "8Gi" }
-          limits   = { cpu = "2", memory = "8Gi" }
-        }
-      }
       workerGroups = [{
         name         = "gpu"
         replicas     = var.gpu_worker_group.min_replicas
