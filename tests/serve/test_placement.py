@@ -1,6 +1,6 @@
 """Where replicas run (``firstlight.serve.placement``): one GPU bundle per shard of a
 model split across GPUs, the replica itself beside them; plain options otherwise; the
-gateways on the node that advertises their resource in ``kubernetes`` mode only."""
+gateways, in ``kubernetes`` mode only, on nodes that advertise their resource."""
 
 from __future__ import annotations
 
@@ -134,7 +134,7 @@ def _kubernetes_config() -> PlatformConfig:
     )
 
 
-def test_local_gateways_ask_for_nothing_but_kubernetes_ones_for_the_heads_mark() -> None:
+def test_local_gateways_ask_for_nothing_but_kubernetes_ones_for_a_gateway_pods_unit() -> None:
     local = PlatformConfig()
     assert local.mode == "local"
     assert gateway_actor_options(local) == {"num_cpus": 0}
@@ -154,4 +154,5 @@ def test_serve_refuses_a_cluster_where_kubernetes_gateways_cannot_land() -> None
     assert problem.path == "mode"
     assert problem.value == "kubernetes"
     assert GATEWAY_RESOURCE in problem.message
-    assert "ray start --resources='{\"firstlight_gateway\": 1}'" in problem.message
+    assert kubernetes.gateway.replicas == 2
+    assert "ray start --resources='{\"firstlight_gateway\": 2}'" in problem.message

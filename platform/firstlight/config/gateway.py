@@ -49,8 +49,9 @@ class GatewayConfig(Section):
     connections over them), so losing one leaves the endpoint up. They share per-key
     limits, prefix-cache hints, their routes (``share_routes``) and the ``/metrics``
     scrape through the hints Redis (docs/serving.md, "Several gateways"). On Kubernetes
-    they all run on the Ray head, whose CPU request the chart computes from this count
-    (docs/deploy.md, "Sizing the head")."""
+    they run on the chart's gateway pods, two or more of them from two gateways, each
+    pod sized for the gateways it hosts (docs/deploy.md, "Sizing the head and the gateway
+    pods")."""
     share_routes: bool = True
     """With several gateway replicas and hints on: each gateway's routers announce their
     routes (routed, first token, done) to the region's other gateways over Redis

@@ -17,7 +17,6 @@ _DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_NAME = "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 _DURATION = "^[0-9]+(ms|s|m|h)$"
 _ENV = "^[A-Za-z_][A-Za-z0-9_]*$"
-_QUANTITY = "^[0-9]+(\\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E|m|[eE][0-9]+)?$"
 
 
 def _obj(description: str, required: tuple[str, ...] = (), **properties: Any) -> dict[str, Any]:
@@ -82,7 +81,10 @@ _SECRET_KEY = _str("Key in that Secret.", pattern="^[-._a-zA-Z0-9]+$")
 _WORKER_GROUP = _obj(
     "A group of Ray worker pods (one accelerator type).",
     ("name", "minReplicas", "maxReplicas"),
-    name=_str("Worker group name (Ray's groupName).", pattern=_DNS_LABEL),
+    name=_str(
+        "Worker group name (Ray's groupName); not gateways, the gateway pods' group.",
+        pattern=_DNS_LABEL,
+    ),
     replicas=_int("Pods at install time (the autoscaler then moves it).", 0, 1000),
     minReplicas=_int("Fewest pods the Ray autoscaler keeps (0 scales to zero).", 0, 1000),
     maxReplicas=_int("Most pods the Ray autoscaler may start.", 0, 1000),
@@ -128,8 +130,9 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
     "podAnnotations": _map("Extra annotations on every pod."),
     "extraEnv": _k8s("Extra environment variables (Kubernetes EnvVar list) on Ray pods.", "array"),
     "rayCluster": _obj(
-        "The RayService's Ray cluster: a CPU-only head and accelerator worker groups.",
-        ("head", "workerGroups"),
+        "The RayService's Ray cluster: a CPU-only head, the CPU-only gateway pods and "
+        "accelerator worker groups.",
+        ("head", "gateways", "workerGroups"),
         rayVersion=_str("Ray version in the image (KubeRay uses it for compatibility)."),
         upgradeStrategy=_str(
             "On a Ray cluster change: NewCluster (a new cluster, traffic moves when it "
@@ -147,30 +150,46 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             idleTimeoutSeconds=_int("Seconds an idle worker lives before removal.", 1, 86400),
         ),
         head=_obj(
-            "The head pod (Ray's core, the Serve controller and proxy, HAProxy and every "
-            "gateway replica; no models).",
+            "The head pod (Ray's core, the Serve controller, Serve's proxy and HAProxy out "
+            "of the serve Service; no model, no gateway): a fixed size, whatever "
+            "gateway.replicas.",
+            **_placement("the head pod"),
+        ),
+        gateways=_obj(
+            "The gateway pods: a CPU-only worker group (groupName gateways) running every "
+            "gateway replica and nothing else; gateway.replicas / gatewaysPerPod pods, "
+            "rounded up, at least two from two gateways.",
+            ("gatewaysPerPod", "sizing"),
+            gatewaysPerPod=_int(
+                "Gateways one pod hosts at most (the firstlight_gateway units it advertises).",
+                1,
+                8,
+            ),
             **{
-                **_placement("the head pod"),
+                **_placement("a gateway pod"),
                 "resources": _k8s(
-                    "Container resources of the head pod (requests/limits), used as they "
+                    "Container resources of a gateway pod (requests/limits), used as they "
                     "are; empty: computed by sizing."
+                ),
+                "affinity": _k8s(
+                    "Affinity of the gateway pods; empty: a preferred anti-affinity that "
+                    "puts them on different nodes."
                 ),
             },
             sizing=_obj(
-                "The head's computed size, used while resources is empty: a CPU request "
-                "of fixedCpuMillis plus cpuPerGatewayMillis per gateway replica, no CPU "
-                "limit, memory requested and limited alike.",
-                ("fixedCpuMillis", "cpuPerGatewayMillis", "memory"),
+                "A gateway pod's computed size, used while resources is empty: a CPU "
+                "request of fixedCpuMillis plus cpuPerGatewayMillis per gateway it hosts, "
+                "no CPU limit, memory of fixedMemoryMi plus memoryPerGatewayMi per gateway, "
+                "requested and limited alike.",
+                ("fixedCpuMillis", "cpuPerGatewayMillis", "fixedMemoryMi", "memoryPerGatewayMi"),
                 fixedCpuMillis=_int(
-                    "Millicores for Ray's core, the Serve controller and proxy, HAProxy.",
+                    "Millicores for the pod's raylet and agents, Serve's proxy and HAProxy.",
                     100,
-                    64_000,
+                    16_000,
                 ),
-                cpuPerGatewayMillis=_int("Millicores per gateway replica.", 100, 16_000),
-                memory=_str(
-                    "Memory of the head container (a Kubernetes quantity, e.g. 8Gi).",
-                    pattern=_QUANTITY,
-                ),
+                cpuPerGatewayMillis=_int("Millicores per gateway.", 100, 16_000),
+                fixedMemoryMi=_int("MiB for the pod's own processes.", 256, 65_536),
+                memoryPerGatewayMi=_int("MiB per gateway.", 128, 65_536),
             ),
         ),
         workerGroups={

@@ -8,13 +8,17 @@ itself (its CPUs, no GPU) and one GPU bundle per shard, packed on one node for t
 parallelism (shards exchange activations every layer); vLLM's Ray executor then starts
 its workers in those bundles, as Ray Serve LLM places its engines.
 
-In ``kubernetes`` mode every gateway replica asks for a sliver of
-:data:`GATEWAY_RESOURCE`, a custom Ray resource only the Helm chart's head pod
-advertises, so the gateways run on the head, whose CPU request the chart computes from
-``gateway.replicas`` (docs/deploy.md, "Sizing the head"). Reserving nothing, they would
-be spread by Ray over every node, GPU workers included, taking the engines' host cores
-unaccounted. The price: a head restart takes the region's gateways with it. Local mode
-asks for nothing: its one Ray node runs everything. Pure: no Ray import.
+In ``kubernetes`` mode every gateway replica asks for one unit of
+:data:`GATEWAY_RESOURCE`, a custom Ray resource only the Helm chart's gateway pods
+advertise (``rayCluster.gateways``: a CPU-only worker group, each pod ``gatewaysPerPod``
+units and a CPU request sized for that many gateways; docs/deploy.md, "Sizing the head and
+the gateway pods"). So the gateways run there and nowhere else: not on the head, whose
+restart would then take the region's endpoint with it, and not on GPU workers, where
+they would take the engines' host cores unaccounted; a pod never hosts more gateways
+than it is sized for, and Ray's autoscaler never starts a GPU worker for one. Ray Serve
+places a deployment's replicas with Ray's ``SPREAD`` strategy, so they go to different
+pods where the units allow. Local mode asks for nothing: its one Ray node runs
+everything. Pure: no Ray import.
 """
 
 from __future__ import annotations
@@ -37,14 +41,14 @@ __all__ = [
 ]
 
 GATEWAY_RESOURCE = "firstlight_gateway"
-"""The custom Ray resource that marks the node gateways run on: the chart's head advertises
-one unit of it (``rayStartParams.resources``), nothing else does, so the autoscaler never
-starts a worker for a gateway."""
-GATEWAY_RESOURCE_PER_REPLICA = 0.005
-"""What one gateway replica asks of :data:`GATEWAY_RESOURCE`: a marker, not an accounting
-(the head's CPU request does that), small enough that twice ``gateway.replicas``' bound
-fits in the one unit — every gateway and a replacement for each, as when a rolling
-update's new replicas start while the old ones drain."""
+"""The custom Ray resource that marks the nodes gateways run on: the chart's gateway pods
+advertise it (``rayStartParams.resources``), one unit per gateway a pod is sized for;
+nothing else does, so the autoscaler never starts a GPU worker for a gateway."""
+GATEWAY_RESOURCE_PER_REPLICA = 1.0
+"""What one gateway replica asks of :data:`GATEWAY_RESOURCE`: one unit, so a pod that
+advertises ``n`` units hosts at most ``n`` gateways, the count its CPU request is sized
+for. A rolling update's new gateway waits for an old one on a full pod to finish
+draining (Serve stops old replicas before it starts their successors)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,8 +115,9 @@ def replica_placement(model: ModelConfig) -> ReplicaPlacement:
 
 def gateway_actor_options(config: PlatformConfig) -> dict[str, Any]:
     """``ray_actor_options`` of the gateway deployment (see the module docstring): no CPU
-    reserved (its cores are the head pod's CPU request, not Ray's bookkeeping), and in
-    ``kubernetes`` mode a sliver of :data:`GATEWAY_RESOURCE`, which pins it to the head."""
+    reserved (its cores are the gateway pod's CPU request, not Ray's bookkeeping), and in
+    ``kubernetes`` mode one unit of :data:`GATEWAY_RESOURCE`, which places it on a gateway
+    pod with room for it."""
     options: dict[str, Any] = {"num_cpus": 0}
     if config.mode == "kubernetes":
         options["resources"] = {GATEWAY_RESOURCE: GATEWAY_RESOURCE_PER_REPLICA}
@@ -127,14 +132,16 @@ def check_gateway_placement(config: PlatformConfig, cluster_resources: Mapping[s
     wanted = gateway_actor_options(config).get("resources", {})
     missing = [name for name in wanted if cluster_resources.get(name, 0) <= 0]
     if missing:
-        start = "ray start --resources='" + json.dumps({missing[0]: 1}) + "'"
+        units = {missing[0]: config.gateway.replicas}
+        start = "ray start --resources='" + json.dumps(units) + "'"
         raise ConfigError(
             [
                 ConfigProblem(
                     "mode",
-                    f"gateways run only on a node advertising the Ray resource "
-                    f"{missing[0]} (the Helm chart's head does) and no node of this "
-                    f"cluster does: start one with `{start}`",
+                    f"gateways run only on nodes advertising the Ray resource "
+                    f"{missing[0]}, one unit per gateway (the Helm chart's gateway pods "
+                    f"do), and no node of this cluster does: start one with room for "
+                    f"the {config.gateway.replicas} gateway(s) with `{start}`",
                     config.mode,
                     True,
                 )
