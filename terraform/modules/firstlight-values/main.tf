@@ -28,8 +28,8 @@ locals {
       repository = var.image.repository
       tag        = var.image.tag
     }
-    # No head resources: the chart computes them from gateway.replicas (docs/deploy.md,
-    # "Sizing the head"); extra_values may set rayCluster.head.resources or .sizing.
+    # The head and the gateway pods keep the chart's sizes (docs/deploy.md, "Sizing the
+    # head and the gateway pods"); extra_values may set rayCluster.head or .gateways.
     rayCluster = {
       workerGroups = [{
         name         = "gpu"
