@@ -267,6 +267,7 @@ def serve(
     from ray import serve as ray_serve
 
     from firstlight.serve.app import region_app
+    from firstlight.serve.placement import check_gateway_placement
     from firstlight.telemetry.logs import configure_logging
 
     cfg = _load(config)
@@ -279,6 +280,10 @@ def serve(
     except FirstlightError as exc:
         _fail(exc)
     ray.init(address=address)
+    try:
+        check_gateway_placement(cfg, ray.cluster_resources())  # type: ignore[no-untyped-call]
+    except FirstlightError as exc:
+        _fail(exc)
     ray_serve.start(http_options={"host": cfg.gateway.host, "port": cfg.gateway.port})
     ray_serve.run(application, name=name, route_prefix="/")
     typer.echo(f"region {name} deployed at http://{cfg.gateway.host}:{cfg.gateway.port}/v1")

@@ -82,7 +82,7 @@ def test_every_pod_runs_unprivileged_as_non_root() -> None:
 def test_every_ray_pod_shares_the_hash_seed() -> None:
     rendered = render(EAST)
     pods = _ray_pods(rendered)
-    assert len(pods) == 2
+    assert [name for name, _ in pods] == ["ray-head", "ray-worker/gateways", "ray-worker/l4"]
     for name, spec in pods:
         assert _env(spec)["PYTHONHASHSEED"] == str(EAST["hints"]["hash_seed"]), name
     assert app_args(rendered)["config"]["hints"]["hash_seed"] == EAST["hints"]["hash_seed"]
@@ -338,6 +338,7 @@ def test_network_policies_open_only_the_gateway_port_to_everyone() -> None:
     ray = policies["firstlight-ray"]
     assert {n for n, pod in labels.items() if _matches(ray["podSelector"], pod)} == {
         "ray-head",
+        "worker/gateways",
         "worker/l4",
     }
     open_rules = [r for r in ray["ingress"] if "from" not in r]
@@ -352,6 +353,7 @@ def test_network_policies_open_only_the_gateway_port_to_everyone() -> None:
     (peer,) = rule["from"]
     assert {n for n, pod in labels.items() if _matches(peer["podSelector"], pod)} == {
         "ray-head",
+        "worker/gateways",
         "worker/l4",
     }
 

@@ -69,18 +69,53 @@ def _gcs(rendered: Rendered) -> dict[str, Any] | None:
 # --- PodDisruptionBudgets ---------------------------------------------------------------
 
 
+def _budgets(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    """The rendered budgets by the group they protect."""
+    return {
+        p["metadata"]["name"].removeprefix("firstlight-"): p
+        for p in rendered.of_kind("PodDisruptionBudget")
+    }
+
+
 def test_default_single_worker_group_gets_no_budget_and_the_notes_say_so() -> None:
     """A budget on a one-pod group would allow zero running workers (maxUnavailable 1)
-    or block every drain (minAvailable 1); the defaults render neither and warn."""
+    or block every drain (minAvailable 1); the defaults render neither and warn. The
+    default two gateways run on two gateway pods, which get one."""
     assert DEFAULTS["rayCluster"]["workerGroups"][0]["minReplicas"] == 1
     rendered = render()
-    assert rendered.of_kind("PodDisruptionBudget") == []
+    assert set(_budgets(rendered)) == {"gateways"}
     assert "No PodDisruptionBudget for worker group gpu" in rendered.notes
+    assert "No PodDisruptionBudget for the gateway pods" not in rendered.notes
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_the_gateway_pods_keep_one_serving_through_drains_from_two_gateways(
+    replicas: int,
+) -> None:
+    """Two gateways or more run on two pods or more: a budget keeps one of them through
+    a drain (a gateway pod is ready only while its Serve proxy is, KubeRay's readiness
+    probe, so a running pod is a serving one). One gateway on one pod: none, and the
+    notes say what that means."""
+    rendered = render({"gateway": {"replicas": replicas}})
+    budgets = _budgets(rendered)
+    if replicas == 1:
+        assert "gateways" not in budgets
+        assert "No PodDisruptionBudget for the gateway pods" in rendered.notes
+        return
+    pdb = budgets["gateways"]
+    assert pdb["spec"]["minAvailable"] == 1
+    for version in KUBE_VERSIONS:
+        kubernetes_validate.validate(pdb, version, strict=True)
+    labels = _worker_labels(rendered)
+    assert [g for g, pod in labels.items() if _selects(pdb["spec"]["selector"], pod)] == [
+        "gateways"
+    ]
+    assert "No PodDisruptionBudget for the gateway pods" not in rendered.notes
 
 
 def test_two_worker_group_keeps_one_running_through_drains() -> None:
     rendered = render(_workers(("gpu", 2)))
-    (pdb,) = rendered.of_kind("PodDisruptionBudget")
+    pdb = _budgets(rendered)["gpu"]
     assert pdb["spec"]["minAvailable"] == 1
     assert "maxUnavailable" not in pdb["spec"]  # not honoured for a RayCluster's pods
     for version in KUBE_VERSIONS:
@@ -97,10 +132,7 @@ def test_no_budget_ever_allows_zero_or_blocks_every_drain(min_available: int) ->
     groups = [(f"g{floor}", floor) for floor in range(5)]
     values = {**_workers(*groups), "podDisruptionBudget": {"minAvailable": min_available}}
     rendered = render(values)
-    budgets = {
-        p["metadata"]["name"].removeprefix("firstlight-"): p["spec"]
-        for p in rendered.of_kind("PodDisruptionBudget")
-    }
+    budgets = {name: pdb["spec"] for name, pdb in _budgets(rendered).items() if name != "gateways"}
     for name, floor in groups:
         if name in budgets:
             kept = budgets[name]["minAvailable"]

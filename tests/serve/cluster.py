@@ -24,16 +24,25 @@ API_KEY = "test-key-0123456789abcdef"
 @pytest.fixture(scope="session")
 def serve_port() -> Iterator[int]:
     """A local Ray cluster (2 CPUs) with the default ingress (HAProxy) on a free loopback
-    port."""
+    port. Its node also advertises units of the gateway resource, as the chart's gateway
+    pods do, so an application built from the chart's (``kubernetes`` mode) config places
+    its gateways here as it would on those pods (one unit each: room for the chart's two
+    and for two more); local-mode applications never ask for it."""
     import ray
     from ray import serve
 
     from firstlight.config import GatewayConfig
     from firstlight.serve.data_plane import prepare_local_ray
+    from firstlight.serve.placement import GATEWAY_RESOURCE
 
     port = free_port()
     prepare_local_ray(GatewayConfig())  # the default data plane, as `firstlight up` starts it
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        num_cpus=2,
+        resources={GATEWAY_RESOURCE: 4},
+        include_dashboard=False,
+        log_to_driver=False,
+    )
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     yield port
     serve.shutdown()

@@ -1,5 +1,6 @@
 """Where replicas run (``firstlight.serve.placement``): one GPU bundle per shard of a
-model split across GPUs, the replica itself beside them; plain options otherwise."""
+model split across GPUs, the replica itself beside them; plain options otherwise; the
+gateways, in ``kubernetes`` mode only, on nodes that advertise their resource."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from firstlight.config import ModelConfig
-from firstlight.serve.placement import replica_placement
+from firstlight.config import ModelConfig, PlatformConfig, parse_config
+from firstlight.errors import ConfigError
+from firstlight.serve.placement import (
+    GATEWAY_RESOURCE,
+    GATEWAY_RESOURCE_PER_REPLICA,
+    check_gateway_placement,
+    gateway_actor_options,
+    replica_placement,
+)
 
 
 def _model(**fields: Any) -> ModelConfig:
@@ -112,3 +120,39 @@ def test_the_replica_port_is_used_unless_autoscaling_or_the_handle_is_asked_for(
     for data_path, autoscaling, expected in cases:
         platform = config(data_path, autoscaling)
         assert uses_replica_port(platform, platform.models[0]) is expected
+
+
+def _kubernetes_config() -> PlatformConfig:
+    return parse_config(
+        {
+            "mode": "kubernetes",
+            "region": "us-east",
+            "regions": [{"name": "us-east"}],
+            "auth": {"enabled": True, "api_keys": [{"env": "FIRSTLIGHT_API_KEY"}]},
+        },
+        "test",
+    )
+
+
+def test_local_gateways_ask_for_nothing_but_kubernetes_ones_for_a_gateway_pods_unit() -> None:
+    local = PlatformConfig()
+    assert local.mode == "local"
+    assert gateway_actor_options(local) == {"num_cpus": 0}
+    assert gateway_actor_options(_kubernetes_config()) == {
+        "num_cpus": 0,
+        "resources": {GATEWAY_RESOURCE: GATEWAY_RESOURCE_PER_REPLICA},
+    }
+
+
+def test_serve_refuses_a_cluster_where_kubernetes_gateways_cannot_land() -> None:
+    kubernetes = _kubernetes_config()
+    check_gateway_placement(kubernetes, {"CPU": 8.0, GATEWAY_RESOURCE: 1.0})
+    check_gateway_placement(PlatformConfig(), {"CPU": 8.0})  # local mode asks for nothing
+    with pytest.raises(ConfigError) as info:
+        check_gateway_placement(kubernetes, {"CPU": 8.0, "GPU": 1.0})
+    (problem,) = info.value.problems
+    assert problem.path == "mode"
+    assert problem.value == "kubernetes"
+    assert GATEWAY_RESOURCE in problem.message
+    assert kubernetes.gateway.replicas == 2
+    assert "ray start --resources='{\"firstlight_gateway\": 2}'" in problem.message

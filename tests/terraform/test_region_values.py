@@ -106,7 +106,8 @@ def test_region_module_values_pass_the_chart_schema(tmp_path: Path) -> None:
         "llm.example.com",
     ]
     assert rendered.of_kind("HTTPRoute") == []
-    group = rendered.one("RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    groups = rendered.one("RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    group = next(g for g in groups if g["groupName"] == "gpu")
     assert group["template"]["spec"]["nodeSelector"] == {"firstlight/pool": "gpu"}
     # The API keys are a reference to a Secret made outside Terraform, never values.
     assert values["auth"]["apiKeys"] == {
@@ -135,7 +136,8 @@ def test_gke_region_values_pass_the_chart_schema_with_an_httproute(tmp_path: Pat
     assert config["applications"][0]["args"]["config"]["regions"][0]["peers"] == [
         {"region": "us-east", "url": "https://us-east.llm.example.com", "rtt_ms": 90}
     ]
-    group = rendered.one("RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"][0]
+    groups = rendered.one("RayService")["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+    group = next(g for g in groups if g["groupName"] == "gpu")
     assert group["template"]["spec"]["nodeSelector"] == {"firstlight/pool": "gpu"}
     # The gateway's backend is the Service the GKE policies (gateway.tf) target.
     backend = route["rules"][0]["backendRefs"][0]
@@ -146,17 +148,20 @@ def test_gke_region_values_pass_the_chart_schema_with_an_httproute(tmp_path: Pat
 
 def test_extra_values_are_deep_merged(tmp_path: Path) -> None:
     """The hole: extra_values was merged at the top level only, so setting one nested
-    value dropped every computed setting beside it (here the head's requests and the
-    GPU worker group under rayCluster, and the Ingress's hosts)."""
+    value dropped every computed setting beside it (here the peer Secret's name beside
+    its key, the GPU worker group beside the gateway pods under rayCluster, and the
+    Ingress's hosts)."""
     extra: dict[str, Any] = {
-        "rayCluster": {"head": {"resources": {"limits": {"memory": "16Gi"}}}},
+        "auth": {"peerSecret": {"key": "hop-key"}},
+        "rayCluster": {"gateways": {"sizing": {"memoryPerGatewayMi": 2048}}},
         "ingress": {"annotations": {"traefik.ingress.kubernetes.io/router.priority": "10"}},
         "router": {"spill_over": {"enabled": False}},
     }
     values = region_values(tmp_path, "region-aws", {**REQUIRED_INPUTS, "extra_values": extra})
-    head = values["rayCluster"]["head"]["resources"]
-    assert head["limits"] == {"cpu": "2", "memory": "16Gi"}  # the nested setting...
-    assert head["requests"] == {"cpu": "2", "memory": "8Gi"}  # ...beside the module's own
+    peer = values["auth"]["peerSecret"]
+    assert peer["key"] == "hop-key"  # the nested setting...
+    assert peer["existingSecret"] == ""  # ...beside the module's own (no peers: none)
+    assert values["rayCluster"]["gateways"] == extra["rayCluster"]["gateways"]
     assert values["rayCluster"]["workerGroups"][0]["name"] == "gpu"
     assert values["ingress"]["host"] == "us-east.llm.example.com"
     assert values["ingress"]["annotations"] == extra["ingress"]["annotations"]

@@ -418,3 +418,74 @@ runs these rules in a real Prometheus against a real replica's Ray metrics agent
 - {targetLabel: region, replacement: {{ .Values.region.name | quote }}, action: replace}
 - {regex: "ReplicaId|Component|NodeAddress|SessionName|Version|WorkerId|otel_scope_.+", action: labeldrop}
 {{- end -}}
+
+{{/* A CPU quantity from millicores: whole cores as "2", others as "1500m". */}}
+{{- define "firstlight.cpuQuantity" -}}
+{{- $millis := int . -}}
+{{- ternary (printf "%d" (div $millis 1000)) (printf "%dm" $millis) (eq (mod $millis 1000) 0) -}}
+{{- end -}}
+
+{{/* Pods of the gateway group (rayCluster.gateways): gateway.replicas over gatewaysPerPod,
+rounded up, and at least two from two gateways, so one pod's loss leaves a gateway. Its
+replicas, minReplicas and maxReplicas alike: no autoscaling of it. */}}
+{{- define "firstlight.gatewayPods" -}}
+{{- $replicas := int .Values.gateway.replicas -}}
+{{- $perPod := int .Values.rayCluster.gateways.gatewaysPerPod -}}
+{{- $pods := div (add $replicas (sub $perPod 1)) $perPod -}}
+{{- if and (ge $replicas 2) (lt $pods 2) -}}
+{{- $pods = 2 -}}
+{{- end -}}
+{{- $pods -}}
+{{- end -}}
+
+{{/* A gateway pod's custom Ray resources as rayStartParams.resources takes them: a JSON
+object inside quotes, its own quotes escaped (the form KubeRay passes to `ray start` and
+Ray's autoscaler parses). gatewaysPerPod units of firstlight_gateway
+(firstlight.serve.placement's GATEWAY_RESOURCE), of which each gateway replica asks one:
+a pod hosts at most gatewaysPerPod gateways, and no other pod any. Independent of
+gateway.replicas, so a change of it never changes the pod template. */}}
+{{- define "firstlight.gatewayRayResources" -}}
+{{- printf "\"{\\\"firstlight_gateway\\\": %d}\"" (int .Values.rayCluster.gateways.gatewaysPerPod) -}}
+{{- end -}}
+
+{{/* A gateway pod's container resources: rayCluster.gateways.resources when set, as they
+are; otherwise computed (rayCluster.gateways.sizing) for gatewaysPerPod gateways: a CPU
+request of the fixed part plus a part per gateway, no CPU limit (a CFS quota throttles
+the request path in bursts), memory requested and limited alike. Independent of
+gateway.replicas. */}}
+{{- define "firstlight.gatewayResources" -}}
+{{- $gateways := .Values.rayCluster.gateways -}}
+{{- if $gateways.resources -}}
+{{- toYaml $gateways.resources -}}
+{{- else -}}
+{{- $sizing := $gateways.sizing -}}
+{{- $perPod := int $gateways.gatewaysPerPod -}}
+{{- $millis := add (int $sizing.fixedCpuMillis) (mul (int $sizing.cpuPerGatewayMillis) $perPod) -}}
+{{- $memory := printf "%dMi" (add (int $sizing.fixedMemoryMi) (mul (int $sizing.memoryPerGatewayMi) $perPod)) -}}
+requests:
+  cpu: {{ include "firstlight.cpuQuantity" $millis | quote }}
+  memory: {{ $memory | quote }}
+limits:
+  memory: {{ $memory | quote }}
+{{- end -}}
+{{- end -}}
+
+{{/* The gateway pods' affinity: rayCluster.gateways.affinity when set; otherwise a
+preferred anti-affinity between them on the node's hostname, so a node's loss takes one
+where the cluster has room for that. */}}
+{{- define "firstlight.gatewayAffinity" -}}
+{{- with .Values.rayCluster.gateways.affinity -}}
+{{- toYaml . -}}
+{{- else -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "firstlight.selectorLabels" . | nindent 12 }}
+            app.kubernetes.io/component: ray-worker
+            firstlight/worker-group: gateways
+{{- end -}}
+{{- end -}}

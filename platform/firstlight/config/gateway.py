@@ -48,7 +48,10 @@ class GatewayConfig(Section):
     """Gateway replicas per region, any of which takes any request (the ingress spreads
     connections over them), so losing one leaves the endpoint up. They share per-key
     limits, prefix-cache hints, their routes (``share_routes``) and the ``/metrics``
-    scrape through the hints Redis (docs/serving.md, "Several gateways")."""
+    scrape through the hints Redis (docs/serving.md, "Several gateways"). On Kubernetes
+    they run on the chart's gateway pods, two or more of them from two gateways, each
+    pod sized for the gateways it hosts (docs/deploy.md, "Sizing the head and the gateway
+    pods")."""
     share_routes: bool = True
     """With several gateway replicas and hints on: each gateway's routers announce their
     routes (routed, first token, done) to the region's other gateways over Redis

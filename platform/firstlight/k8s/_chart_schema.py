@@ -81,7 +81,10 @@ _SECRET_KEY = _str("Key in that Secret.", pattern="^[-._a-zA-Z0-9]+$")
 _WORKER_GROUP = _obj(
     "A group of Ray worker pods (one accelerator type).",
     ("name", "minReplicas", "maxReplicas"),
-    name=_str("Worker group name (Ray's groupName).", pattern=_DNS_LABEL),
+    name=_str(
+        "Worker group name (Ray's groupName); not gateways, the gateway pods' group.",
+        pattern=_DNS_LABEL,
+    ),
     replicas=_int("Pods at install time (the autoscaler then moves it).", 0, 1000),
     minReplicas=_int("Fewest pods the Ray autoscaler keeps (0 scales to zero).", 0, 1000),
     maxReplicas=_int("Most pods the Ray autoscaler may start.", 0, 1000),
@@ -127,8 +130,9 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
     "podAnnotations": _map("Extra annotations on every pod."),
     "extraEnv": _k8s("Extra environment variables (Kubernetes EnvVar list) on Ray pods.", "array"),
     "rayCluster": _obj(
-        "The RayService's Ray cluster: a CPU-only head and accelerator worker groups.",
-        ("head", "workerGroups"),
+        "The RayService's Ray cluster: a CPU-only head, the CPU-only gateway pods and "
+        "accelerator worker groups.",
+        ("head", "gateways", "workerGroups"),
         rayVersion=_str("Ray version in the image (KubeRay uses it for compatibility)."),
         upgradeStrategy=_str(
             "On a Ray cluster change: NewCluster (a new cluster, traffic moves when it "
@@ -146,8 +150,47 @@ CHART_SECTIONS: dict[str, dict[str, Any]] = {
             idleTimeoutSeconds=_int("Seconds an idle worker lives before removal.", 1, 86400),
         ),
         head=_obj(
-            "The head pod (runs the Serve controller and proxy, no models).",
+            "The head pod (Ray's core, the Serve controller, Serve's proxy and HAProxy out "
+            "of the serve Service; no model, no gateway): a fixed size, whatever "
+            "gateway.replicas.",
             **_placement("the head pod"),
+        ),
+        gateways=_obj(
+            "The gateway pods: a CPU-only worker group (groupName gateways) running every "
+            "gateway replica and nothing else; gateway.replicas / gatewaysPerPod pods, "
+            "rounded up, at least two from two gateways.",
+            ("gatewaysPerPod", "sizing"),
+            gatewaysPerPod=_int(
+                "Gateways one pod hosts at most (the firstlight_gateway units it advertises).",
+                1,
+                8,
+            ),
+            **{
+                **_placement("a gateway pod"),
+                "resources": _k8s(
+                    "Container resources of a gateway pod (requests/limits), used as they "
+                    "are; empty: computed by sizing."
+                ),
+                "affinity": _k8s(
+                    "Affinity of the gateway pods; empty: a preferred anti-affinity that "
+                    "puts them on different nodes."
+                ),
+            },
+            sizing=_obj(
+                "A gateway pod's computed size, used while resources is empty: a CPU "
+                "request of fixedCpuMillis plus cpuPerGatewayMillis per gateway it hosts, "
+                "no CPU limit, memory of fixedMemoryMi plus memoryPerGatewayMi per gateway, "
+                "requested and limited alike.",
+                ("fixedCpuMillis", "cpuPerGatewayMillis", "fixedMemoryMi", "memoryPerGatewayMi"),
+                fixedCpuMillis=_int(
+                    "Millicores for the pod's raylet and agents, Serve's proxy and HAProxy.",
+                    100,
+                    16_000,
+                ),
+                cpuPerGatewayMillis=_int("Millicores per gateway.", 100, 16_000),
+                fixedMemoryMi=_int("MiB for the pod's own processes.", 256, 65_536),
+                memoryPerGatewayMi=_int("MiB per gateway.", 128, 65_536),
+            ),
         ),
         workerGroups={
             "type": "array",

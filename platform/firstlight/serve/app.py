@@ -33,7 +33,7 @@ from firstlight.serve.model_server import (
     hint_key_prefix,
     uses_replica_port,
 )
-from firstlight.serve.placement import replica_placement
+from firstlight.serve.placement import gateway_actor_options, replica_placement
 from firstlight.serve.request_router import FirstlightRequestRouter, router_kwargs
 
 __all__ = [
@@ -94,7 +94,7 @@ def region_app(config: PlatformConfig, region: str, *, hints_enabled: bool = Tru
         name="gateway",
         num_replicas=config.gateway.replicas,
         max_ongoing_requests=1024,
-        ray_actor_options={"num_cpus": 0},
+        ray_actor_options=gateway_actor_options(config),
         **serve_logging_options(config),
     )
     application: Application = gateway.bind(config_json, region, handles, launcher)

@@ -9,8 +9,8 @@ Who calls it: every process that loads a model's folder fetches it first —
 * :func:`ensure_tokenizer_dir` (only the tokenizer's and chat template's files, never
   the weights; :data:`~firstlight.sources._subset.TOKENIZER_FILES`): the gateway before
   it loads the model's tokenizer (``firstlight.api.prompts.build_encoder``). On
-  Kubernetes the gateway runs on the Ray head, which thus needs room for tokenizers
-  only. They land in a folder of their own beside the full fetch's; when the node
+  Kubernetes the gateways run on the chart's gateway pods, which thus need room for
+  tokenizers only. They land in a folder of their own beside the full fetch's; when the node
   already holds the full fetch (``firstlight up``'s, or a replica's on the same node),
   the gateway loads the tokenizer from it and fetches nothing.
 

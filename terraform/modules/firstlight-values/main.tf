@@ -28,13 +28,9 @@ locals {
       repository = var.image.repository
       tag        = var.image.tag
     }
+    # The head and the gateway pods keep the chart's sizes (docs/deploy.md, "Sizing the
+    # head and the gateway pods"); extra_values may set rayCluster.head or .gateways.
     rayCluster = {
-      head = {
-        resources = {
-          requests = { cpu = "2", memory = "8Gi" }
-          limits   = { cpu = "2", memory = "8Gi" }
-        }
-      }
       workerGroups = [{
         name         = "gpu"
         replicas     = var.gpu_worker_group.min_replicas

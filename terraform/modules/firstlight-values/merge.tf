@@ -7,8 +7,8 @@
 # Terraform has no recursion, so the merge runs level by level to a fixed depth:
 # merge_pairs_<n> holds, by path (a JSON list of keys), the places n levels down where
 # both sides hold an object; merged_<n> merges each bottom-up, its children from
-# merged_<n+1>. Objects are merged key by key down to level 6 (the computed values
-# nest objects four levels deep); a pair of objects below that is refused by the
+# merged_<n+1>. Objects are merged key by key down to level 6 (deeper than the computed
+# values nest objects); a pair of objects below that is refused by the
 # precondition on the "values" output rather than merged shallowly.
 
 locals {

@@ -23,7 +23,7 @@ variable "private_subnet_ids" {
 }
 
 variable "system_node_group" {
-  description = "The CPU node group for the Ray head, Redis-free system pods and the ingress controller."
+  description = "The CPU node group for the Ray head, the gateway pods, Redis-free system pods and the ingress controller."
   type = object({
     instance_types = list(string)
     min_size       = number

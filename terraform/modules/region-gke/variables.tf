@@ -59,7 +59,7 @@ variable "master_ipv4_cidr_block" {
 }
 
 variable "system_node_group" {
-  description = "The CPU node pool for the Ray head and system pods; GKE's cluster autoscaler keeps it between min_size and max_size nodes (over the whole region)."
+  description = "The CPU node pool for the Ray head, the gateway pods and system pods; GKE's cluster autoscaler keeps it between min_size and max_size nodes (over the whole region)."
   type = object({
     machine_type = string
     min_size     = number
