@@ -66,15 +66,12 @@ class FirstlightParams(PolicyParams):
     """Ranking penalty, in multiples of the prefill it causes, for sending a request
     away from the replica holding most of its prefix — by the hint mirror or by where
     this router last sent it (``placement_memory``): the copy it makes evicts other
-    prefixes, which later requests pay for. On a saturated replica (requests waiting
-    beside those decoding) its extra prefill also holds up every request there, so it is
-    counted once for the request and once for each request on the replica (``1 + queue
-    length``); without that factor, predicted queueing under overload pushed copies onto
-    other replicas until the hit rate collapsed (``w1-overload`` in docs/benchmarks.md).
-    On a replica with none waiting it is counted once: the decoding requests lose one
-    slower step, not a first token, and pricing them too made every replica with a
-    full batch refuse copies while a prefix's holder queued long prompts (``w7``,
-    ``w8``). Ranking only: predictions stay TTFTs."""
+    prefixes, which later requests pay for, and its extra prefill holds up every
+    request on the replica it lands on, so the prefill is counted once for the request
+    and once for each request there (``1 + queue length``). Without that factor,
+    predicted queueing under overload pushed copies onto other replicas until the hit
+    rate collapsed (``w1-overload`` in docs/benchmarks.md). Ranking only: predictions
+    stay TTFTs."""
     placement_memory: Annotated[int, Field(ge=0, le=100_000_000)] = 1_000_000
     """Prefix checkpoints remembered of where this router sent requests (a weak hint
     beside the mirror, for the affinity penalty: a prefix the engine evicted still pulls
@@ -287,12 +284,10 @@ class FirstlightPolicy:
                 held = blocks + host_blocks
             if held > most:
                 most = held
-            # On a saturated replica (requests waiting beside those decoding) the copy's
-            # extra prefill holds up every request there: priced once per request, so
-            # it takes a copy only for a much longer wait. On one with none waiting it
-            # costs the decoding requests a slower step, not a first token: priced once.
-            queue_len = replica.queue_len
-            holders.append((held, ms_per_token * ((1 + queue_len) if queue_len > running else 1)))
+            # The copy's extra prefill holds up this request and every request sharing
+            # the replica's steps (queued or decoding): priced once per such request,
+            # so a busy replica takes a copy only for a much shorter wait.
+            holders.append((held, ms_per_token * (1 + replica.queue_len)))
             scored.append((total, load, blocks, replica))
         affinity = self.params.affinity_weight
         if affinity and most:
