@@ -253,6 +253,39 @@ async def test_a_short_body_is_prepared_inline() -> None:
     assert encoder.thread == threading.current_thread().name
 
 
+class _Held(SimPromptEncoder):
+    """Encodes once ``go`` is set, noting the thread of each call."""
+
+    def __init__(self, go: threading.Event) -> None:
+        self.go = go
+        self.threads: list[str] = []
+
+    def text(self, prompt: str) -> tuple[int, ...]:
+        self.threads.append(threading.current_thread().name)
+        self.go.wait(timeout=5)
+        return super().text(prompt)
+
+
+async def test_long_bodies_at_once_take_turns_on_the_one_tokenizer_thread() -> None:
+    # A tokenizer is not used by two preparations at once: the second waits for the
+    # first (held until both are submitted) instead of starting on another thread.
+    go = threading.Event()
+    encoder = _Held(go)
+    models = {m.name: m for m in CONFIG.models}
+    preparer = RequestPreparer(
+        CONFIG,
+        {name: encoder for name in models},
+        {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
+    )
+    long_body = _body("sim-m") + b" " * OFF_LOOP_BODY_BYTES
+    both = asyncio.gather(*(preparer.prepare_off_loop("chat", long_body) for _ in range(2)))
+    await asyncio.sleep(0)  # both handed to the pool
+    go.set()
+    assert len(await both) == 2
+    assert len(encoder.threads) == 2
+    assert len(set(encoder.threads)) == 1
+
+
 LIMITED = parse_config(
     {
         "models": [{"name": "m", "engine": "sim", "max_model_len": 64}],

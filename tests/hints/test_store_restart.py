@@ -3,12 +3,14 @@ when a restarted Redis comes back (own ``redis-server`` on a free port)."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from firstlight.errors import HintPublishError
 from firstlight.hints import Backoff, BlockEvent, HintMirror, HintPublisher, HintSubscriber
 from firstlight.routing import ReplicaView, RequestView, RoutingInput, build_policy
-from tests.hints.conftest import MODEL, RedisServer, Spawn, client_for, eventually
+from tests.hints.conftest import MODEL, FakeClock, RedisServer, Spawn, client_for, eventually
 
 TTL_S = 60.0
 PREFIX = "fltest:restart:"
@@ -97,3 +99,45 @@ async def test_subscriber_resumes_from_its_last_entry_after_a_dropped_connection
         assert sub.status.bootstraps == 1, "the feed still held the last entry: resumed"
     finally:
         await admin.aclose()
+
+
+async def test_each_dropped_connection_is_retried_after_the_first_delay_and_its_outage_logged(
+    redis_server: RedisServer, spawn: Spawn, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="firstlight.hints.subscriber")
+    clock = FakeClock()
+    delays: list[float] = []
+
+    async def sleep(delay_s: float) -> None:  # the backoff's wait, on the subscriber's clock
+        delays.append(delay_s)
+        clock.advance(delay_s)
+
+    sub = HintSubscriber(
+        lambda: client_for(redis_server.url, timeout_s=1.0),
+        PREFIX,
+        MODEL,
+        HintMirror(TTL_S),
+        clock,
+        backoff=Backoff(initial_s=2.0, max_s=60.0, jitter=0.0),
+        sleep=sleep,
+        block_ms=200,
+    )
+    admin = client_for(redis_server.url, timeout_s=1.0)
+    publisher = HintPublisher(admin, PREFIX, MODEL, "r1", 1, TTL_S)
+
+    async def read_then_drop(n: int) -> None:
+        await publisher.publish(BlockEvent("r1", 1, (n,), ()))
+        await eventually(lambda: sub.status.events_applied == n)  # it reads again
+        await admin.client_kill_filter(_type="normal", skipme=True)
+        await eventually(lambda: sub.status.reconnects == n and sub.status.connected)
+
+    try:
+        spawn(sub.run())
+        await eventually(lambda: sub.status.connected)
+        await read_then_drop(1)
+        await read_then_drop(2)
+    finally:
+        await admin.aclose()
+    # Reading again counts as success: each outage backs off from the first delay.
+    assert delays == [2.0, 2.0]
+    assert caplog.text.count("reconnected (resumed) after 2.0 s stale") == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import FrozenInstanceError
 
 import pytest
 from hypothesis import given
@@ -19,6 +20,7 @@ from firstlight.region import (
     RouteBatch,
     RouteEvent,
     RouterState,
+    RouteShareStatus,
     decode_routes,
     encode_routes,
 )
@@ -130,6 +132,14 @@ def test_terms_from_a_gateway_without_host_tier_terms_are_read() -> None:
     (event,) = decode_routes(json.dumps(old).encode()).events
     assert event.terms == TtftTerms(1.0, 2.0, 30.0, 5.0, 32, 32, 1.5)
     assert (event.terms.host_tokens, event.terms.reload_ms) == (0, 0.0)
+
+
+def test_a_route_share_status_is_a_fixed_snapshot_of_its_counts() -> None:
+    # Made by the route share in this order and read field by field by the metrics.
+    status = RouteShareStatus(True, 3, 2, 1)
+    assert (status.connected, status.sent, status.heard, status.dropped) == (True, 3, 2, 1)
+    with pytest.raises(FrozenInstanceError):
+        status.sent = 4  # type: ignore[misc]
 
 
 def _pair(clock: FakeClock) -> tuple[RouterState, RouterState]:

@@ -164,6 +164,21 @@ def test_near_ties_go_to_the_shortest_queue() -> None:
         assert [c.replica_id for c in decision.ranked] == ["b", "d", "a", "c"]
 
 
+def test_behind_the_winner_equal_predictions_rank_the_shortest_queue_first() -> None:
+    # "a" holds the prompt and wins outright; "c" and "b" are predicted the same TTFT
+    # (nothing queued for prefill, no decode term), so the order Ray falls back in puts
+    # the replica with fewer requests outstanding first, whatever order they came in.
+    replicas = [
+        _replica("a"),
+        ReplicaView("c", "us-east", queue_len=6, running=6, pending_prefill_tokens=0),
+        ReplicaView("b", "us-east", queue_len=2, running=2, pending_prefill_tokens=0),
+    ]
+    decision = _policy().choose(RoutingInput(REQUEST, replicas, FixedCache({"a": 16})))
+    assert decision.reason == "lowest-predicted-ttft"
+    assert decision.ranked[1].score == decision.ranked[2].score
+    assert [c.replica_id for c in decision.ranked] == ["a", "b", "c"]
+
+
 def test_calibration_shifts_traffic_away_from_a_slow_replica() -> None:
     policy = _policy()
     replicas = [_replica("a"), _replica("b", 300)]
