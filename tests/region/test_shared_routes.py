@@ -127,8 +127,9 @@ def test_malformed_messages_are_refused(message: bytes) -> None:
 
 def test_terms_from_a_gateway_without_host_tier_terms_are_read() -> None:
     # A rolling upgrade: an older gateway sends the 7 terms it knows.
-    old = {"session": 1, "router": "a", "events": [[0, "q", "r", 64, 32, [], 0, 0.0, None]]}
-    old["events"][0][-1] = [1.0, 2.0, 30.0, 5.0, 32, 32, 1.5]
+    row: list[object] = [0, "q", "r", 64, 32, [], 0, 0.0, None]
+    row[-1] = [1.0, 2.0, 30.0, 5.0, 32, 32, 1.5]
+    old = {"session": 1, "router": "a", "events": [row]}
     (event,) = decode_routes(json.dumps(old).encode()).events
     assert event.terms == TtftTerms(1.0, 2.0, 30.0, 5.0, 32, 32, 1.5)
     assert (event.terms.host_tokens, event.terms.reload_ms) == (0, 0.0)

@@ -393,6 +393,7 @@ def test_the_affinity_penalty_grows_with_the_requests_the_copy_would_delay() -> 
         )
         assert decision.winner.replica_id == "hot"
         cold = next(c for c in decision.ranked if c.replica_id == "cold")
+        assert cold.predicted_ttft_ms is not None
         penalty = cold.score - cold.predicted_ttft_ms
         assert penalty == pytest.approx(320.0 * (1 + cold_now.queue_len))
     # With none waiting and room in its cache, the requests decoding on "cold" have their
@@ -416,6 +417,7 @@ def test_the_affinity_penalty_grows_with_the_requests_the_copy_would_delay() -> 
             RoutingInput(REQUEST, (_replica("hot", queued=1000), cold_now), cache)
         )
         assert moved.winner.replica_id == "cold"
+        assert moved.winner.predicted_ttft_ms is not None
         assert moved.winner.score - moved.winner.predicted_ttft_ms == pytest.approx(320.0)
 
 
