@@ -21,7 +21,7 @@ REDIS_PORT := 6379
 help:
 	@echo "make up     - set up .venv and the default model, serve two local regions (ENGINE=sim: simulator)"
 	@echo "make test   - set up .venv, start Redis and install Prometheus/Chromium if needed, run ruff, mypy and pytest"
-	@echo "make test-fast - the same without the tests that need a Ray cluster or the real model (the edit loop)"
+	@echo "make test-fast - the same without the tests that need a Ray cluster or the real model, on every core (the edit loop)"
 	@echo "make lint   - ruff (lint + format check) and mypy --strict"
 	@echo "make format - apply ruff's formatting and safe fixes"
 	@echo "make helm-schema - regenerate helm/firstlight/values.schema.json from PlatformConfig"
@@ -126,9 +126,15 @@ test: lint redis system-deps tools
 	$(BIN)/pytest
 
 # The edit loop: every test but those on a local Ray cluster or the real model (the
-# `ray` and `model` markers, set in tests/conftest.py from the fixtures a test uses).
+# `ray` and `model` markers, set in tests/conftest.py from the fixtures a test uses),
+# spread over one pytest-xdist worker per logical core (TEST_WORKERS=N for N workers, 0
+# for one process; xdist's `auto` counts physical cores, one on a 2-vCPU machine with
+# SMT). worksteal: each worker starts on its own contiguous half (module fixtures set up
+# once) and an idle one takes from the other's queue. `make test` stays in one process:
+# its Ray tier shares one cluster per session, and a vLLM engine takes GBs.
+TEST_WORKERS ?= logical
 test-fast: lint redis system-deps tools
-	$(BIN)/pytest -m "not ray and not model"
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal -m "not ray and not model"
 
 clean:
 	rm -rf $(VENV) $(TOOLS_VENV) $(MUTATION_VENV) .pytest_cache .mypy_cache .ruff_cache

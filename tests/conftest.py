@@ -51,9 +51,18 @@ only in the closing ``--durations`` table: a run stopped from outside (a CI time
 never prints that table."""
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if report.duration > SLOW_PHASE_S:
-        sys.stderr.write(f"\nslow: {report.duration:.0f} s {report.when} {report.nodeid}\n")
+class _SlowPhases:
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.duration > SLOW_PHASE_S:
+            sys.stderr.write(f"\nslow: {report.duration:.0f} s {report.when} {report.nodeid}\n")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Under pytest-xdist (`make test-fast`) the controller receives every worker's reports
+    # and reports them; a worker (it has ``workerinput``) would print each line again, as
+    # its stderr reaches the same terminal.
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_SlowPhases(), "firstlight-slow-phases")
 
 
 class FakeClock:

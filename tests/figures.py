@@ -28,7 +28,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     out: Path | None = config.getoption("--figures-out")
-    if out is not None:
+    # Under pytest-xdist the controller receives every worker's reports, figures included,
+    # and writes the one file; a worker would write its own share to the same path.
+    if out is not None and not hasattr(config, "workerinput"):
         config.pluginmanager.register(_Figures(out), "firstlight-figures")
 
 
