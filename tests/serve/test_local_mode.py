@@ -9,7 +9,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -93,15 +92,15 @@ def test_a_missing_model_folder_stops_start_up_with_the_engine_error_and_the_log
         ],
     )
     reports: list[str] = []
-    started = time.monotonic()
     try:
         with pytest.raises(StartupError) as info:
             start_local(config, report=reports.append, timeout_s=120)
-        elapsed = time.monotonic() - started
     finally:
         serve.delete("broken-a")
     message = str(info.value)
-    assert elapsed < 30, (elapsed, reports)
+    # It stops at the first failed start (``failure.retrying`` below), not at the
+    # deadline: a timeout's error carries no failures and no engine error.
+    assert "start-up stops here" in message
     # The engine's (or the gateway's tokenizer's) own words, with the folder it looked in.
     assert "ModelNotFoundError" in message
     assert str(missing) in message
