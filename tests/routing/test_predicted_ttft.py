@@ -356,69 +356,26 @@ def test_affinity_penalty_keeps_a_request_with_its_prefix_holder() -> None:
 
 def test_the_affinity_penalty_grows_with_the_requests_the_copy_would_delay() -> None:
     # "hot" holds 10 of 20 blocks but has 1,000 tokens queued: 1000 + 320 + 5 = 1325 ms.
-    # "cold" has no prefill reported, 645 ms by its TTFT terms. When "cold" is
-    # saturated (requests waiting beside those decoding) or its KV cache is full (the
-    # copy would evict the prefixes it holds), the copy's 320 ms of extra prefill holds
-    # up every request there as well as this one: the penalty is 320 x (1 + queue
-    # length) and the request stays with its prefix (with one prefill it would move,
-    # and under overload every such move evicts another prefix until the hit rate
-    # collapses).
+    # "cold" has no prefill queued but three requests decoding: 645 ms. The copy's 320 ms
+    # of extra prefill would hold up each of them as well as this request, so the penalty
+    # is 320 x (1 + 3): the request stays with its prefix (with a penalty of one
+    # prefill it would move, 645 + 320 < 1325, and under overload every such move
+    # evicts another prefix until the hit rate collapses).
     cache = FixedCache({"hot": 10})
-    # The memory term from the replicas' stats, so a reported usage fills the cache (the
-    # router's own record is the same term, held by its own tests).
-    sticky = _policy(
-        params=PARAMS.model_copy(update={"affinity_weight": 1.0, "memory_signal": "stats"})
+    busy_cold = ReplicaView("cold", "us-east", queue_len=3, running=3, pending_prefill_tokens=0)
+    replicas = (_replica("hot", queued=1000), busy_cold)
+    sticky = _policy(params=PARAMS.model_copy(update={"affinity_weight": 1.0}))
+    decision = sticky.choose(RoutingInput(REQUEST, replicas, cache))
+    assert decision.winner.replica_id == "hot"
+    cold = next(c for c in decision.ranked if c.replica_id == "cold")
+    assert cold.predicted_ttft_ms == pytest.approx(645.0)
+    assert cold.score == pytest.approx(645.0 + 320.0 * 4)
+    # An idle "cold" (nothing to delay) pays one prefill and takes the request.
+    idle = sticky.choose(
+        RoutingInput(REQUEST, (_replica("hot", queued=1000), _replica("cold")), cache)
     )
-    pressed = (
-        ReplicaView("cold", "us-east", queue_len=3, running=0, pending_prefill_tokens=0),
-        ReplicaView("cold", "us-east", queue_len=5, running=3, pending_prefill_tokens=0),
-        # full by its reported usage (no capacity reported; kv_full_fraction is 1.0)
-        ReplicaView(
-            "cold", "us-east", queue_len=3, running=3, pending_prefill_tokens=0, kv_cache_usage=1.0
-        ),
-        # 190 of 200 blocks in use: the copy's 21 blocks do not fit
-        ReplicaView(
-            "cold",
-            "us-east",
-            queue_len=3,
-            running=3,
-            pending_prefill_tokens=0,
-            kv_cache_usage=0.95,
-            kv_cache_blocks=200,
-        ),
-    )
-    for cold_now in pressed:
-        decision = sticky.choose(
-            RoutingInput(REQUEST, (_replica("hot", queued=1000), cold_now), cache)
-        )
-        assert decision.winner.replica_id == "hot"
-        cold = next(c for c in decision.ranked if c.replica_id == "cold")
-        assert cold.predicted_ttft_ms is not None
-        penalty = cold.score - cold.predicted_ttft_ms
-        assert penalty == pytest.approx(320.0 * (1 + cold_now.queue_len))
-    # With none waiting and room in its cache, the requests decoding on "cold" have their
-    # first tokens and lose no prefix: the copy costs them a slower step, not a first
-    # token, so "cold" pays one prefill, as an idle one does, and takes the request
-    # (645 + 320 < 1325).
-    for cold_now in (
-        ReplicaView("cold", "us-east", queue_len=3, running=3, pending_prefill_tokens=0),
-        ReplicaView(
-            "cold",
-            "us-east",
-            queue_len=3,
-            running=3,
-            pending_prefill_tokens=0,
-            kv_cache_usage=0.1,
-            kv_cache_blocks=200,
-        ),
-        _replica("cold"),
-    ):
-        moved = sticky.choose(
-            RoutingInput(REQUEST, (_replica("hot", queued=1000), cold_now), cache)
-        )
-        assert moved.winner.replica_id == "cold"
-        assert moved.winner.predicted_ttft_ms is not None
-        assert moved.winner.score - moved.winner.predicted_ttft_ms == pytest.approx(320.0)
+    assert idle.winner.replica_id == "cold"
+    assert idle.winner.score == pytest.approx(645.0 + 320.0)
 
 
 def test_hints_of_a_replica_that_is_gone_cost_nothing() -> None:

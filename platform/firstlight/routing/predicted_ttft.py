@@ -252,7 +252,6 @@ class FirstlightPolicy:
             if overhead is None:
                 overhead = step_ms + running * per_seq_ms
             slot_ms = 0.0
-            short = 0.0
             capacity = replica.kv_cache_blocks
             load: float = replica.queue_len
             if capacity:
@@ -288,19 +287,10 @@ class FirstlightPolicy:
                 held = blocks + host_blocks
             if held > most:
                 most = held
-            # A copy's extra prefill holds up every request sharing the replica's steps
-            # (queued or decoding) when the replica is saturated, or when the copy
-            # would not fit in its free KV cache and so evicts the prefixes it holds:
-            # then it is priced once per such request, and a copy wins only for a much
-            # shorter wait. Otherwise it costs one prefill.
-            if (
-                replica.queue_len > running
-                or short > 0
-                or (not capacity and replica.kv_cache_usage >= kv_full)
-            ):
-                holders.append((held, ms_per_token * (1 + replica.queue_len)))
-            else:
-                holders.append((held, ms_per_token))
+            # The copy's extra prefill holds up this request and every request sharing
+            # the replica's steps (queued or decoding): priced once per such request,
+            # so a busy replica takes a copy only for a much shorter wait.
+            holders.append((held, ms_per_token * (1 + replica.queue_len)))
             scored.append((total, load, blocks, replica))
         affinity = self.params.affinity_weight
         if affinity and most:
