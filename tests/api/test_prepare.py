@@ -23,11 +23,12 @@ CONFIG = parse_config(
 )
 
 
-def _preparer() -> RequestPreparer:
+def _preparer(encoder: SimPromptEncoder | None = None) -> RequestPreparer:
+    """A preparer of ``CONFIG``; with ``encoder``, every model is tokenized by it."""
     models = {m.name: m for m in CONFIG.models}
     return RequestPreparer(
         CONFIG,
-        {name: SimPromptEncoder() for name in models},
+        {name: encoder or SimPromptEncoder() for name in models},
         {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
     )
 
@@ -224,12 +225,7 @@ class _Handshake(SimPromptEncoder):
 async def test_a_long_body_is_prepared_off_the_event_loop() -> None:
     answered = threading.Event()
     encoder = _Handshake(answered)
-    models = {m.name: m for m in CONFIG.models}
-    preparer = RequestPreparer(
-        CONFIG,
-        {name: encoder for name in models},
-        {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
-    )
+    preparer = _preparer(encoder)
     long_body = _body("sim-m") + b" " * OFF_LOOP_BODY_BYTES  # long in bytes, not tokens
     preparing = asyncio.ensure_future(preparer.prepare_off_loop("chat", long_body))
     await asyncio.sleep(0)  # the loop runs on while the thread encodes
@@ -243,12 +239,7 @@ async def test_a_long_body_is_prepared_off_the_event_loop() -> None:
 async def test_a_short_body_is_prepared_inline() -> None:
     encoder = _Handshake(threading.Event())
     encoder.loop_answered.set()  # inline: nothing to wait for
-    models = {m.name: m for m in CONFIG.models}
-    preparer = RequestPreparer(
-        CONFIG,
-        {name: encoder for name in models},
-        {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
-    )
+    preparer = _preparer(encoder)
     await preparer.prepare_off_loop("chat", _body("sim-m"))
     assert encoder.thread == threading.current_thread().name
 
@@ -271,12 +262,7 @@ async def test_long_bodies_at_once_take_turns_on_the_one_tokenizer_thread() -> N
     # first (held until both are submitted) instead of starting on another thread.
     go = threading.Event()
     encoder = _Held(go)
-    models = {m.name: m for m in CONFIG.models}
-    preparer = RequestPreparer(
-        CONFIG,
-        {name: encoder for name in models},
-        {name: HashScheme.for_model(m, CONFIG.hints) for name, m in models.items()},
-    )
+    preparer = _preparer(encoder)
     long_body = _body("sim-m") + b" " * OFF_LOOP_BODY_BYTES
     both = asyncio.gather(*(preparer.prepare_off_loop("chat", long_body) for _ in range(2)))
     await asyncio.sleep(0)  # both handed to the pool
