@@ -147,6 +147,18 @@ def test_a_summary_that_names_its_step_puts_it_in_the_peer_choice() -> None:
     assert legacy.step_ms == 0.0  # an older peer: its whole wait counts as queue
 
 
+def test_a_peer_choice_naming_no_service_of_its_own_is_saturated_by_any_queue() -> None:
+    """Without a ``service_ms`` the request brings no work of its own there, so even a
+    half-millisecond queue holds more than it (``wait > ratio x service``): no spill."""
+    idle = PeerChoice("p", 60.0)
+    queued = PeerChoice("p", 60.5, wait_ms=0.5)
+    assert (idle.service_ms, idle.saturated(1.0), queued.saturated(1.0)) == (0.0, False, True)
+    decision = decide_region(
+        _local(900.0), healthy=True, from_peer=False, peers=(queued,), router=DEFAULT
+    )
+    assert (decision.route, decision.peers) == ("local", ())
+
+
 @pytest.mark.parametrize(
     ("kv_usage", "route"), [(None, "spill_over"), (0.8, "spill_over"), (0.81, "local")]
 )

@@ -125,6 +125,19 @@ def test_malformed_messages_are_refused(message: bytes) -> None:
         decode_routes(message)
 
 
+@pytest.mark.parametrize("stage", [3, 4, 9, 2**40])
+def test_a_stage_past_the_last_is_refused_as_a_bad_stage(stage: int) -> None:
+    """Stages are 0 (routed), 1 (first token) and 2 (done); any number past them is
+    refused for what it is, not for whatever later breaks on it."""
+    row = [stage, "q", "r", 1, 32, [], 0, 0.0, None]
+    message = json.dumps({"session": 1, "router": "a", "events": [row]}).encode()
+    with pytest.raises(MalformedRoutesError, match="bad stage"):
+        decode_routes(message)
+    row[0] = 2
+    (event,) = decode_routes(json.dumps({"session": 1, "router": "a", "events": [row]})).events
+    assert event.stage == "done"
+
+
 def test_terms_from_a_gateway_without_host_tier_terms_are_read() -> None:
     # A rolling upgrade: an older gateway sends the 7 terms it knows.
     row: list[object] = [0, "q", "r", 64, 32, [], 0, 0.0, None]

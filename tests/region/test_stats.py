@@ -56,3 +56,22 @@ def test_the_view_carries_what_the_cost_model_reads() -> None:
 def test_rates_not_measured_yet_leave_the_view_to_the_policy_default() -> None:
     view = ReplicaStats(prefill_tokens_per_s=0.0, step_ms=None).view("r", "east", 0)
     assert (view.prefill_tokens_per_s, view.step_ms) == (None, None)
+
+
+def test_a_replica_that_does_not_say_it_is_simulated_is_taken_as_real() -> None:
+    """A replica of a version that predates the flag reports no ``simulated``: its
+    numbers are measured ones (only the ``sim`` engine says otherwise)."""
+    older = ReplicaStats.from_wire({"running": 2, "waiting": 1})
+    assert older.simulated is False
+    assert ReplicaStats.of_engine(ENGINE, at=1.0).simulated is True
+
+
+def test_a_snapshot_built_without_an_epoch_has_the_records_own_default() -> None:
+    """The simulator builds its replicas' snapshots without the serving options; they
+    read as a replica of another version whose wire dict leaves them out (epoch 0: no
+    replica start time known)."""
+    stats = ReplicaStats.of_engine(ENGINE, at=12.5)
+    serving = {"inflight", "accepting", "epoch", "data_address", "port_streams"}
+    engine_only = {k: v for k, v in stats.to_wire().items() if k not in serving}
+    assert ReplicaStats.from_wire(engine_only) == stats
+    assert (stats.epoch, stats.inflight, stats.accepting) == (0, 0, True)

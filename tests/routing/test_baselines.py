@@ -33,6 +33,7 @@ from firstlight.routing.baselines import (
     WeightedScorerParams,
     WeightedScorerPolicy,
 )
+from firstlight.routing.baselines._prefix_tree import ApproxPrefixTree
 
 BASELINES = [
     "round_robin",
@@ -178,6 +179,18 @@ def test_power_of_two_picks_the_shorter_queue_of_the_two_it_sampled() -> None:
         winners.append(ranked[0])
     assert "c" not in winners  # the longest queue loses to whichever it is sampled with
     assert set(winners) == {"a", "b", "d", "e"}
+
+
+def test_power_of_two_orders_two_equal_queues_by_one_random_bit() -> None:
+    """With two candidates Ray shuffles them by one bit (``getrandbits(1)``): set, the
+    first listed is sampled first and wins the tie; clear, the second does."""
+    replicas = [replica("a", 2), replica("b", 2)]
+    p = policy("power_of_two", seed=5)
+    mirror = random.Random(5)
+    expected = [["a", "b"] if mirror.getrandbits(1) else ["b", "a"] for _ in range(64)]
+    ranked = [[c.replica_id for c in choose(p, replicas, 1).ranked] for _ in range(64)]
+    assert ranked == expected
+    assert {order[0] for order in expected} == {"a", "b"}
 
 
 @pytest.mark.parametrize("name", ["least_queue", "power_of_two"])
@@ -334,6 +347,22 @@ def test_cache_aware_eviction_bounds_the_tree_and_keeps_the_recent() -> None:
     assert cached == {0: 0, 1: 0, 2: 0, 3: 2, 4: 4}
 
 
+def test_prefix_tree_eviction_reports_how_many_blocks_it_dropped() -> None:
+    tree = ApproxPrefixTree()
+    tree.insert((1, 2, 3, 4), "a")
+    tree.insert((1, 2, 9), "a")  # shares 1, 2: five blocks
+    assert tree.evict("a", 5) == 0  # already within the target: nothing dropped
+    assert tree.evict("nobody", 0) == 0  # never routed to
+    assert tree.evict("a", 3) == 2  # the two least recently used leaves, 4 and 3
+    assert tree.size("a") == 3
+    assert tree.match((1, 2, 3, 4)) == {"a": 2}
+    tree.insert((10, 11, 12), "b")
+    tree.insert((20, 21), "b")
+    # The oldest leaf (12) and every other block of its insertion go together.
+    assert tree.evict("b", 4, whole_insertions=True) == 3
+    assert (tree.size("b"), tree.match((10, 11)), tree.match((20, 21))) == (2, {}, {"b": 2})
+
+
 def test_cache_aware_evicts_only_when_the_interval_has_passed() -> None:
     clock = Clock()
     params = CacheAwareParams(max_tree_size_blocks=4, eviction_interval_s=30)
@@ -468,17 +497,23 @@ def test_an_explanation_gives_the_runner_up_its_margin_over_the_winner() -> None
 @pytest.mark.parametrize(
     ("name", "params"),
     [("llmd_sticky", {"affinity_threshold": 1.5}),  # a fraction of the prompt: at most 1
-     ("weighted_scorer", {"max_prefix_blocks": 0})],
+     ("weighted_scorer", {"max_prefix_blocks": 0}),
+     ("cache_aware", {"balance_abs_threshold": 1_000_001})],
 )  # fmt: skip
 def test_a_parameter_just_past_its_published_range_is_refused(
     name: str, params: dict[str, float]
 ) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError) as info:
         build_policy(name, params)
+    [(field, value)] = params.items()
+    [problem] = info.value.problems
+    assert (problem.path, problem.value) == (f"router.params.{field}", value)
 
 
 @pytest.mark.parametrize(
-    ("name", "params"), [("llmd_sticky", {"affinity_threshold": 1.0}), ("weighted_scorer", {"max_prefix_blocks": 1})]
+    ("name", "params"),
+    [("llmd_sticky", {"affinity_threshold": 1.0}), ("weighted_scorer", {"max_prefix_blocks": 1}),
+     ("cache_aware", {"balance_abs_threshold": 1_000_000})],
 )  # fmt: skip
 def test_a_parameter_at_the_edge_of_its_range_is_taken(name: str, params: dict[str, float]) -> None:
     assert build_policy(name, params).name == name

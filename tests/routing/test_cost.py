@@ -14,6 +14,7 @@ from firstlight.routing import (
     ReplicaView,
     RequestView,
     Reservations,
+    TtftTerms,
     predict_ttft,
 )
 
@@ -159,6 +160,20 @@ def test_calibration_converges_to_the_observed_slowdown() -> None:
     assert abs(error) < 1.0
     assert calibrator.correction("other") == 1.0
     assert calibrator.error_ms("other") is None
+
+
+def test_the_prediction_error_is_an_ewma_of_observed_minus_predicted() -> None:
+    # Predicted 100 ms each time; errors of +100, +20, 0 and -40 ms. With alpha 0.25 the
+    # first observation seeds the average, each later one moves it a quarter of the way.
+    calibrator = Calibrator(alpha=0.25, min_correction=0.25, max_correction=4.0)
+    terms = TtftTerms(0.0, 0.0, 100.0, 0.0, cached_tokens=0, uncached_tokens=100)
+    assert terms.total_ms == 100.0
+    smoothed = []
+    for observed in (200.0, 120.0, 100.0, 60.0):
+        calibrator.observe("r", terms, observed_ttft_ms=observed)
+        smoothed.append(calibrator.error_ms("r"))
+    # 100; 0.75 * 100 + 0.25 * 20 = 80; 0.75 * 80 = 60; 0.75 * 60 + 0.25 * -40 = 35
+    assert smoothed == pytest.approx([100.0, 80.0, 60.0, 35.0])
 
 
 def test_calibration_is_clamped_and_forgettable() -> None:

@@ -17,6 +17,7 @@ from firstlight.routing import (
     ReplicaView,
     RequestView,
     RoutingInput,
+    TtftTerms,
 )
 from tests.conftest import FakeClock
 
@@ -232,6 +233,46 @@ def test_decision_explains_every_term() -> None:
     assert "wait 100.0" in text
     assert "prefill 512.0 (512 uncached, 128 cached)" in text
     assert "runner-up b +" in text
+
+
+def test_terms_without_host_tier_tokens_explain_no_reload() -> None:
+    """Terms built without host-tier tokens (a policy or a peer gateway that does not
+    know the host tier) have none: nothing reloaded, no reload in the explanation."""
+    terms = TtftTerms(10.0, 20.0, 30.0, 5.0, cached_tokens=64, uncached_tokens=30)
+    assert (terms.host_tokens, terms.reload_ms, terms.total_ms) == (0, 0.0, 65.0)
+    decision = Decision(
+        "firstlight", (Candidate("a", "us-east", 65.0, terms),), "lowest-predicted-ttft"
+    )
+    assert decision.explain() == (
+        "firstlight: a (lowest-predicted-ttft) ttft=65.0ms = rtt 10.0 + wait 20.0"
+        " + prefill 30.0 (30 uncached, 64 cached) + overhead 5.0"
+    )
+
+
+def test_a_reservation_is_held_for_the_documented_sixty_seconds() -> None:
+    """docs/routing.md: a reservation whose first token never came is dropped after
+    ``reservation_ttl_s``, 60 s by default. The replica's stats stay older than the
+    routing, so until then its 640 reserved tokens are queued work (1 ms a token)."""
+    assert "reservation_ttl_s" not in PARAMS.model_fields_set  # the default applies
+    clock = FakeClock(1_000.0)
+    policy = FirstlightPolicy(PARAMS, rng=random.Random(0), clock=clock)
+    replicas = [_replica("a", stats_at=999.0)]
+    first = policy.choose(RoutingInput(REQUEST, replicas))
+    policy.on_routed(REQUEST, first.winner)  # its first token never comes
+
+    def wait_ms() -> float:
+        later = RequestView("q2", 640, REQUEST.block_hashes, 32)
+        terms = policy.choose(RoutingInput(later, replicas)).winner.terms
+        assert terms is not None
+        return terms.wait_ms
+
+    clock.now = 1_059.5
+    assert wait_ms() == pytest.approx(640.0)
+    clock.now = 1_060.0
+    assert wait_ms() == pytest.approx(640.0)
+    clock.now = 1_060.5
+    assert wait_ms() == 0.0
+    assert len(policy.reservations) == 0
 
 
 @given(
