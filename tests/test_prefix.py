@@ -114,6 +114,16 @@ def test_a_prompt_of_whole_blocks_hashes_its_last_block(blocks: int) -> None:
     assert ours == _vllm_block_hashes(tokens, 32, 3, None, None)
 
 
+@pytest.mark.parametrize(("block_size", "blocks"), [(1, 2), (3, 2), (3, 4), (5, 2)])
+def test_whole_blocks_of_an_odd_block_size_are_all_hashed(block_size: int, blocks: int) -> None:
+    """Whole blocks of an odd size: the property test draws only even sizes, and its
+    random lengths rarely land on a whole number of blocks."""
+    tokens = [(13 * i) % 50_000 for i in range(block_size * blocks)]
+    ours = block_hashes(tokens, HashScheme(block_size=block_size, seed=5))
+    assert len(ours) == blocks
+    assert ours == _vllm_block_hashes(tokens, block_size, 5, None, None)
+
+
 def test_scheme_is_the_shared_engine_setting() -> None:
     scheme = HashScheme.for_model(ModelConfig(name="m", block_size=64), HintsConfig(hash_seed=9))
     assert scheme == HashScheme(block_size=64, seed=9)
@@ -125,9 +135,10 @@ def test_scheme_is_the_shared_engine_setting() -> None:
     assert scheme.engine_env() == {"PYTHONHASHSEED": "9"}
 
 
-def test_block_size_must_be_positive() -> None:
+@pytest.mark.parametrize("block_size", [0, -1, -16])
+def test_block_size_must_be_positive(block_size: int) -> None:
     with pytest.raises(ValueError, match="block_size must be positive"):
-        HashScheme(block_size=0, seed=0)
+        HashScheme(block_size=block_size, seed=0)
 
 
 @pytest.mark.parametrize("lora", [None, LoraKey("adapter", "/loras/a")])

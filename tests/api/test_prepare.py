@@ -13,10 +13,12 @@ import pytest
 
 from firstlight.api.prepare import OFF_LOOP_BODY_BYTES, RequestPreparer
 from firstlight.api.prompts import SimPromptEncoder
+from firstlight.api.token_quota import TokenQuota
 from firstlight.config import parse_config
 from firstlight.engine.vllm_engine import _generation_defaults
 from firstlight.errors import BadRequestError, ModelNotServedError
 from firstlight.prefix import HashScheme, LoraKey, hint_hashes
+from tests.conftest import FakeClock
 
 CONFIG = parse_config(
     {"mode": "local", "models": [{"name": "sim-m", "engine": "sim"}, {"name": "real-m"}]}, "test"
@@ -159,6 +161,25 @@ def test_embeddings_are_routed_on_their_tokens_and_served_by_vllms_layer() -> No
     assert _embedding_preparer().prepare("embeddings", ids).routing.prompt_tokens == 4
 
 
+async def test_an_embeddings_request_reserves_its_inputs_and_one_token() -> None:
+    """An embeddings request generates nothing: its generation request only carries its
+    id (vLLM's layer serves the body). The gateway's token quota still reserves prompt
+    tokens plus ``max_tokens`` of it, and it asks for one token, the least any request
+    asks for: inputs that leave one token of the minute's quota are admitted, and that
+    one token is what is reserved beyond them."""
+    body = json.dumps({"model": "emb", "input": ["a b", "c d e"]}).encode()
+    prepared = _embedding_preparer().prepare("embeddings", body)
+    assert prepared.generation.prompt_token_ids == ()
+    encoder = SimPromptEncoder()
+    inputs = len(encoder.text("a b")) + len(encoder.text("c d e"))
+    assert prepared.routing.prompt_tokens == inputs
+    quota = TokenQuota(inputs + 1, clock=FakeClock())
+    await quota.reserve(
+        "key", prepared.routing.prompt_tokens, prepared.generation.sampling.max_tokens
+    )
+    assert quota.used("key") == inputs + 1
+
+
 @pytest.mark.parametrize(
     ("kind", "body", "param", "fragment"),
     [
@@ -270,6 +291,24 @@ async def test_long_bodies_at_once_take_turns_on_the_one_tokenizer_thread() -> N
     assert len(await both) == 2
     assert len(encoder.threads) == 2
     assert len(set(encoder.threads)) == 1
+
+
+async def test_a_body_under_16_kib_is_prepared_inline_and_one_of_16_kib_off_the_loop() -> None:
+    """The hop to the tokenizer thread costs more than a body under 16 KiB takes to
+    prepare: such a body stays on the event loop, whatever its size below that."""
+    go = threading.Event()
+    go.set()
+    encoder = _Held(go)
+    preparer = _preparer(encoder)
+    base = _body("sim-m")
+    for size in (16 * 1024 - 1, 16 * 1024):
+        padded = base + b" " * (size - len(base))  # long in bytes, not tokens
+        assert len(padded) == size
+        await preparer.prepare_off_loop("chat", padded)
+    loop_thread = threading.current_thread().name
+    assert encoder.threads[0] == loop_thread
+    assert encoder.threads[1] != loop_thread
+    assert encoder.threads[1].startswith("tokenize")
 
 
 LIMITED = parse_config(

@@ -98,6 +98,30 @@ def test_entries_expire_after_ttl_without_sleeping() -> None:
     assert len(mirror) == 3, "expired entries stay until pruned"
 
 
+def test_a_batch_published_exactly_ttl_ago_is_still_stored() -> None:
+    """A batch's age counts against the ttl as an entry's does: exactly ttl old is still
+    fresh (stored, and found until the clock moves on), a moment older stores nothing."""
+    clock = FakeClock()
+    mirror = HintMirror(TTL_S, clock)
+    mirror.apply(ev("a", (1,)), age_s=TTL_S)
+    mirror.apply(ev("b", (1,)), age_s=TTL_S + 0.001)
+    assert mirror.longest_prefix([1]) == {"a": 1}
+    assert mirror.replicas() == {"a"}
+    clock.advance(0.001)
+    assert mirror.longest_prefix([1]) == {}
+
+
+def test_a_ttl_under_a_second_is_accepted_and_expires_its_entries() -> None:
+    clock = FakeClock()
+    mirror = HintMirror(0.5, clock)
+    assert mirror.ttl_s == 0.5
+    mirror.apply(ev("a", (1, 2)))
+    clock.advance(0.5)
+    assert mirror.longest_prefix([1, 2]) == {"a": 2}
+    clock.advance(0.001)
+    assert mirror.longest_prefix([1, 2]) == {}
+
+
 def test_refreshing_a_block_extends_only_that_block() -> None:
     clock = FakeClock()
     mirror = mirror_with(ev("a", (1, 2, 3)), clock=clock)

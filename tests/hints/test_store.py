@@ -263,6 +263,26 @@ async def test_a_late_mirror_does_not_load_expired_members(
     assert mirror.longest_prefix([1, 2]) == {"new": 1}
 
 
+async def test_a_late_mirror_ages_each_set_member_from_its_score(
+    redis: Redis, key_prefix: str, spawn: Spawn
+) -> None:
+    """A block a replica stored 8 s before the mirror bootstrapped is 8 s old in the
+    mirror: with a 10 s ttl it expires 3 s later, while one stored at bootstrap stays."""
+    mirror_clock = FakeClock()
+    mirror = HintMirror(10.0, mirror_clock)
+    aged = HintPublisher(redis, key_prefix, MODEL, "aged", 1, TTL_S, FakeClock(time.time() - 8))
+    await aged.publish(BlockEvent("aged", 1, (1, 2), ()))
+    fresh = HintPublisher(redis, key_prefix, MODEL, "fresh", 1, TTL_S)
+    await fresh.publish(BlockEvent("fresh", 1, (1, 2), ()))
+    sub = subscriber(key_prefix, mirror)
+    spawn(sub.run())
+    await eventually(lambda: sub.status.connected)
+    assert sub.status.events_applied == 0, "both came from the replica sets"
+    assert mirror.longest_prefix([1, 2]) == {"aged": 2, "fresh": 2}
+    mirror_clock.advance(3.0)  # the aged blocks are now about 11 s old, the fresh ones 3 s
+    assert mirror.longest_prefix([1, 2]) == {"fresh": 2}
+
+
 async def test_a_running_mirror_expires_entries_by_its_own_clock(
     redis: Redis, key_prefix: str, spawn: Spawn
 ) -> None:
@@ -401,6 +421,30 @@ async def test_a_misconfigured_client_is_reported(options: dict[str, object], me
     )
     with pytest.raises(HintsError, match=message):
         await sub.run()
+
+
+async def test_a_socket_timeout_must_exceed_block_ms(key_prefix: str, spawn: Spawn) -> None:
+    """A blocking read waits up to ``block_ms`` for Redis to answer: a socket timeout of
+    exactly that long would end it as Redis answers, so it is refused; a longer one is
+    used."""
+    even = HintSubscriber(
+        lambda: Redis.from_url(REDIS_URL, socket_timeout=1.0),
+        key_prefix,
+        MODEL,
+        HintMirror(TTL_S),
+        block_ms=1000,
+    )
+    with pytest.raises(HintsError, match="block_ms = 1000"):
+        await asyncio.wait_for(even.run(), timeout=3.0)
+    longer = HintSubscriber(
+        lambda: Redis.from_url(REDIS_URL, socket_timeout=1.001),
+        key_prefix,
+        MODEL,
+        HintMirror(TTL_S),
+        block_ms=1000,
+    )
+    spawn(longer.run())
+    await eventually(lambda: longer.status.connected)
 
 
 async def test_redis_client_from_the_hints_config() -> None:

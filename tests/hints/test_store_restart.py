@@ -141,3 +141,37 @@ async def test_each_dropped_connection_is_retried_after_the_first_delay_and_its_
     # Reading again counts as success: each outage backs off from the first delay.
     assert delays == [2.0, 2.0]
     assert caplog.text.count("reconnected (resumed) after 2.0 s stale") == 2
+
+
+async def test_the_reconnection_log_says_how_long_the_feed_was_stale(
+    redis_server: RedisServer, spawn: Spawn, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="firstlight.hints.subscriber")
+    # Lost at 1.5 on the subscriber's clock, back after the backoff's 4.0 s: 4.0 s stale.
+    clock = FakeClock(1.5)
+    delays: list[float] = []
+
+    async def sleep(delay_s: float) -> None:
+        delays.append(delay_s)
+        clock.advance(delay_s)
+
+    sub = HintSubscriber(
+        lambda: client_for(redis_server.url, timeout_s=1.0),
+        PREFIX,
+        MODEL,
+        HintMirror(TTL_S),
+        clock,
+        backoff=Backoff(initial_s=4.0, max_s=60.0, jitter=0.0),
+        sleep=sleep,
+        block_ms=200,
+    )
+    admin = client_for(redis_server.url, timeout_s=1.0)
+    try:
+        spawn(sub.run())
+        await eventually(lambda: sub.status.connected)
+        await admin.client_kill_filter(_type="normal", skipme=True)
+        await eventually(lambda: sub.status.reconnects == 1 and sub.status.connected)
+    finally:
+        await admin.aclose()
+    assert delays == [4.0]
+    assert "reconnected (re-bootstrapped) after 4.0 s stale" in caplog.text
