@@ -74,12 +74,12 @@ GROUPS = (
 )
 
 _SAMPLER = r"""
-import ast, hashlib, sys
+import ast, hashlib, os, sys
 from pathlib import Path
 from cosmic_ray.work_db import WorkDB, use_db
 from cosmic_ray.work_item import WorkResult, WorkerOutcome
 
-db, keep, seed = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+db, keep, seed, root = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 _signatures = {}
 
 def _span(node):
@@ -124,7 +124,10 @@ def in_signature(mutation):
 
 def key(item):
     m = item.mutations[0]
-    text = f"{seed}|{m.module_path}|{m.operator_name}|{m.occurrence}|{m.start_pos}"
+    # The module's path inside the repository, not inside this run's temporary clone:
+    # with the clone's path in the key every run drew a new sample, whatever the seed.
+    module = os.path.relpath(str(m.module_path), root)
+    text = f"{seed}|{module}|{m.operator_name}|{m.occurrence}|{m.start_pos}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 with use_db(db, WorkDB.Mode.open) as work_db:
@@ -194,7 +197,15 @@ def run_group(
 
     cr("init", str(config), str(session))
     listed = subprocess.run(
-        [str(cosmic_ray / "python"), "-c", _SAMPLER, str(session), str(sample), str(seed)],
+        [
+            str(cosmic_ray / "python"),
+            "-c",
+            _SAMPLER,
+            str(session),
+            str(sample),
+            str(seed),
+            str(scratch),
+        ],
         capture_output=True,
         text=True,
         check=True,
