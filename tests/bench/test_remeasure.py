@@ -102,3 +102,28 @@ def test_a_setting_added_since_the_stored_run_is_taken_at_its_default(tmp_path: 
     stored.write_text(json.dumps(data))
     with pytest.raises(ConfigError, match=r"workload\.params\.max_output_tokens"):
         merge_arms(tmp_path / "stored" / "w3", tmp_path / "fresh" / "w3", ["firstlight"])
+
+
+def test_a_trace_is_the_same_by_its_bytes_whatever_the_path_spelling(tmp_path: Path) -> None:
+    """A re-measure started from another folder spells the stored trace's path another
+    way: the same bytes are the same trace; other bytes are refused naming the path."""
+    run_suite(out=tmp_path / "stored", only=["w3"], **_SMALL)  # type: ignore[arg-type]
+    run_suite(out=tmp_path / "fresh", only=["w3"], **_SMALL)  # type: ignore[arg-type]
+    trace, same, other = tmp_path / "a.jsonl", tmp_path / "copy" / "a.jsonl", tmp_path / "b.jsonl"
+    same.parent.mkdir()
+    for path, text in ((trace, "{}\n"), (same, "{}\n"), (other, "[]\n")):
+        path.write_text(text)
+
+    def merged_with(stored_path: Path, fresh_path: Path) -> None:
+        for run, path in (("stored", stored_path), ("fresh", fresh_path)):
+            results = tmp_path / run / "w3" / "results.json"
+            data = json.loads(results.read_text())
+            data["meta"]["workload"]["params"]["trace"] = str(path)
+            results.write_text(json.dumps(data))
+        merge_arms(tmp_path / "stored" / "w3", tmp_path / "fresh" / "w3", ["firstlight"])
+
+    merged_with(trace, same)
+    with pytest.raises(ConfigError, match=r"workload\.params\.trace"):
+        merged_with(trace, other)
+    with pytest.raises(ConfigError, match=r"workload\.params\.trace"):
+        merged_with(tmp_path / "gone.jsonl", same)
