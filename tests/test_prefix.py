@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -133,6 +134,20 @@ def test_scheme_is_the_shared_engine_setting() -> None:
         "prefix_caching_hash_algo": "sha256_cbor",
     }
     assert scheme.engine_env() == {"PYTHONHASHSEED": "9"}
+
+
+def test_a_scheme_and_a_lora_key_are_immutable_values() -> None:
+    """A scheme is validated once, when built: it cannot be given a bad block size
+    afterwards. Both are values: equal ones are one key of a mapping."""
+    scheme = HashScheme(block_size=16, seed=0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        scheme.block_size = 0  # type: ignore[misc]
+    lora = LoraKey("adapter", "/loras/a")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lora.path = "/elsewhere"  # type: ignore[misc]
+    schemes = {HashScheme(16, 0): "a", HashScheme(32, 0): "b", HashScheme(16, 0): "c"}
+    assert schemes == {HashScheme(16, 0): "c", HashScheme(32, 0): "b"}
+    assert len({lora, LoraKey("adapter", "/loras/a"), LoraKey("other", "/loras/a")}) == 2
 
 
 @pytest.mark.parametrize("block_size", [0, -1, -16])

@@ -13,6 +13,7 @@ import pytest
 
 from firstlight.api.prepare import OFF_LOOP_BODY_BYTES, RequestPreparer
 from firstlight.api.prompts import SimPromptEncoder
+from firstlight.api.responses import error_body
 from firstlight.api.token_quota import TokenQuota
 from firstlight.config import parse_config
 from firstlight.engine.vllm_engine import _generation_defaults
@@ -70,7 +71,8 @@ def test_limits_still_apply_to_a_request_for_vllms_layer() -> None:
 @pytest.mark.parametrize("name", ["n", "best_of"])
 def test_choices_beyond_the_gateways_bound_are_refused_naming_the_field(name: str) -> None:
     most = CONFIG.gateway.max_choices
-    assert _preparer().prepare("chat", _body("real-m", **{name: most})).openai is not None
+    for value in (1, most - 1, most):
+        assert _preparer().prepare("chat", _body("real-m", **{name: value})).openai is not None
     with pytest.raises(BadRequestError) as caught:
         _preparer().prepare("chat", _body("real-m", max_tokens=8, **{name: most + 1}))
     assert caught.value.param == name
@@ -157,6 +159,7 @@ def test_embeddings_are_routed_on_their_tokens_and_served_by_vllms_layer() -> No
         assert prepared.routing.prompt_tokens == sum(len(encoder.text(t)) for t in texts)
         assert prepared.routing.block_hashes == ()
         assert prepared.openai.request_id == prepared.generation.request_id
+        assert (prepared.stream, prepared.include_usage) == (False, False)  # one JSON answer
     ids = json.dumps({"model": "emb", "input": [[1, 2, 3], [4]]}).encode()
     assert _embedding_preparer().prepare("embeddings", ids).routing.prompt_tokens == 4
 
@@ -430,3 +433,26 @@ def test_a_text_model_on_the_embeddings_route_names_the_models_that_embed() -> N
         _embedding_preparer(),
     )
     assert "(here: emb)" in str(refused)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"model": "m", "messages": [', b"\xff\xfe", b"", b"{'model': 'm'}"],
+    ids=["cut-short", "not-utf8", "empty", "single-quotes"],
+)
+def test_a_body_that_is_not_json_is_a_400_naming_no_field(body: bytes) -> None:
+    """json's refusal (a ``ValueError``) becomes the OpenAI-shaped 400, not an error of
+    the gateway's own."""
+    error = error_body(_refusal("chat", body))["error"]
+    assert error["message"].startswith("the body is not valid JSON: ")
+    assert (error["type"], error["param"], error["code"]) == ("invalid_request_error", None, None)
+
+
+def test_a_schema_error_message_names_its_field_when_it_has_one() -> None:
+    missing = _refusal("chat", json.dumps({"model": "m"}).encode())
+    assert missing.param == "messages"
+    assert str(missing) == "messages: Field required"
+    # A body that is not an object has no field to name: pydantic's message alone.
+    whole = _refusal("chat", b"[]")
+    assert whole.param is None
+    assert str(whole) == "Input should be a valid dictionary or instance of ChatCompletionRequest"

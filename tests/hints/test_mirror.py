@@ -299,6 +299,25 @@ def test_a_lookup_gives_device_blocks_then_the_host_blocks_right_after_them() ->
     assert mirror.host_prefix([], {}) == {}
 
 
+def test_a_chain_held_whole_on_device_starts_no_host_run_past_its_end() -> None:
+    """300 blocks (past the small integers CPython shares, so a depth and the chain's
+    length are equal without being one object): "d" holds every block on device, so its
+    host run would start past the chain's end; "h" has its first 10 in host memory."""
+    chain = list(range(1000, 1300))
+    mirror = mirror_with(ev("d", tuple(chain)), off("h", tuple(chain[:10])))
+    assert mirror.tiered_prefix(chain) == {"d": (300, 0), "h": (0, 10)}
+
+
+def test_a_host_run_starts_deep_in_a_long_chain_while_another_is_open() -> None:
+    """All 300 blocks are in "h"'s host memory, so its run is open when the walk reaches
+    block 260, where "b"'s device run ends and its host run of 20 blocks starts."""
+    chain = list(range(1000, 1300))
+    mirror = mirror_with(
+        off("h", tuple(chain)), ev("b", tuple(chain[:260])), off("b", tuple(chain[260:280]))
+    )
+    assert mirror.tiered_prefix(chain) == {"h": (0, 300), "b": (260, 20)}
+
+
 def test_without_offloading_the_host_lookup_is_empty() -> None:
     mirror = mirror_with(ev("a", (1, 2)))
     assert mirror.host_prefix([1, 2, 3], {"a": 2}) == {}

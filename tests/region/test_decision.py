@@ -153,6 +153,9 @@ def test_a_peer_choice_naming_no_service_of_its_own_is_saturated_by_any_queue() 
     idle = PeerChoice("p", 60.0)
     queued = PeerChoice("p", 60.5, wait_ms=0.5)
     assert (idle.service_ms, idle.saturated(1.0), queued.saturated(1.0)) == (0.0, False, True)
+    # Naming no wait, it predicts none (nor a step): its whole prediction is round trip
+    # and service.
+    assert (idle.wait_ms, idle.step_ms) == (0.0, 0.0)
     decision = decide_region(
         _local(900.0), healthy=True, from_peer=False, peers=(queued,), router=DEFAULT
     )

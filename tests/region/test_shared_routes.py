@@ -77,6 +77,18 @@ def test_routes_survive_the_wire(router_id: str, session: int, sent: list[RouteE
     assert decode_routes(encode_routes(batch)) == batch
 
 
+def test_the_later_stages_as_a_router_announces_them_survive_the_wire() -> None:
+    """``first_token`` and ``done`` name the request only (the router state builds them
+    with the defaults): their zero counts are valid on the wire."""
+    later = (
+        RouteEvent("first_token", "q1", observed_ttft_ms=250.0),
+        RouteEvent("done", "q1"),
+    )
+    batch = RouteBatch("router-1", 3, later)
+    assert decode_routes(encode_routes(batch)) == batch
+    assert [(e.prompt_tokens, e.cached_blocks, e.block_hashes) for e in later] == [(0, 0, ())] * 2
+
+
 @pytest.mark.parametrize(
     "message",
     [

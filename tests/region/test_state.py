@@ -221,6 +221,22 @@ def test_routing_to_a_replica_the_decision_did_not_rank() -> None:
     assert policy.reservations.amount_after("c", 0.0) == 640
 
 
+def test_a_request_routed_elsewhere_than_its_decisions_winner_is_a_fallback() -> None:
+    """Ray sent it to another replica than the policy chose (ranked or not): counted,
+    for the ``firstlight.route.fallbacks`` metric; a request sent to its winner is not."""
+    clock = FakeClock()
+    state = _state(_firstlight(clock), clock, a=0, b=5000)
+    winner = _decide(state, _request("q1")).winner.replica_id
+    assert winner == "a"
+    state.record_routed("q1", "a")
+    assert state.fallbacks == 0
+    assert _decide(state, _request("q2")).winner.replica_id == "a"
+    state.record_routed("q2", "b")  # the runner-up
+    assert _decide(state, _request("q3")).winner.replica_id == "a"
+    state.record_routed("q3", "c")  # a replica the decision did not rank
+    assert state.fallbacks == 2
+
+
 def test_routing_an_unknown_request_is_ignored() -> None:
     clock = FakeClock()
     policy = _firstlight(clock)
@@ -416,6 +432,23 @@ def test_replicas_that_have_not_measured_take_the_mean_of_those_that_have() -> N
     assert shared["a"] == views["a"]
     assert (shared["b"].prefill_tokens_per_s, shared["b"].step_ms) == (1000.0, 40.0)
     assert (shared["c"].prefill_tokens_per_s, shared["c"].step_ms) == (900.0, 40.0)
+
+
+def test_a_step_time_is_shared_when_every_replica_has_measured_its_rate_but_not_its_step() -> None:
+    """The two measurements are shared each on its own: all rates known does not leave
+    a replica without a step time at the policy's prior."""
+    views = {
+        "a": ReplicaView("a", "here", 0, prefill_tokens_per_s=800.0, step_ms=40.0),
+        "b": ReplicaView("b", "here", 0, prefill_tokens_per_s=1000.0, step_ms=None),
+    }
+    shared = with_shared_rates(views)
+    assert shared["a"] == views["a"]
+    assert (shared["b"].prefill_tokens_per_s, shared["b"].step_ms) == (1000.0, 40.0)
+    swapped = {
+        "a": ReplicaView("a", "here", 0, prefill_tokens_per_s=800.0, step_ms=40.0),
+        "b": ReplicaView("b", "here", 0, prefill_tokens_per_s=None, step_ms=20.0),
+    }
+    assert with_shared_rates(swapped)["b"].prefill_tokens_per_s == 800.0
 
 
 def test_nothing_to_share_when_all_or_none_have_measured() -> None:

@@ -497,6 +497,7 @@ def test_an_explanation_gives_the_runner_up_its_margin_over_the_winner() -> None
 @pytest.mark.parametrize(
     ("name", "params"),
     [("llmd_sticky", {"affinity_threshold": 1.5}),  # a fraction of the prompt: at most 1
+     ("llmd_sticky", {"exploration_probability": 1.0000001}),  # a probability: at most 1
      ("weighted_scorer", {"max_prefix_blocks": 0}),
      ("cache_aware", {"balance_abs_threshold": 1_000_001})],
 )  # fmt: skip
@@ -512,7 +513,9 @@ def test_a_parameter_just_past_its_published_range_is_refused(
 
 @pytest.mark.parametrize(
     ("name", "params"),
-    [("llmd_sticky", {"affinity_threshold": 1.0}), ("weighted_scorer", {"max_prefix_blocks": 1}),
+    [("llmd_sticky", {"affinity_threshold": 1.0}),
+     ("llmd_sticky", {"exploration_probability": 1.0}),
+     ("weighted_scorer", {"max_prefix_blocks": 1}),
      ("cache_aware", {"balance_abs_threshold": 1_000_000})],
 )  # fmt: skip
 def test_a_parameter_at_the_edge_of_its_range_is_taken(name: str, params: dict[str, float]) -> None:
@@ -528,3 +531,36 @@ def test_dynamo_kv_loads_a_worker_with_only_the_uncached_part_of_a_routed_prompt
     request = RequestView("q1", 640, block_hashes=tuple(range(20)), block_size=32)
     policy.on_routed(request, Candidate("a", "here", 0.0, cached_blocks=16))
     assert policy.in_flight.prefill_tokens("a") == 640 - 16 * 32
+
+
+@pytest.mark.parametrize("name", ["cache_aware", "prefix_affinity"])
+def test_a_prefix_match_scores_each_candidate_one_minus_its_match_rate(name: str) -> None:
+    """The score the ranking shows is ``1 - matched / prompt blocks`` (lower is better):
+    all four blocks held scores 0, two of four 0.5, none 1."""
+    p = policy(name)
+    sent(p, (1, 2, 3, 4), "a")
+    sent(p, (1, 2), "b")
+    decision = choose(p, [replica("c"), replica("b"), replica("a")], 1, 2, 3, 4)
+    assert decision.reason == "prefix-match"
+    assert [(c.replica_id, c.cached_blocks, c.score) for c in decision.ranked] == [
+        ("a", 4, 0.0), ("b", 2, 0.5), ("c", 0, 1.0),
+    ]  # fmt: skip
+
+
+def test_weighted_scorer_draws_only_to_break_a_tie() -> None:
+    """Equal best scores go to one seeded draw among the tied (the EPP's shuffle); a
+    clear winner takes no draw, so the draws of the ties that follow are unchanged."""
+    tied = [replica("a"), replica("b"), replica("c", kv=0.5)]  # a, b: 2 + 2; c: 2 + 1
+    clear = [replica("a", kv=0.5), replica("b"), replica("c", kv=0.5)]
+    p = policy("weighted_scorer", seed=4)
+    mirror = random.Random(4)
+    winners, expected = [], []
+    for k in range(40):
+        if k % 3 == 0:
+            winners.append(choose(p, clear, 1).winner.replica_id)
+            expected.append("b")
+        else:
+            winners.append(choose(p, tied, 1).winner.replica_id)
+            expected.append("ab"[mirror.randrange(2)])
+    assert winners == expected
+    assert {w for k, w in enumerate(winners) if k % 3} == {"a", "b"}

@@ -303,3 +303,16 @@ def test_a_replica_without_a_capacity_falls_back_to_the_slot_wait() -> None:
         rates=rates,
     )  # fmt: skip
     assert terms.wait_ms == pytest.approx(4 * 384.0)
+
+
+def test_a_replica_without_a_prefill_count_holds_a_mean_prompt_per_waiting_request() -> None:
+    # No pending_prefill_tokens reported: each of the 2 waiting requests stands for the
+    # mean prompt (100 tokens), 200 tokens in all, in the queue term (200 ms at 1 ms a
+    # token) and in the memory term: 990 + 200 / 32 = 996.25 blocks held and queued,
+    # plus this request's 14 on 1000: 10.25 short, 10.25 / 1000 of a lifetime (128 x
+    # 10 ms). The same as when the replica reports those 200 tokens itself.
+    stats: dict[str, float] = {"kv_cache_blocks": 1000, "running": 2, "waiting": 2}
+    stats.update(queue_len=4, kv_cache_usage=0.99, step_ms=10.0)
+    unreported = _memory_wait(_replica(**stats))
+    assert unreported == pytest.approx(200.0 + 10.25 / 1000 * 1280)
+    assert unreported == pytest.approx(_memory_wait(_replica(pending_prefill_tokens=200, **stats)))
