@@ -290,7 +290,12 @@ class FirstlightPolicy:
             # The copy's extra prefill holds up this request and every request sharing
             # the replica's steps (queued or decoding): priced once per such request,
             # so a busy replica takes a copy only for a much shorter wait.
-            holders.append((held, ms_per_token * (1 + replica.queue_len)))
+            if replica.queue_len > running or (
+                load >= kv_full if capacity else replica.kv_cache_usage >= kv_full
+            ):
+                holders.append((held, ms_per_token * (1 + replica.queue_len)))
+            else:
+                holders.append((held, ms_per_token))
             scored.append((total, load, blocks, replica))
         affinity = self.params.affinity_weight
         if affinity and most:
