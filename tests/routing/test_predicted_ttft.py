@@ -395,28 +395,70 @@ def test_affinity_penalty_keeps_a_request_with_its_prefix_holder() -> None:
     assert cold.predicted_ttft_ms == pytest.approx(645.0)
 
 
-def test_the_affinity_penalty_grows_with_the_requests_the_copy_would_delay() -> None:
+def test_the_affinity_penalty_grows_with_the_requests_a_pressed_replica_would_delay() -> None:
     # "hot" holds 10 of 20 blocks but has 1,000 tokens queued: 1000 + 320 + 5 = 1325 ms.
-    # "cold" has no prefill queued but three requests decoding: 645 ms. The copy's 320 ms
-    # of extra prefill would hold up each of them as well as this request, so the penalty
-    # is 320 x (1 + 3): the request stays with its prefix (with a penalty of one
-    # prefill it would move, 645 + 320 < 1325, and under overload every such move
-    # evicts another prefix until the hit rate collapses).
+    # "cold" has no prefill queued: 640 + 5 = 645 ms, and the copy costs 320 ms of
+    # prefill. On a pressed replica (more requests than it runs, or its KV memory at
+    # kv_full_fraction) the copy holds up, or evicts the prefixes of, every request there:
+    # the penalty is 320 x (1 + queue length) and the request stays with its prefix.
+    # Under overload every such move would evict another prefix until the hit rate
+    # collapses.
     cache = FixedCache({"hot": 10})
-    busy_cold = ReplicaView("cold", "us-east", queue_len=3, running=3, pending_prefill_tokens=0)
-    replicas = (_replica("hot", queued=1000), busy_cold)
-    sticky = _policy(params=PARAMS.model_copy(update={"affinity_weight": 1.0}))
-    decision = sticky.choose(RoutingInput(REQUEST, replicas, cache))
-    assert decision.winner.replica_id == "hot"
-    cold = next(c for c in decision.ranked if c.replica_id == "cold")
-    assert cold.predicted_ttft_ms == pytest.approx(645.0)
-    assert cold.score == pytest.approx(645.0 + 320.0 * 4)
-    # An idle "cold" (nothing to delay) pays one prefill and takes the request.
-    idle = sticky.choose(
-        RoutingInput(REQUEST, (_replica("hot", queued=1000), _replica("cold")), cache)
+    sticky = _policy(
+        params=PARAMS.model_copy(
+            # memory as the replica's stats report it (the router's own record of what
+            # it sent has its own test below)
+            update={"affinity_weight": 1.0, "kv_full_fraction": 0.7, "memory_signal": "stats"}
+        )
     )
-    assert idle.winner.replica_id == "cold"
-    assert idle.winner.score == pytest.approx(645.0 + 320.0)
+
+    def cold_against_hot(cold: ReplicaView) -> tuple[str, float, float]:
+        decision = sticky.choose(RoutingInput(REQUEST, (_replica("hot", queued=1000), cold), cache))
+        ranked = next(c for c in decision.ranked if c.replica_id == "cold")
+        return decision.winner.replica_id, ranked.predicted_ttft_ms, ranked.score
+
+    def cold(queue_len: int, usage: float) -> ReplicaView:
+        return ReplicaView(
+            "cold",
+            "us-east",
+            queue_len=queue_len,
+            running=3,
+            pending_prefill_tokens=0,
+            kv_cache_usage=usage,
+            kv_cache_blocks=1000,
+        )
+
+    # Saturated: four requests, three running.
+    assert cold_against_hot(cold(4, 0.2)) == (
+        "hot",
+        pytest.approx(645.0),
+        pytest.approx(645.0 + 320.0 * 5),
+    )
+    # Three decoding, memory at 75 % of 1,000 blocks (kv_full_fraction 0.7).
+    assert cold_against_hot(cold(3, 0.75)) == (
+        "hot",
+        pytest.approx(645.0),
+        pytest.approx(645.0 + 320.0 * 4),
+    )
+    # Three decoding with memory to spare: the copy delays their steps once, as it does
+    # this request's, and evicts nothing. One prefill: the request moves.
+    assert cold_against_hot(cold(3, 0.5)) == (
+        "cold",
+        pytest.approx(645.0),
+        pytest.approx(645.0 + 320.0),
+    )
+    # A replica that reports no capacity is pressed when its usage reaches kv_full.
+    no_capacity = ReplicaView(
+        "cold", "us-east", queue_len=3, running=3, pending_prefill_tokens=0, kv_cache_usage=0.7
+    )
+    winner, predicted, score = cold_against_hot(no_capacity)
+    assert (winner, score) == ("hot", pytest.approx(predicted + 320.0 * 4))
+    # An idle "cold" pays one prefill and takes the request.
+    assert cold_against_hot(_replica("cold")) == (
+        "cold",
+        pytest.approx(645.0),
+        pytest.approx(645.0 + 320.0),
+    )
 
 
 def test_hints_of_a_replica_that_is_gone_cost_nothing() -> None:

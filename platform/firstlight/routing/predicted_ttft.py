@@ -61,17 +61,20 @@ class FirstlightParams(PolicyParams):
     waiting requests are taken to wait for memory (slot wait). Below "full" because the
     reported usage is up to a stats period old; 0 counts every waiting request (which
     also prices waits for the token budget twice, and sends a merely busy region's
-    requests away)."""
+    requests away). On every replica, the memory use (spoken for ÷ capacity, or the
+    reported usage) from which the affinity penalty counts the requests a copy there
+    would hold up (``affinity_weight``)."""
     affinity_weight: Annotated[float, Field(ge=0, le=10)] = 1.0
     """Ranking penalty, in multiples of the prefill it causes, for sending a request
     away from the replica holding most of its prefix — by the hint mirror or by where
     this router last sent it (``placement_memory``): the copy it makes evicts other
-    prefixes, which later requests pay for, and its extra prefill holds up every
-    request on the replica it lands on, so the prefill is counted once for the request
-    and once for each request there (``1 + queue length``). Without that factor,
-    predicted queueing under overload pushed copies onto other replicas until the hit
-    rate collapsed (``w1-overload`` in docs/benchmarks.md). Ranking only: predictions
-    stay TTFTs."""
+    prefixes, which later requests pay for. On a pressed replica (more requests than
+    it runs, or its memory at ``kv_full_fraction``) the copy's extra prefill holds up,
+    or its blocks evict the prefixes of, every request there, so the prefill is counted
+    once for the request and once for each request there (``1 + queue length``);
+    elsewhere once. Without that factor, predicted queueing under overload pushed copies
+    onto other replicas until the hit rate collapsed (``w1-overload`` in
+    docs/benchmarks.md). Ranking only: predictions stay TTFTs."""
     placement_memory: Annotated[int, Field(ge=0, le=100_000_000)] = 1_000_000
     """Prefix checkpoints remembered of where this router sent requests (a weak hint
     beside the mirror, for the affinity penalty: a prefix the engine evicted still pulls
@@ -287,10 +290,16 @@ class FirstlightPolicy:
                 held = blocks + host_blocks
             if held > most:
                 most = held
-            # The copy's extra prefill holds up this request and every request sharing
-            # the replica's steps (queued or decoding): priced once per such request,
-            # so a busy replica takes a copy only for a much shorter wait.
-            holders.append((held, ms_per_token * (1 + replica.queue_len)))
+            # On a pressed replica (requests waiting, or KV memory at kv_full) the
+            # copy's extra prefill holds up, or its blocks evict the prefixes of, every
+            # request there: priced once per such request. Elsewhere one prefill: the
+            # copy only shares the steps of the requests decoding beside it.
+            if replica.queue_len > running or (
+                load >= kv_full if capacity else replica.kv_cache_usage >= kv_full
+            ):
+                holders.append((held, ms_per_token * (1 + replica.queue_len)))
+            else:
+                holders.append((held, ms_per_token))
             scored.append((total, load, blocks, replica))
         affinity = self.params.affinity_weight
         if affinity and most:
